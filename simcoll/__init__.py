@@ -1,0 +1,62 @@
+"""simcoll: simulator-first research framework for collective communication on GPU clusters.
+
+Quick start::
+
+    from simcoll import load_machine, make_collective, generate, verify, critical_path_time_s
+    machine = load_machine("dgx1")
+    algo = generate("ring", machine.topology, "allreduce")
+    verify(algo, machine.topology)
+    critical_path_time_s(algo, machine, 1 << 20)
+"""
+
+from .algorithm import Algorithm, BandwidthConstraint, Transfer
+from .algorithms import REGISTRY as ALGORITHMS
+from .algorithms import applicable, generate
+from .bounds import Bounds, lower_bounds, min_rounds_per_chunk, min_steps, time_lower_bound_s
+from .collectives import (
+    Collective,
+    custom_collective,
+    make_collective,
+    relation_all,
+    relation_root,
+    relation_scattered,
+    relation_transpose,
+)
+from .compare import compare, plot_comparison
+from .cost import (
+    algbw_GBps,
+    algorithm_time_s,
+    busbw_GBps,
+    critical_path_time_s,
+    k_synchronous_time_s,
+    step_time_s,
+)
+from .costmodel import CostModel
+from .errors import (
+    AlgorithmError,
+    CollectiveError,
+    ModelError,
+    NotApplicableError,
+    SimcollError,
+    TopologyError,
+    VerificationError,
+)
+from .fileio import load_schedule
+from .machines import Machine, builtin_models, builtin_topologies, load_machine, load_model, load_topology
+from .program import Executor, Instruction, Program, RankProgram, Ref
+from .routes import Routes, bandwidth_relation
+from .topology import Topology
+from .verify import check, verify
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ALGORITHMS", "Algorithm", "AlgorithmError", "BandwidthConstraint", "Bounds", "Collective", "CollectiveError",
+    "CostModel", "Executor", "Instruction", "Machine", "ModelError", "NotApplicableError", "Program", "RankProgram",
+    "Ref", "Routes", "SimcollError", "Topology", "TopologyError", "Transfer", "VerificationError", "algbw_GBps",
+    "algorithm_time_s", "applicable", "bandwidth_relation", "builtin_models", "builtin_topologies", "busbw_GBps",
+    "check", "compare", "critical_path_time_s", "custom_collective", "generate", "k_synchronous_time_s",
+    "load_machine", "load_model", "load_schedule", "load_topology", "lower_bounds", "make_collective",
+    "min_rounds_per_chunk", "min_steps", "plot_comparison", "relation_all", "relation_root", "relation_scattered",
+    "relation_transpose", "step_time_s", "time_lower_bound_s", "verify",
+]

@@ -1,0 +1,64 @@
+"""Helpers shared by algorithm generators: checking that a generator applies,
+blocks of chunks, and the fewest rounds per step the topology allows."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+from ..algorithm import Algorithm, Transfer
+from ..collectives import Collective
+from ..errors import NotApplicableError
+from ..routes import Routes, bandwidth_relation
+from ..topology import Topology
+
+
+def require(collective: Collective, topology: Topology, supported: Iterable[str], algorithm: str) -> None:
+    supported = tuple(supported)
+    if collective.name not in supported:
+        raise NotApplicableError(f"{algorithm} implements {', '.join(supported)}, not {collective.name}")
+    if collective.num_ranks != topology.num_ranks:
+        raise NotApplicableError(
+            f"{algorithm}: the collective has {collective.num_ranks} ranks but {topology.name} has {topology.num_ranks}"
+        )
+
+
+def block_chunks(collective: Collective, owner: int) -> list[int]:
+    """The chunks rank ``owner`` is responsible for reducing: for ReduceScatter
+    its output chunks; for Allreduce the chunks ``c`` with ``c mod P == owner``
+    (SCCL's Scattered relation applied to the Allreduce buffer)."""
+    if collective.name == "reducescatter":
+        return list(collective.output_layout[owner])
+    return [c for c in range(collective.num_chunks) if c % collective.num_ranks == owner]
+
+
+def minimal_rounds(transfers: Iterable[Transfer], topology: Topology, routes: Routes | None = None) -> tuple[int, ...]:
+    """Fewest rounds per step that satisfy the topology's bandwidth relation
+    (SCCL §3.3: at most b · r_s sends over each constraint (L, b) in step s)."""
+    transfers = list(transfers)
+    steps = 1 + max((t.step for t in transfers), default=-1)
+    relation = bandwidth_relation(topology, routes)
+    rounds = []
+    for s in range(steps):
+        sends = [(t.src, t.dst) for t in transfers if t.step == s]
+        need = 1
+        for c in relation:
+            n = sum(pair in c.links for pair in sends)
+            if n and c.chunks_per_round:
+                need = max(need, math.ceil(n / c.chunks_per_round))
+        rounds.append(need)
+    return tuple(rounds)
+
+
+def finish(
+    name: str, collective: Collective, topology: Topology, transfers: list[Transfer], routes: Routes, **metadata
+) -> Algorithm:
+    """An Algorithm with the fewest rounds per step its topology allows."""
+    return Algorithm(
+        name=name,
+        collective=collective,
+        transfers=tuple(transfers),
+        rounds_per_step=minimal_rounds(transfers, topology, routes),
+        topology=topology.name,
+        metadata={"generator": name, **metadata},
+    )

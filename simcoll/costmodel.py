@@ -1,0 +1,271 @@
+"""Cost models: α-β parameters per link type, and the switch, PCIe, compute,
+executor and protocol parameters the simulator uses, read from ``models/*.yaml``.
+
+Every entry carries a ``source``: the paper table, datasheet or calibration run
+its numbers come from. YAML schema::
+
+    name: ndv2-taccl
+    description: text
+    links:                              # keyed by topology link type
+      nvlink: {alpha_s: 0.7e-6, beta_s_per_byte: 46.0e-12, source: "TACCL Table 1"}
+      pcie:   {alpha_s: 1.0e-6, bandwidth_Bps: 13.0e9, source: "..."}
+    switches:                           # keyed by component kind (optional)
+      nvswitch: {latency_s: 0.0, port_bandwidth_Bps: 150e9,
+                 concurrency_efficiency: [[1, 1.0], [8, 0.9]], source: "..."}
+    host_memory: {bandwidth_Bps: 40e9, source: "..."}   # optional
+    compute: {reduce_bandwidth_Bps: 400e9, reduce_launch_s: 2e-6, source: "..."}
+    executor: {thread_block_bandwidth_Bps: 10e9, kernel_launch_s: 5e-6, source: "..."}
+    protocols:                          # optional; Simple is 1.0 if absent
+      LL: {efficiency: 0.5, source: "..."}
+
+``bandwidth_Bps`` is per single link and direction; a link of multiplicity
+``count`` carries ``count`` times as much. Give either ``bandwidth_Bps`` or
+``beta_s_per_byte`` (= 1 / bandwidth), not both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import ModelError
+
+
+@dataclass(frozen=True)
+class LinkParams:
+    """α-β parameters of one link of a type: a message of ``n`` bytes over
+    ``count`` parallel links takes ``alpha_s + n / (count * bandwidth_Bps)``."""
+
+    alpha_s: float
+    bandwidth_Bps: float
+    source: str
+
+    @property
+    def beta_s_per_byte(self) -> float:
+        return 1.0 / self.bandwidth_Bps
+
+
+@dataclass(frozen=True)
+class SwitchParams:
+    """A switch kind: per-traversal latency, optional per-port bandwidth cap, and
+    the fraction of port bandwidth left with ``n`` concurrent connections
+    (piecewise-linear through the given points; TACCL §3.2, Fig. 4)."""
+
+    latency_s: float
+    source: str
+    port_bandwidth_Bps: float | None = None
+    concurrency_efficiency: tuple[tuple[int, float], ...] = ()
+
+    def efficiency(self, connections: int) -> float:
+        points = self.concurrency_efficiency
+        if not points or connections <= points[0][0]:
+            return points[0][1] if points else 1.0
+        for (n0, e0), (n1, e1) in zip(points, points[1:]):
+            if connections <= n1:
+                return e0 + (e1 - e0) * (connections - n0) / (n1 - n0)
+        return points[-1][1]
+
+
+@dataclass(frozen=True)
+class ComputeParams:
+    """Reduction cost: ``T_R(n) = reduce_launch_s + n / reduce_bandwidth_Bps``
+    (NV-Group Table 2's T_R, linear in the reduced bytes)."""
+
+    reduce_bandwidth_Bps: float
+    reduce_launch_s: float
+    source: str
+
+    def reduce_time_s(self, size_bytes: float) -> float:
+        return self.reduce_launch_s + size_bytes / self.reduce_bandwidth_Bps
+
+
+@dataclass(frozen=True)
+class ExecutorParams:
+    """What one GPU thread block can drive, and the cost of a kernel launch."""
+
+    thread_block_bandwidth_Bps: float
+    kernel_launch_s: float
+    source: str
+
+
+@dataclass(frozen=True)
+class CostModel:
+    name: str
+    links: Mapping[str, LinkParams]
+    description: str = ""
+    switches: Mapping[str, SwitchParams] = field(default_factory=dict)
+    host_memory_bandwidth_Bps: float | None = None
+    compute: ComputeParams | None = None
+    executor: ExecutorParams | None = None
+    protocol_efficiency: Mapping[str, float] = field(default_factory=dict)
+    raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def link(self, link_type: str) -> LinkParams:
+        try:
+            return self.links[link_type]
+        except KeyError:
+            raise ModelError(
+                f"model {self.name!r} has no parameters for link type {link_type!r} "
+                f"(it covers: {', '.join(sorted(self.links)) or 'nothing'})"
+            ) from None
+
+    def reduce_time_s(self, size_bytes: float) -> float:
+        """T_R of NV-Group Table 2; zero when the model gives no compute cost."""
+        return self.compute.reduce_time_s(size_bytes) if self.compute else 0.0
+
+    def switch_latency_s(self, kind: str) -> float:
+        params = self.switches.get(kind)
+        return params.latency_s if params else 0.0
+
+    def with_link(self, link_type: str, **changes: float) -> CostModel:
+        """A what-if copy with one link type's parameters changed, e.g.
+        ``model.with_link("nvlink", bandwidth_Bps=50e9)``."""
+        base = self.link(link_type)
+        new = LinkParams(
+            alpha_s=changes.get("alpha_s", base.alpha_s),
+            bandwidth_Bps=changes.get("bandwidth_Bps", base.bandwidth_Bps),
+            source=f"what-if from {self.name}: {changes}",
+        )
+        return CostModel(**{**vars(self), "name": f"{self.name}+whatif", "links": {**self.links, link_type: new}})
+
+
+_TOP = {"name", "description", "links", "switches", "host_memory", "compute", "executor", "protocols", "sources"}
+
+
+def _number(entry: Mapping, key: str, where: str, *, required: bool = True, positive: bool = False) -> float | None:
+    if key not in entry:
+        if required:
+            raise ModelError(f"{where}.{key}: required")
+        return None
+    value = entry[key]
+    if isinstance(value, str):
+        # PyYAML follows YAML 1.1, which reads 25.0e9 (no exponent sign) as a string.
+        try:
+            value = float(value)
+        except ValueError:
+            pass
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ModelError(f"{where}.{key}: must be a number, got {value!r}")
+    if value < 0 or (positive and value == 0):
+        raise ModelError(f"{where}.{key}: must be {'positive' if positive else 'non-negative'}, got {value!r}")
+    return float(value)
+
+
+def _entry(raw: Any, allowed: set[str], where: str) -> Mapping:
+    if not isinstance(raw, Mapping):
+        raise ModelError(f"{where}: expected a mapping")
+    unknown = sorted(set(raw) - allowed - {"source"})
+    if unknown:
+        raise ModelError(f"{where}: unknown field {unknown[0]!r} (allowed: {', '.join(sorted(allowed | {'source'}))})")
+    if not isinstance(raw.get("source"), str) or not raw["source"].strip():
+        raise ModelError(f"{where}.source: every parameter set must say where its numbers come from")
+    return raw
+
+
+def model_from_dict(data: Any, where: str = "<model>") -> CostModel:
+    """Validate a parsed ``models/*.yaml`` description and build a :class:`CostModel`."""
+    if not isinstance(data, Mapping):
+        raise ModelError(f"{where}: expected a mapping at the top level")
+    unknown = sorted(set(data) - _TOP)
+    if unknown:
+        raise ModelError(f"{where}: unknown field {unknown[0]!r} (allowed: {', '.join(sorted(_TOP))})")
+    name = data.get("name")
+    if not isinstance(name, str) or not name:
+        raise ModelError(f"{where}: field 'name' is required")
+    raw_links = data.get("links")
+    if not isinstance(raw_links, Mapping) or not raw_links:
+        raise ModelError(f"{where}: field 'links' must map link types to parameters")
+    links = {}
+    for link_type, raw in raw_links.items():
+        here = f"{where}: links.{link_type}"
+        entry = _entry(raw, {"alpha_s", "bandwidth_Bps", "beta_s_per_byte"}, here)
+        alpha = _number(entry, "alpha_s", here)
+        if ("bandwidth_Bps" in entry) == ("beta_s_per_byte" in entry):
+            raise ModelError(f"{here}: give exactly one of bandwidth_Bps and beta_s_per_byte")
+        if "bandwidth_Bps" in entry:
+            bandwidth = _number(entry, "bandwidth_Bps", here, positive=True)
+        else:
+            bandwidth = 1.0 / _number(entry, "beta_s_per_byte", here, positive=True)
+        links[str(link_type)] = LinkParams(alpha_s=alpha, bandwidth_Bps=bandwidth, source=entry["source"])
+
+    switches = {}
+    for kind, raw in (data.get("switches") or {}).items():
+        here = f"{where}: switches.{kind}"
+        entry = _entry(raw, {"latency_s", "port_bandwidth_Bps", "concurrency_efficiency"}, here)
+        points = entry.get("concurrency_efficiency") or []
+        try:
+            points = tuple((int(n), float(e)) for n, e in points)
+        except (TypeError, ValueError):
+            raise ModelError(f"{here}.concurrency_efficiency: expected a list of [connections, efficiency] pairs") from None
+        if any(n < 1 or not 0 < e <= 1 for n, e in points) or [n for n, _ in points] != sorted({n for n, _ in points}):
+            raise ModelError(f"{here}.concurrency_efficiency: connections must increase from 1 and efficiencies lie in (0, 1]")
+        switches[str(kind)] = SwitchParams(
+            latency_s=_number(entry, "latency_s", here),
+            port_bandwidth_Bps=_number(entry, "port_bandwidth_Bps", here, required=False, positive=True),
+            concurrency_efficiency=points,
+            source=entry["source"],
+        )
+
+    host_bw = None
+    if data.get("host_memory") is not None:
+        entry = _entry(data["host_memory"], {"bandwidth_Bps"}, f"{where}: host_memory")
+        host_bw = _number(entry, "bandwidth_Bps", f"{where}: host_memory", positive=True)
+
+    compute = None
+    if data.get("compute") is not None:
+        here = f"{where}: compute"
+        entry = _entry(data["compute"], {"reduce_bandwidth_Bps", "reduce_launch_s"}, here)
+        compute = ComputeParams(
+            reduce_bandwidth_Bps=_number(entry, "reduce_bandwidth_Bps", here, positive=True),
+            reduce_launch_s=_number(entry, "reduce_launch_s", here),
+            source=entry["source"],
+        )
+
+    executor = None
+    if data.get("executor") is not None:
+        here = f"{where}: executor"
+        entry = _entry(data["executor"], {"thread_block_bandwidth_Bps", "kernel_launch_s"}, here)
+        executor = ExecutorParams(
+            thread_block_bandwidth_Bps=_number(entry, "thread_block_bandwidth_Bps", here, positive=True),
+            kernel_launch_s=_number(entry, "kernel_launch_s", here),
+            source=entry["source"],
+        )
+
+    protocols = {"Simple": 1.0}
+    for proto, raw in (data.get("protocols") or {}).items():
+        here = f"{where}: protocols.{proto}"
+        if proto not in ("Simple", "LL", "LL128"):
+            raise ModelError(f"{here}: protocol must be Simple, LL or LL128")
+        entry = _entry(raw, {"efficiency"}, here)
+        eff = _number(entry, "efficiency", here, positive=True)
+        if eff > 1:
+            raise ModelError(f"{here}.efficiency: must be at most 1, got {eff}")
+        protocols[proto] = eff
+
+    return CostModel(
+        name=name,
+        description=str(data.get("description") or ""),
+        links=links,
+        switches=switches,
+        host_memory_bandwidth_Bps=host_bw,
+        compute=compute,
+        executor=executor,
+        protocol_efficiency=protocols,
+        raw=dict(data),
+    )
+
+
+def load_model_file(path: str | Path) -> CostModel:
+    """Read and validate one ``models/*.yaml`` file."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ModelError(f"{path}: cannot read: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise ModelError(f"{path}: not valid YAML: {exc}") from None
+    return model_from_dict(data, where=str(path))

@@ -1,0 +1,175 @@
+"""Finding machines by name: built-in topologies and models (package data),
+generators, clusters and files; and the :class:`Machine` (topology + cost model).
+
+Topology specs accepted everywhere (CLI ``--topology`` included):
+
+- a built-in name: ``dgx1``, ``ndv2``, ``dgx2`` ... (see :func:`builtin_topologies`);
+- a generator: ``ring:8``, ``line:4``, ``fully-connected:8``, ``hub-and-spoke:8``,
+  ``torus2d:4x4``, ``hypercube:3``;
+- a cluster: ``NODE*N`` (fat tree) or ``NODE*N/rail`` (per-rail switches),
+  e.g. ``dgx-a100*4``, ``ndv2*2``;
+- a path to a YAML file.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cached_property, lru_cache
+from importlib import resources
+from pathlib import Path
+
+import networkx as nx
+
+from .costmodel import CostModel, load_model_file
+from .errors import ModelError, TopologyError
+from .generators import GENERATORS, cluster, generate
+from .routes import Routes
+from .topology import Topology, load_topology_file
+
+_CLUSTER_RE = re.compile(r"^(?P<node>[A-Za-z0-9_.-]+)\*(?P<count>\d+)(?:/(?P<fabric>[a-z-]+))?$")
+
+
+def _data_dir(package: str) -> Path:
+    return Path(str(resources.files(package)))
+
+
+def builtin_topologies() -> list[str]:
+    """Names of the topologies shipped in ``topologies/``."""
+    return sorted(p.stem for p in _data_dir("simcoll.topologies").glob("*.yaml"))
+
+
+def builtin_models() -> list[str]:
+    """Names of the cost models shipped in ``models/``."""
+    return sorted(p.stem for p in _data_dir("simcoll.models").glob("*.yaml"))
+
+
+def _is_path(spec: str) -> bool:
+    return spec.endswith((".yaml", ".yml")) or "/" in spec and Path(spec).exists()
+
+
+@lru_cache(maxsize=64)
+def load_topology(spec: str) -> Topology:
+    """Resolve a topology spec (module docstring) to a validated :class:`Topology`."""
+    if not isinstance(spec, str) or not spec:
+        raise TopologyError(f"topology spec must be a non-empty string, got {spec!r}")
+    if _is_path(spec):
+        return load_topology_file(spec)
+    match = _CLUSTER_RE.match(spec)
+    if match:
+        node = load_topology(match["node"])
+        return cluster(node, int(match["count"]), match["fabric"] or "fat-tree")
+    if ":" in spec:
+        return generate(spec)
+    path = _data_dir("simcoll.topologies") / f"{spec}.yaml"
+    if not path.exists():
+        raise TopologyError(
+            f"unknown topology {spec!r}: not a file, generator or cluster; built-ins: {', '.join(builtin_topologies())}; "
+            f"generators: {', '.join(GENERATORS)}"
+        )
+    return load_topology_file(path)
+
+
+@lru_cache(maxsize=64)
+def load_model(spec: str) -> CostModel:
+    """Resolve a built-in model name or a YAML path to a :class:`CostModel`."""
+    if _is_path(spec):
+        return load_model_file(spec)
+    path = _data_dir("simcoll.models") / f"{spec}.yaml"
+    if not path.exists():
+        raise ModelError(f"unknown model {spec!r}; built-ins: {', '.join(builtin_models())}")
+    return load_model_file(path)
+
+
+@dataclass(frozen=True)
+class Machine:
+    """A topology with the cost model that gives its links speeds."""
+
+    topology: Topology
+    model: CostModel
+
+    def __post_init__(self) -> None:
+        missing = [t for t in self.topology.link_types if t not in self.model.links]
+        if missing:
+            raise ModelError(
+                f"model {self.model.name!r} does not cover link type(s) {', '.join(missing)} "
+                f"used by topology {self.topology.name!r}"
+            )
+
+    @property
+    def name(self) -> str:
+        return self.topology.name
+
+    @property
+    def num_ranks(self) -> int:
+        return self.topology.num_ranks
+
+    @cached_property
+    def routes(self) -> Routes:
+        return Routes(self.topology)
+
+    @cached_property
+    def _route_cache(self) -> dict[tuple[int, int], Route | None]:
+        return {}
+
+    def route(self, src: int, dst: int) -> Route | None:
+        """α-β parameters of sending from rank ``src`` to rank ``dst`` alone on
+        the machine, or ``None`` when no route avoids the other GPUs.
+
+        The bandwidth is the max flow over all shortest routes (parallel links
+        and switch planes add up); α is the largest α among the link types
+        crossed (the models' α are end-to-end measurements, TACCL Table 1) plus
+        the latency of every switch traversed.
+        """
+        key = (src, dst)
+        if key not in self._route_cache:
+            self._route_cache[key] = self._compute_route(src, dst)
+        return self._route_cache[key]
+
+    def _compute_route(self, src: int, dst: int) -> Route | None:
+        hops = self.routes.hops(src, dst)
+        if hops is None:
+            return None
+        flow = nx.DiGraph()
+        for hop in hops:
+            capacity = hop.count * self.model.link(hop.type).bandwidth_Bps
+            if flow.has_edge(hop.src, hop.dst):
+                flow[hop.src][hop.dst]["capacity"] += capacity
+            else:
+                flow.add_edge(hop.src, hop.dst, capacity=capacity)
+        s, d = self.topology.gpu(src).name, self.topology.gpu(dst).name
+        bandwidth = nx.maximum_flow_value(flow, s, d)
+        types = tuple(sorted({h.type for h in hops}))
+        path = nx.shortest_path(flow, s, d)
+        switch_latency = sum(self.model.switch_latency_s(self.topology.component(n).kind) for n in path[1:-1])
+        alpha = max(self.model.link(t).alpha_s for t in types) + switch_latency
+        return Route(src, dst, alpha, bandwidth, len(path) - 1, types)
+
+    def transfer_time_s(self, src: int, dst: int, size_bytes: float) -> float:
+        """α + n/B for one uncontended message."""
+        route = self.route(src, dst)
+        if route is None:
+            raise TopologyError(f"{self.name}: no route from rank {src} to rank {dst}")
+        return route.alpha_s + size_bytes / route.bandwidth_Bps
+
+
+@dataclass(frozen=True)
+class Route:
+    """Cost of an uncontended rank-to-rank message: ``alpha_s + n / bandwidth_Bps``."""
+
+    src: int
+    dst: int
+    alpha_s: float
+    bandwidth_Bps: float
+    hops: int
+    link_types: tuple[str, ...]
+
+
+def load_machine(topology: str | Topology, model: str | CostModel | None = None) -> Machine:
+    """A :class:`Machine` from a topology spec and a model spec; without a model,
+    the topology's ``default_model`` (``generic`` if it names none)."""
+    topo = load_topology(topology) if isinstance(topology, str) else topology
+    if model is None:
+        model = topo.default_model or "generic"
+    cost = load_model(model) if isinstance(model, str) else model
+    return Machine(topo, cost)

@@ -1,0 +1,463 @@
+"""Independent verifier: symbolic execution of Algorithms and Programs against
+their collective's postcondition.
+
+A chunk's value is tracked as ``(chunk id, contributions)``: the set of ranks
+whose input it has been reduced over. Copying moves the value; reducing two
+values of the same chunk unites their contributions, and a contribution
+counted twice is an error. At the end every (chunk, rank) pair of the
+postcondition must hold its chunk, and for combining collectives the
+reduction over every contributor.
+
+Algorithms (step or timed) are executed as SCCL §3.3 defines a run; for
+k-synchronous ones the sends of every step are also checked against the
+bandwidth relation B, scaled by the step's rounds. With a topology, every
+transfer must also have a route.
+
+Programs are executed executor by executor: sends and receives match in FIFO
+order per connection, dependencies wait, and a stall with work left is a
+deadlock (reported with the cycle of waits when there is one). Accesses to the
+same buffer slot from different executors must be ordered by dependencies or
+messages (vector clocks); otherwise the result could depend on timing, and the
+race is reported. Connection rules: on a rank, one executor sends to a given
+peer on a given channel, and one receives from it.
+
+Use :func:`check` for the list of problems, :func:`verify` to raise.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict, deque
+from collections.abc import Iterable
+
+import networkx as nx
+
+from .algorithm import Algorithm, BandwidthConstraint, Transfer
+from .collectives import Collective
+from .errors import VerificationError
+from .program import RECEIVES, SENDS, Executor, Instruction, Program, Ref
+from .routes import Routes, bandwidth_relation
+from .topology import Topology
+
+Value = tuple[int, frozenset[int]]
+MAX_PROBLEMS = 20
+
+
+def check(schedule: Algorithm | Program, topology: Topology | None = None) -> list[str]:
+    """Every problem found, as sentences naming what is at fault; empty when correct."""
+    if isinstance(schedule, Algorithm):
+        return check_algorithm(schedule, topology)
+    if isinstance(schedule, Program):
+        return check_program(schedule, topology)
+    raise TypeError(f"cannot verify a {type(schedule).__name__}")
+
+
+def verify(schedule: Algorithm | Program, topology: Topology | None = None) -> None:
+    """Raise :class:`VerificationError` listing the problems, if any."""
+    problems = check(schedule, topology)
+    if problems:
+        raise VerificationError(problems)
+
+
+def _initial_value(collective: Collective, chunk: int, rank: int) -> Value:
+    return (chunk, frozenset({rank}))
+
+
+def _combine(a: Value, b: Value, where: str, problems: list[str]) -> Value:
+    if a[0] != b[0]:
+        problems.append(f"{where}: reduces chunk {a[0]} with chunk {b[0]}")
+        return a
+    twice = a[1] & b[1]
+    if twice:
+        problems.append(
+            f"{where}: chunk {a[0]} would count the contribution of rank(s) {sorted(twice)} twice"
+        )
+    return (a[0], a[1] | b[1])
+
+
+def _check_post(collective: Collective, holds, problems: list[str]) -> None:
+    """``holds(rank, chunk, out_index)`` gives the final value at that output slot."""
+    for rank, layout in enumerate(collective.output_layout):
+        for index, chunk in enumerate(layout):
+            value = holds(rank, chunk, index)
+            where = f"rank {rank} output[{index}]"
+            if value is None:
+                problems.append(f"{where}: chunk {chunk} never arrives")
+            elif value[0] != chunk:
+                problems.append(f"{where}: holds chunk {value[0]} instead of chunk {chunk}")
+            elif collective.combining:
+                expected = collective.contributors(chunk)
+                if value[1] != expected:
+                    missing = sorted(expected - value[1])
+                    problems.append(f"{where}: chunk {chunk} lacks the contributions of rank(s) {missing}")
+
+
+# ---------------------------------------------------------------------------
+# Algorithms
+# ---------------------------------------------------------------------------
+def check_algorithm(algorithm: Algorithm, topology: Topology | None = None) -> list[str]:
+    problems: list[str] = []
+    coll = algorithm.collective
+    if topology is not None and topology.num_ranks != coll.num_ranks:
+        return [f"{algorithm.name} is for {coll.num_ranks} ranks but {topology.name} has {topology.num_ranks}"]
+    if not coll.combining:
+        for t in algorithm.transfers:
+            if t.op == "reduce":
+                problems.append(f"{t.describe()}: a {coll.name} combines nothing")
+                break
+    routes = Routes(topology) if topology is not None else None
+    if routes is not None:
+        for t in algorithm.transfers:
+            if not routes.connected(t.src, t.dst):
+                problems.append(f"{t.describe()}: {topology.name} has no route from GPU {t.src} to GPU {t.dst}")
+    state: dict[tuple[int, int], Value] = {(r, c): _initial_value(coll, c, r) for c, r in coll.pre}
+    captured: dict[int, Value | None] = {}
+    for kind, label, batch in _events(algorithm):
+        if kind == "read":
+            for i in batch:
+                t = algorithm.transfers[i]
+                captured[i] = state.get((t.src, t.chunk))
+                if captured[i] is None:
+                    later = _first_arrival(algorithm, t)
+                    when = f"; it only arrives at {later}" if later else "; it never arrives there"
+                    problems.append(f"{t.describe()}: rank {t.src} does not hold chunk {t.chunk} yet{when}")
+        else:
+            _apply_updates([(algorithm.transfers[i], captured[i]) for i in batch], state, label, problems)
+        if len(problems) >= MAX_PROBLEMS:
+            return problems
+    if algorithm.schedule == "steps":
+        b = algorithm.bandwidth or (bandwidth_relation(topology, routes) if topology is not None else ())
+        problems += _check_bandwidth(algorithm, b)
+    _check_post(coll, lambda r, c, _i: state.get((r, c)), problems)
+    return problems
+
+
+def _events(algorithm: Algorithm) -> Iterable[tuple[str, str, list[int]]]:
+    """("read" | "write", label, transfer indices) in execution order. A step
+    reads the state at its start and writes at its end; a timed transfer reads
+    at ``start_s`` and writes at ``end_s``, arrivals preceding departures at
+    equal times."""
+    if algorithm.schedule == "steps":
+        by_step: dict[int, list[int]] = defaultdict(list)
+        for i, t in enumerate(algorithm.transfers):
+            by_step[t.step].append(i)
+        for step in sorted(by_step):
+            yield "read", f"step {step}", by_step[step]
+            yield "write", f"step {step}", by_step[step]
+        return
+    moments: dict[tuple[float, int], list[int]] = defaultdict(list)
+    for i, t in enumerate(algorithm.transfers):
+        moments[(t.end_s, 0)].append(i)
+        moments[(t.start_s, 1)].append(i)
+    for (time, kind), batch in sorted(moments.items()):
+        yield ("write" if kind == 0 else "read"), f"t={time:.6g}s", batch
+
+
+def _apply_updates(reads, state, label: str, problems: list[str]) -> None:
+    copies: dict[tuple[int, int], list[tuple[Transfer, Value]]] = defaultdict(list)
+    reduces: dict[tuple[int, int], list[tuple[Transfer, Value]]] = defaultdict(list)
+    for t, value in reads:
+        if value is None:
+            continue
+        (copies if t.op == "copy" else reduces)[(t.dst, t.chunk)].append((t, value))
+    for slot, items in copies.items():
+        values = {v for _, v in items}
+        if len(values) > 1:
+            problems.append(f"rank {slot[0]} receives different versions of chunk {slot[1]} at {label}")
+        if slot in reduces:
+            problems.append(f"rank {slot[0]} both copies and reduces into chunk {slot[1]} at {label}")
+        state[slot] = items[0][1]
+    for slot, items in reduces.items():
+        base = state.get(slot)
+        if base is None:
+            problems.append(f"{items[0][0].describe()}: rank {slot[0]} holds no contribution of chunk {slot[1]} to reduce into")
+            continue
+        for t, value in items:
+            base = _combine(base, value, t.describe(), problems)
+        state[slot] = base
+
+
+def _first_arrival(algorithm: Algorithm, t: Transfer) -> str | None:
+    for u in algorithm.transfers:
+        if u.dst == t.src and u.chunk == t.chunk:
+            return f"step {u.step}" if u.step is not None else f"t={u.end_s:.6g}s"
+    return None
+
+
+def _check_bandwidth(algorithm: Algorithm, relation: Iterable[BandwidthConstraint]) -> list[str]:
+    """SCCL §3.3: in step s, at most b · r_s sends over the pairs of each (L, b)."""
+    problems = []
+    relation = list(relation)
+    covered = set().union(*(c.links for c in relation if c.chunks_per_round > 0)) if relation else set()
+    for step, rounds in enumerate(algorithm.rounds_per_step):
+        sends = algorithm.transfers_in_step(step)
+        for c in relation:
+            n = sum((t.src, t.dst) in c.links for t in sends)
+            if n > c.chunks_per_round * rounds:
+                label = c.label or f"pairs {sorted(c.links)}"
+                problems.append(
+                    f"step {step}: {n} chunks over {label} exceed its {c.chunks_per_round} chunk(s) per round "
+                    f"x {rounds} round(s)"
+                )
+        if relation:
+            for t in sends:
+                if (t.src, t.dst) not in covered:
+                    problems.append(f"{t.describe()}: no bandwidth between rank {t.src} and rank {t.dst}")
+    return problems
+
+
+# ---------------------------------------------------------------------------
+# Programs
+# ---------------------------------------------------------------------------
+class _Run:
+    """State of one symbolic execution of a Program."""
+
+    def __init__(self, program: Program, problems: list[str]):
+        self.program = program
+        self.coll = program.collective
+        self.problems = problems
+        self.executors: list[tuple[int, Executor]] = [(rp.rank, e) for rp in program.ranks for e in rp.executors]
+        self.index = {(r, e.id): i for i, (r, e) in enumerate(self.executors)}
+        n = len(self.executors)
+        self.pc = [0] * n
+        self.clock = [[0] * n for _ in range(n)]
+        self.step_clock: dict[tuple[int, int], list[int]] = {}
+        self.fifo: dict[tuple[int, int, int], deque] = defaultdict(deque)
+        self.slots: dict[tuple[int, str, int], Value | None] = {}
+        self.last_write: dict[tuple[int, str, int], tuple[int, int, str]] = {}
+        self.reads: dict[tuple[int, str, int], dict[int, tuple[int, str]]] = defaultdict(dict)
+        for rank, layout in enumerate(self.coll.input_layout):
+            for i, chunk in enumerate(layout):
+                self.slots[self._canon(rank, "input", i)] = _initial_value(self.coll, chunk, rank)
+
+    def _canon(self, rank: int, buffer: str, index: int) -> tuple[int, str, int]:
+        alias = self.coll.inplace_alias(rank)
+        if alias and buffer == alias[0]:
+            return (rank, alias[1], alias[2] + index)
+        return (rank, buffer, index)
+
+    def where(self, g: int, step: int | None = None) -> str:
+        rank, e = self.executors[g]
+        step = self.pc[g] if step is None else step
+        op = e.instructions[step].op if step < len(e.instructions) else "end"
+        return f"rank {rank} executor {e.id} step {step} ({op})"
+
+    # -- memory with race detection -------------------------------------------
+    def _ordered_before(self, g: int, other: int, other_clock: int) -> bool:
+        return other == g or self.clock[g][other] >= other_clock
+
+    def read(self, g: int, rank: int, ref: Ref, count: int) -> list[Value | None]:
+        owner = rank if ref.rank is None else ref.rank
+        values = []
+        for k in range(count):
+            slot = self._canon(owner, ref.buffer, ref.index + k)
+            w = self.last_write.get(slot)
+            if w and not self._ordered_before(g, w[0], w[1]):
+                self.problems.append(
+                    f"{self.where(g)}: reads rank {owner} {ref.buffer}[{ref.index + k}] racing with the write by {w[2]}"
+                )
+            self.reads[slot][g] = (self.clock[g][g], self.where(g))
+            value = self.slots.get(slot)
+            if value is None:
+                self.problems.append(f"{self.where(g)}: reads rank {owner} {ref.buffer}[{ref.index + k}], which holds no data")
+            values.append(value)
+        return values
+
+    def write(self, g: int, rank: int, ref: Ref, values: list[Value | None]) -> None:
+        owner = rank if ref.rank is None else ref.rank
+        for k, value in enumerate(values):
+            slot = self._canon(owner, ref.buffer, ref.index + k)
+            w = self.last_write.get(slot)
+            if w and not self._ordered_before(g, w[0], w[1]):
+                self.problems.append(
+                    f"{self.where(g)}: writes rank {owner} {ref.buffer}[{ref.index + k}] racing with the write by {w[2]}"
+                )
+            for reader, (clk, label) in self.reads[slot].items():
+                if not self._ordered_before(g, reader, clk):
+                    self.problems.append(
+                        f"{self.where(g)}: overwrites rank {owner} {ref.buffer}[{ref.index + k}] racing with the read by {label}"
+                    )
+            self.reads[slot] = {}
+            self.last_write[slot] = (g, self.clock[g][g], self.where(g))
+            self.slots[slot] = value
+
+    def reduce(self, g: int, a: list[Value | None], b: list[Value | None]) -> list[Value | None]:
+        if not self.coll.combining:
+            self.problems.append(f"{self.where(g)}: reduces in a {self.coll.name}, which combines nothing")
+        return [
+            None if x is None or y is None else _combine(x, y, self.where(g), self.problems)
+            for x, y in zip(a, b, strict=True)
+        ]
+
+    # -- scheduling -----------------------------------------------------------------
+    def connection_in(self, g: int) -> tuple[int, int, int]:
+        rank, e = self.executors[g]
+        return (e.recv_peer, rank, e.channel)
+
+    def connection_out(self, g: int) -> tuple[int, int, int]:
+        rank, e = self.executors[g]
+        return (rank, e.send_peer, e.channel)
+
+    def blocked_on(self, g: int) -> str | None:
+        """Why executor ``g`` cannot run its next instruction, or None."""
+        rank, e = self.executors[g]
+        ins = e.instructions[self.pc[g]]
+        for dep_exec, dep_step in ins.deps:
+            d = self.index[(rank, dep_exec)]
+            if self.pc[d] <= dep_step:
+                return f"dep:{d}:{dep_step}"
+        if ins.op in RECEIVES and not self.fifo[self.connection_in(g)]:
+            return "recv"
+        return None
+
+    def run_one(self, g: int) -> None:
+        rank, e = self.executors[g]
+        step = self.pc[g]
+        ins = e.instructions[step]
+        for dep_exec, dep_step in ins.deps:
+            dep_clock = self.step_clock[(self.index[(rank, dep_exec)], dep_step)]
+            self.clock[g] = [max(a, b) for a, b in zip(self.clock[g], dep_clock, strict=True)]
+        self.clock[g][g] += 1
+        received = None
+        if ins.op in RECEIVES:
+            payload, sender_clock, label = self.fifo[self.connection_in(g)].popleft()
+            self.clock[g] = [max(a, b) for a, b in zip(self.clock[g], sender_clock, strict=True)]
+            expected = 0 if ins.op == "wait" else ins.count
+            if payload is None and ins.op != "wait" or payload is not None and len(payload) != expected:
+                got = "a signal" if payload is None else f"{len(payload)} chunk(s)"
+                want = "a signal" if ins.op == "wait" else f"{ins.count} chunk(s)"
+                self.problems.append(f"{self.where(g)}: receives {got} from {label} but expects {want}")
+                payload = [None] * ins.count if payload is None else (payload + [None] * ins.count)[: ins.count]
+            received = payload
+        outgoing = self._execute(g, rank, ins, received)
+        if ins.op in SENDS:
+            self.fifo[self.connection_out(g)].append((outgoing, list(self.clock[g]), self.where(g)))
+        self.step_clock[(g, step)] = list(self.clock[g])
+        self.pc[g] += 1
+
+    def _execute(self, g: int, rank: int, ins: Instruction, received):
+        op, n = ins.op, ins.count
+        if op == "send":
+            return self.read(g, rank, ins.src, n)
+        if op == "recv":
+            self.write(g, rank, ins.dst, received)
+        elif op == "rcs":
+            self.write(g, rank, ins.dst, received)
+            return received
+        elif op in ("rrc", "rrs", "rrcs"):
+            combined = self.reduce(g, received, self.read(g, rank, ins.src, n))
+            if op != "rrs":
+                self.write(g, rank, ins.dst, combined)
+            if op != "rrc":
+                return combined
+        elif op in ("copy", "put", "get"):
+            self.write(g, rank, ins.dst, self.read(g, rank, ins.src, n))
+        elif op == "reduce":
+            self.write(g, rank, ins.dst, self.reduce(g, self.read(g, rank, ins.dst, n), self.read(g, rank, ins.src, n)))
+        elif op == "load_reduce":
+            values = self.read(g, rank, ins.sources[0], n)
+            for source in ins.sources[1:]:
+                values = self.reduce(g, values, self.read(g, rank, source, n))
+            self.write(g, rank, ins.dst, values)
+        return None  # signal sends no data; nop and wait do nothing
+
+    def final(self, rank: int, chunk: int, index: int) -> Value | None:
+        return self.slots.get(self._canon(rank, "output", index))
+
+
+def check_program(program: Program, topology: Topology | None = None) -> list[str]:
+    problems: list[str] = []
+    coll = program.collective
+    if topology is not None and topology.num_ranks != coll.num_ranks:
+        return [f"{program.name} is for {coll.num_ranks} ranks but {topology.name} has {topology.num_ranks}"]
+    problems += _check_buffers(program)
+    problems += _check_connections(program, topology)
+    if problems:
+        return problems
+    run = _Run(program, problems)
+    n = len(run.executors)
+    progress = True
+    while progress and len(problems) < MAX_PROBLEMS:
+        progress = False
+        for g in range(n):
+            _, e = run.executors[g]
+            while run.pc[g] < len(e.instructions) and run.blocked_on(g) is None:
+                run.run_one(g)
+                progress = True
+    unfinished = [g for g in range(n) if run.pc[g] < len(run.executors[g][1].instructions)]
+    if unfinished and len(problems) < MAX_PROBLEMS:
+        problems.append(_describe_deadlock(run, unfinished))
+        return problems
+    for (src, dst, chan), queue in run.fifo.items():
+        if queue:
+            problems.append(
+                f"rank {src} sends {len(queue)} message(s) to rank {dst} on channel {chan} that are never received "
+                f"(first by {queue[0][2]})"
+            )
+    _check_post(coll, run.final, problems)
+    return problems
+
+
+def _check_buffers(program: Program) -> list[str]:
+    problems = []
+    coll = program.collective
+    for rp in program.ranks:
+        for buffer in ("input", "output"):
+            need = coll.buffer_chunks(rp.rank, buffer)
+            alias = coll.inplace_alias(rp.rank)
+            if alias and alias[0] == buffer:
+                continue  # lives inside the other buffer
+            have = rp.buffers.get(buffer, 0)
+            if have < need:
+                problems.append(f"rank {rp.rank}: {buffer} buffer has {have} chunk(s), the collective needs {need}")
+    return problems
+
+
+def _check_connections(program: Program, topology: Topology | None) -> list[str]:
+    """One sender and one receiver executor per (rank, peer, channel)."""
+    problems = []
+    routes = Routes(topology) if topology is not None else None
+    for rp in program.ranks:
+        senders: dict[tuple[int, int], int] = {}
+        receivers: dict[tuple[int, int], int] = {}
+        for e in rp.executors:
+            for peer, table, verb in ((e.send_peer, senders, "send to"), (e.recv_peer, receivers, "receive from")):
+                if peer is None:
+                    continue
+                key = (peer, e.channel)
+                if key in table:
+                    problems.append(
+                        f"rank {rp.rank}: executors {table[key]} and {e.id} both {verb} rank {peer} on channel {e.channel}"
+                    )
+                table[key] = e.id
+            if routes is not None:
+                for peer in (e.send_peer, e.recv_peer):
+                    if peer is not None and not routes.connected(rp.rank, peer) and not routes.connected(peer, rp.rank):
+                        problems.append(f"rank {rp.rank} executor {e.id}: {topology.name} has no route to rank {peer}")
+    return problems
+
+
+def _describe_deadlock(run: _Run, unfinished: list[int]) -> str:
+    waits = nx.DiGraph()
+    reasons = []
+    for g in unfinished:
+        why = run.blocked_on(g)
+        if why is None:
+            continue
+        if why == "recv":
+            src, dst, chan = run.connection_in(g)
+            reasons.append(f"{run.where(g)} waits for a message from rank {src} on channel {chan}")
+            for h, (rank, e) in enumerate(run.executors):
+                if rank == src and e.send_peer == dst and e.channel == chan:
+                    waits.add_edge(g, h)
+        else:
+            _, d, step = why.split(":")
+            d = int(d)
+            reasons.append(f"{run.where(g)} waits for {run.where(d, int(step))}")
+            waits.add_edge(g, d)
+    try:
+        cycle = nx.find_cycle(waits)
+        loop = " -> ".join(run.where(a) for a, _ in cycle)
+        head = f"deadlock: dependency cycle {loop} -> back to the start"
+    except nx.NetworkXNoCycle:
+        head = "deadlock: executors wait for messages that are never sent"
+    return head + "; " + "; ".join(reasons[:8]) + (" ..." if len(reasons) > 8 else "")

@@ -1,0 +1,276 @@
+"""Specification of the built-in machines (topologies/*.yaml) and their cost
+models (models/*.yaml): every one loads, its default model covers every link it
+uses (clusters included), and the structure matches the reference facts in
+shared/reference/FACTS.md and the seed papers."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import networkx as nx
+import pytest
+
+from simcoll.machines import builtin_models, builtin_topologies, load_machine, load_model, load_topology
+
+# DGX-1 NVLink link-count matrix, row = source GPU (FACTS.md; SCCL §2.2,
+# msccl-tools topologies/nvidia.py).
+DGX1_NVLINK = [
+    [0, 2, 1, 1, 2, 0, 0, 0],
+    [2, 0, 1, 2, 0, 1, 0, 0],
+    [1, 1, 0, 2, 0, 0, 2, 0],
+    [1, 2, 2, 0, 0, 0, 0, 1],
+    [2, 0, 0, 0, 0, 2, 1, 1],
+    [0, 1, 0, 0, 2, 0, 1, 2],
+    [0, 0, 2, 0, 1, 1, 0, 2],
+    [0, 0, 0, 1, 1, 2, 2, 0],
+]
+
+EXPECTED_TOPOLOGIES = {
+    "dgx1", "ndv2", "dgx2", "z52", "summit", "dgx-a100", "dgx-h100", "perlmutter", "frontier", "aurora",
+}
+TACCL_MODELS = {"ndv2-taccl", "dgx2-taccl"}
+
+US_PER_MB = 1e-6 / 1e6  # seconds per byte for 1 us/MB, taking MB = 1e6 bytes
+
+
+def _kind_count(topology, kind: str) -> int:
+    return sum(1 for c in topology.components if c.kind == kind)
+
+
+def _links_to_kind(topology, gpu: str, link_type: str, kind: str) -> Counter:
+    """Links of ``link_type`` from ``gpu`` to each component of ``kind``."""
+    counts: Counter = Counter()
+    for link in topology.links:
+        if link.type != link_type or gpu not in (link.src, link.dst):
+            continue
+        other = link.dst if link.src == gpu else link.src
+        if topology.component(other).kind == kind:
+            counts[other] += link.count
+    return counts
+
+
+def _with_nic(name: str) -> bool:
+    return _kind_count(load_topology(name), "nic") > 0
+
+
+# ---------------------------------------------------------------------------
+# Every built-in loads with its default model
+# ---------------------------------------------------------------------------
+def test_all_expected_machines_are_built_in():
+    assert EXPECTED_TOPOLOGIES <= set(builtin_topologies())
+
+
+def test_every_topology_has_a_model_of_its_own_name():
+    models = set(builtin_models())
+    for name in builtin_topologies():
+        assert name in models, f"models/{name}.yaml missing"
+        assert load_topology(name).default_model == name
+
+
+@pytest.mark.parametrize("name", builtin_topologies())
+def test_builtin_loads_with_its_default_model(name):
+    machine = load_machine(name)
+    assert machine.topology.name == name  # name: field equals the file stem
+    assert machine.model.name == load_topology(name).default_model
+    assert set(machine.topology.link_types) <= set(machine.model.links)
+    assert machine.topology.sources, "every built-in says where its structure comes from"
+
+
+@pytest.mark.parametrize("name", [n for n in builtin_topologies() if _with_nic(n)])
+@pytest.mark.parametrize("fabric", ["", "/rail"])
+def test_clusters_of_every_builtin_with_a_nic_load(name, fabric):
+    node = load_topology(name)
+    machine = load_machine(f"{name}*2{fabric}")
+    assert machine.num_ranks == 2 * node.num_ranks
+    assert node.network_link in machine.topology.link_types
+    assert node.network_link in machine.model.links
+
+
+@pytest.mark.parametrize("name", [n for n in builtin_topologies() if _with_nic(n)])
+def test_rail_clusters_have_one_rail_per_nic(name):
+    node = load_topology(name)
+    rails = {c.rail for c in node.components if c.kind == "nic"}
+    assert None not in rails and len(rails) == _kind_count(node, "nic")
+    cluster = load_topology(f"{name}*2/rail")
+    switch_kind = "ib_switch" if node.network_link == "ib" else "switch"
+    assert _kind_count(cluster, switch_kind) == len(rails)
+
+
+# ---------------------------------------------------------------------------
+# Models
+# ---------------------------------------------------------------------------
+@pytest.mark.parametrize("name", builtin_models())
+def test_every_model_loads_and_every_entry_has_a_source(name):
+    model = load_model(name)
+    assert model.name == name
+    assert model.links
+    for link_type, params in model.links.items():
+        assert params.source.strip(), f"{name}: links.{link_type} has no source"
+        assert params.bandwidth_Bps > 0 and params.alpha_s >= 0
+    for kind, params in model.switches.items():
+        assert params.source.strip(), f"{name}: switches.{kind} has no source"
+
+
+@pytest.mark.parametrize("name", sorted(set(builtin_topologies()) | TACCL_MODELS))
+def test_machine_models_give_a_reduction_cost(name):
+    model = load_model(name)
+    assert model.compute is not None and model.compute.source.strip()
+    assert model.reduce_time_s(1e6) > 0
+
+
+def test_ndv2_taccl_uses_taccl_table1():
+    model = load_model("ndv2-taccl")
+    assert model.link("nvlink").alpha_s == pytest.approx(0.7e-6)
+    assert model.link("nvlink").beta_s_per_byte == pytest.approx(46 * US_PER_MB)
+    assert model.link("ib").alpha_s == pytest.approx(1.7e-6)
+    assert model.link("ib").beta_s_per_byte == pytest.approx(106 * US_PER_MB)
+
+
+def test_dgx2_taccl_nvlink_beta_is_per_link_of_the_six_link_bundle():
+    # TACCL measured 8 us/MB GPU to GPU over 6 NVLinks; one link carries 1/6.
+    model = load_model("dgx2-taccl")
+    assert model.link("nvlink").beta_s_per_byte == pytest.approx(6 * 8 * US_PER_MB)
+    assert model.link("nvlink").alpha_s == pytest.approx(0.7e-6)
+    assert model.link("ib").beta_s_per_byte == pytest.approx(106 * US_PER_MB)
+    assert "nvswitch" in model.switches
+
+
+@pytest.mark.parametrize("model_name", ["ndv2", "ndv2-taccl"])
+def test_both_ndv2_models_cover_the_ndv2_cluster(model_name):
+    machine = load_machine("ndv2*2", model_name)
+    assert set(machine.topology.link_types) == {"nvlink", "pcie", "qpi", "memory", "ib"}
+
+
+@pytest.mark.parametrize("model_name", ["dgx2", "dgx2-taccl"])
+def test_both_dgx2_models_cover_the_dgx2_cluster(model_name):
+    load_machine("dgx2*2", model_name)
+
+
+# ---------------------------------------------------------------------------
+# Structure (FACTS.md machines table)
+# ---------------------------------------------------------------------------
+def test_dgx1_nvlink_matrix_is_the_facts_matrix():
+    assert load_topology("dgx1").gpu_link_counts() == DGX1_NVLINK
+
+
+def test_ndv2_is_dgx1_nvlink_plus_pcie_tree_and_one_nic_without_gpudirect():
+    ndv2 = load_topology("ndv2")
+    assert ndv2.gpu_link_counts("nvlink") == DGX1_NVLINK
+    nics = [c for c in ndv2.components if c.kind == "nic"]
+    assert len(nics) == 1 and nics[0].gpudirect is False
+    assert _kind_count(ndv2, "cpu") == 2
+    assert _kind_count(ndv2, "pcie_switch") == 4
+    assert _kind_count(ndv2, "host_memory") == 2
+    graph = ndv2.to_networkx()
+    # every PCIe switch holds two GPUs; the NIC shares one with GPU 0 (TACCL §4.2)
+    for sw in (c.name for c in ndv2.components if c.kind == "pcie_switch"):
+        gpus = [n for n in graph.successors(sw) if graph.nodes[n]["kind"] == "gpu"]
+        assert len(gpus) == 2
+    nic_switch = next(iter(graph.successors(nics[0].name)))
+    assert graph.nodes[nic_switch]["kind"] == "pcie_switch"
+    assert graph.has_edge(nic_switch, "gpu0")
+
+
+def test_dgx2_has_16_gpus_each_with_6_nvlinks_into_the_nvswitch_fabric():
+    dgx2 = load_topology("dgx2")
+    assert dgx2.num_ranks == 16
+    assert _kind_count(dgx2, "nvswitch") == 12
+    for gpu in dgx2.gpus:
+        into_switches = _links_to_kind(dgx2, gpu.name, "nvlink", "nvswitch")
+        assert sum(into_switches.values()) == 6
+        assert len(into_switches) == 6  # one link to each of the 6 switches of its board
+    assert not any(any(row) for row in dgx2.gpu_link_counts("nvlink"))  # no direct GPU-GPU NVLink
+    assert _kind_count(dgx2, "nic") == 8
+
+
+def test_dgx2_nics_are_shared_by_gpu_pairs_on_pcie_switches():
+    dgx2 = load_topology("dgx2")
+    graph = dgx2.to_networkx()
+    for nic in (c.name for c in dgx2.components if c.kind == "nic"):
+        (switch,) = set(graph.successors(nic))
+        assert graph.nodes[switch]["kind"] == "pcie_switch"
+        gpus = [n for n in graph.successors(switch) if graph.nodes[n]["kind"] == "gpu"]
+        assert len(gpus) == 2
+
+
+def test_dgx_a100_has_8_gpus_with_12_nvlinks_and_8_nics():
+    dgx = load_topology("dgx-a100")
+    assert dgx.num_ranks == 8
+    assert _kind_count(dgx, "nvswitch") == 6
+    for gpu in dgx.gpus:
+        into_switches = _links_to_kind(dgx, gpu.name, "nvlink", "nvswitch")
+        assert sum(into_switches.values()) == 12
+        assert sorted(into_switches.values()) == [2] * 6
+    assert _kind_count(dgx, "nic") == 8
+    assert _kind_count(dgx, "pcie_switch") == 4
+    assert sorted(c.rail for c in dgx.components if c.kind == "nic") == list(range(8))
+
+
+def test_dgx_h100_has_8_gpus_with_18_nvlinks_and_8_nics():
+    dgx = load_topology("dgx-h100")
+    assert dgx.num_ranks == 8
+    assert _kind_count(dgx, "nvswitch") == 4
+    for gpu in dgx.gpus:
+        into_switches = _links_to_kind(dgx, gpu.name, "nvlink", "nvswitch")
+        assert sum(into_switches.values()) == 18
+        assert sorted(into_switches.values()) == [4, 4, 5, 5]
+    assert _kind_count(dgx, "nic") == 8
+    assert sorted(c.rail for c in dgx.components if c.kind == "nic") == list(range(8))
+
+
+def test_summit_has_6_gpus_2_cpus_and_nvlink_groups_per_socket():
+    summit = load_topology("summit")
+    assert summit.num_ranks == 6
+    assert _kind_count(summit, "cpu") == 2
+    assert _kind_count(summit, "nic") == 2
+    matrix = summit.gpu_link_counts("nvlink")
+    for a in range(6):
+        for b in range(6):
+            same_socket = a != b and a // 3 == b // 3
+            assert matrix[a][b] == (2 if same_socket else 0)  # 2 bricks = 50 GB/s per pair
+    assert "xbus" in summit.link_types
+
+
+def test_perlmutter_has_4_all_to_all_gpus_and_4_nics():
+    node = load_topology("perlmutter")
+    assert node.num_ranks == 4
+    assert _kind_count(node, "nic") == 4
+    assert _kind_count(node, "cpu") == 1
+    assert node.network_link == "slingshot"
+    assert node.gpu_link_counts("nvlink") == [[0 if a == b else 4 for b in range(4)] for a in range(4)]
+
+
+def test_frontier_has_8_gcds_and_4_nics():
+    node = load_topology("frontier")
+    assert node.num_ranks == 8
+    assert _kind_count(node, "nic") == 4
+    assert _kind_count(node, "cpu") == 1
+    assert node.network_link == "slingshot"
+    matrix = node.gpu_link_counts("infinity_fabric")
+    for package in range(4):
+        assert matrix[2 * package][2 * package + 1] == 4  # the two GCDs of one MI250X
+
+
+def test_aurora_has_12_tiles_and_8_nics():
+    node = load_topology("aurora")
+    assert node.num_ranks == 12
+    assert _kind_count(node, "nic") == 8
+    assert _kind_count(node, "cpu") == 2
+    assert node.network_link == "slingshot"
+    # the six PVCs are all-to-all over Xe Link
+    matrix = node.gpu_link_counts("xe_link")
+    for p in range(6):
+        for q in range(6):
+            if p != q:
+                assert any(matrix[2 * p + s][2 * q + t] for s in range(2) for t in range(2))
+
+
+def test_z52_is_an_8_gpu_ring():
+    z52 = load_topology("z52")
+    assert z52.num_ranks == 8
+    matrix = z52.gpu_link_counts()
+    assert all(sum(row) == 2 for row in matrix)  # each GPU: one link to each ring neighbour
+    ring = nx.Graph((a, b) for a in range(8) for b in range(8) if matrix[a][b])
+    assert nx.is_connected(ring) and nx.cycle_basis(ring) and len(nx.cycle_basis(ring)[0]) == 8
+    assert set(z52.link_types) == {"xgmi", "pcie"}
+    assert sum(1 for link in z52.links if link.type == "pcie") == 2  # the two links between islands

@@ -7,10 +7,10 @@
   bandwidth generalised to every cut): for a set S of ranks, the chunks needed
   in S that start outside it must cross into S, at most ``cap(S)`` chunks per
   round, where ``cap(S)`` is the min cut (max flow) from the other GPUs into S
-  over the whole topology, switches included, every link carrying one chunk
-  per round. So ``R/C >= needed(S) / (C · cap(S))`` for every S.
-- **Time** (with a cost model): the same cuts with capacities in bytes/s give
-  ``T >= needed_bytes(S) / cap_Bps(S)``, hence a bound on algbw.
+  over the whole topology, switches included, every link on a GPU-to-GPU route
+  (:mod:`simcoll.routes`) carrying one chunk per round. So ``R/C >= needed(S) / (C · cap(S))`` for every S.
+- **Time** (with a cost model): the same cuts with capacities in bytes/s over
+  every link give ``T >= needed_bytes(S) / cap_Bps(S)``, hence a bound on algbw.
 
 Combining collectives count the partial reductions that must enter S. For
 Allreduce we report the ReduceScatter + Allgather composition (SCCL §3.5), the
@@ -151,7 +151,12 @@ def min_rounds_per_chunk(collective: Collective, topology: Topology) -> tuple[Fr
         return (b_rs + b_ag) / collective.num_ranks, exact_rs and exact_ag
     masks, exact = _cut_family(topology)
     needed = _needed_chunks(collective, masks)
-    solver = _CutSolver(topology, lambda link: link.count)
+    on_routes = Routes(topology).hops_on_routes()
+
+    def chunks_per_round(link) -> int:  # links no GPU route uses (a DGX-2's PCIe) carry no chunks
+        return link.count if any((a, b, link.type) in on_routes for a, b in directed_pairs(link)) else 0
+
+    solver = _CutSolver(topology, chunks_per_round)
     best = Fraction(0)
     for mask, need in zip(masks, needed, strict=True):
         if need == 0:

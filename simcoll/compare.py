@@ -14,7 +14,7 @@ import pandas as pd
 
 from .algorithms import applicable
 from .bounds import time_lower_bound_s
-from .collectives import make_collective
+from .collectives import canonical_name, make_collective
 from .cost import algbw_GBps, busbw_GBps, critical_path_time_s
 from .errors import SimcollError
 from .machines import Machine
@@ -38,6 +38,7 @@ def compare(machine: Machine, collective: str, sizes: list[int]) -> tuple[pd.Dat
     """
     if not sizes:
         raise SimcollError("compare needs at least one size")
+    collective = canonical_name(collective)
     candidates = applicable(machine.topology, collective)
     algorithms = {name: a for name, a in candidates.items() if not isinstance(a, str)}
     skipped = {name: reason for name, reason in candidates.items() if isinstance(reason, str)}

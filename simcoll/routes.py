@@ -2,9 +2,11 @@
 
 GPUs are endpoints: a route from rank *s* to rank *d* may cross switches,
 PCIe trees, CPUs, host memory and NICs, but never another GPU (relaying
-through a GPU is an algorithm's decision, not the network's). Among such
-routes we keep the *shortest* ones (fewest hops): a direct NVLink is used
-instead of a PCIe detour, and all parallel shortest paths (e.g. the six
+through a GPU is an algorithm's decision, not the network's). When the GPU
+fabric (NVLink, xGMI, Infinity Fabric, Xe Link, and NVSwitches) joins the two
+GPUs, routes use it alone, as NCCL does; otherwise any link may be used (PCIe
+trees, host memory, NICs and the network). Among such routes we keep the
+*shortest* ones (fewest hops), and all parallel shortest paths (e.g. the six
 NVSwitch planes of a DGX-2) are used together.
 
 :class:`Routes` is structure only; bandwidths come from a cost model in
@@ -19,7 +21,7 @@ from dataclasses import dataclass
 import networkx as nx
 
 from .algorithm import BandwidthConstraint
-from .topology import Topology, directed_pairs
+from .topology import FABRIC_LINK_TYPES, Topology, directed_pairs
 
 
 @dataclass(frozen=True)
@@ -48,11 +50,20 @@ class Routes:
             self._out[a].append(hop)
             self._in[b].append(hop)
         self._gpu_names = {g.name for g in topology.gpus}
-        self._from: dict[str, dict[str, int]] = {}
-        self._to: dict[str, dict[str, int]] = {}
+        self._dist: dict[tuple[str, bool, bool], dict[str, int]] = {}
         self._hops: dict[tuple[int, int], tuple[RouteHop, ...] | None] = {}
+        self._length: dict[tuple[int, int], int] = {}
 
-    def _bfs(self, start: str, forward: bool) -> dict[str, int]:
+    def _distances(self, start: str, forward: bool, fabric_only: bool) -> dict[str, int]:
+        key = (start, forward, fabric_only)
+        if key not in self._dist:
+            self._dist[key] = self._bfs(start, forward, fabric_only)
+        return self._dist[key]
+
+    def _usable(self, hop: RouteHop, fabric_only: bool) -> bool:
+        return not fabric_only or hop.type in FABRIC_LINK_TYPES
+
+    def _bfs(self, start: str, forward: bool, fabric_only: bool) -> dict[str, int]:
         adjacency = self._out if forward else self._in
         dist = {start: 0}
         queue = deque([start])
@@ -61,6 +72,8 @@ class Routes:
             if node != start and node in self._gpu_names:
                 continue  # GPUs end routes; they do not forward
             for hop in adjacency[node]:
+                if not self._usable(hop, fabric_only):
+                    continue
                 nxt = hop.dst if forward else hop.src
                 if nxt not in dist:
                     dist[nxt] = dist[node] + 1
@@ -72,26 +85,35 @@ class Routes:
         (a DAG), or ``None`` when no route avoids the other GPUs."""
         key = (src, dst)
         if key not in self._hops:
+            self._hops[key] = None
             s, d = self.topology.gpu(src).name, self.topology.gpu(dst).name
-            if s not in self._from:
-                self._from[s] = self._bfs(s, True)
-            if d not in self._to:
-                self._to[d] = self._bfs(d, False)
-            dist_from, dist_to = self._from[s], self._to[d]
-            if d not in dist_from or src == dst:
-                self._hops[key] = None
-            else:
+            for fabric_only in (True, False):
+                dist_from = self._distances(s, True, fabric_only)
+                if src == dst or d not in dist_from:
+                    continue
+                dist_to = self._distances(d, False, fabric_only)
                 total = dist_from[d]
+                self._length[key] = total
                 dag = []
                 for node, ds in dist_from.items():
                     if node != s and node in self._gpu_names:
                         continue
                     for hop in self._out[node]:
-                        if hop.dst in dist_to and ds + 1 + dist_to[hop.dst] == total:
+                        if self._usable(hop, fabric_only) and hop.dst in dist_to and ds + 1 + dist_to[hop.dst] == total:
                             if hop.dst == d or hop.dst not in self._gpu_names:
                                 dag.append(hop)
                 self._hops[key] = tuple(dag)
+                break
         return self._hops[key]
+
+    def hops_on_routes(self) -> set[tuple[str, str, str]]:
+        """Every directed (src, dst, type) link that lies on some GPU-to-GPU route."""
+        used = set()
+        p = self.topology.num_ranks
+        for s in range(p):
+            for d in range(p):
+                used.update((h.src, h.dst, h.type) for h in self.hops(s, d) or ())
+        return used
 
     def connected(self, src: int, dst: int) -> bool:
         return src != dst and self.hops(src, dst) is not None
@@ -112,7 +134,7 @@ class Routes:
         for s in range(p):
             for d in range(p):
                 if self.connected(s, d):
-                    graph.add_edge(s, d, hops=self._from[self.topology.gpu(s).name][self.topology.gpu(d).name])
+                    graph.add_edge(s, d, hops=self._length[(s, d)])
         return graph
 
 
@@ -123,7 +145,7 @@ def bandwidth_relation(topology: Topology, routes: Routes | None = None) -> tupl
     - a pair of GPUs joined directly by ``k`` links: ``({(s, d)}, k)``;
     - a GPU reaching others only through switches, PCIe or NICs: its egress
       ``({(s, d) | d reached so}, k_out)`` and ingress constraints, where
-      ``k_out`` / ``k_in`` count its links into that fabric;
+      ``k_out`` / ``k_in`` count its links on those routes;
     - in a multi-node machine, each node's egress and ingress through its
       NICs: ``({(s, d) | s in node, d elsewhere}, links from its NICs)``.
     """
@@ -145,8 +167,11 @@ def bandwidth_relation(topology: Topology, routes: Routes | None = None) -> tupl
     gpu_names = {g.name: g.rank for g in topology.gpus}
     fabric_out = {r: 0 for r in range(p)}
     fabric_in = {r: 0 for r in range(p)}
+    on_routes = routes.hops_on_routes()
     for link in topology.links:
         for a, b in directed_pairs(link):
+            if (a, b, link.type) not in on_routes:
+                continue
             if a in gpu_names and b not in gpu_names:
                 fabric_out[gpu_names[a]] += link.count
             if b in gpu_names and a not in gpu_names:

@@ -65,6 +65,8 @@ LINK_TYPES = (
     "xe_link",
     "memory",
 )
+# GPU-to-GPU fabrics: routes use these alone whenever they connect two GPUs.
+FABRIC_LINK_TYPES = ("nvlink", "xgmi", "infinity_fabric", "xe_link")
 _COMPONENT_FIELDS = {"name", "kind", "node", "rank", "model", "gpudirect", "rail"}
 _LINK_FIELDS = {"ends", "type", "count", "directed"}
 _TOP_FIELDS = {"name", "description", "sources", "default_model", "network_link", "gpus", "components", "links"}

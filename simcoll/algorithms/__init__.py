@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..algorithm import Algorithm
-from ..collectives import Collective, make_collective
+from ..collectives import Collective, canonical_name, make_collective
 from ..errors import NotApplicableError, SimcollError
 from ..topology import Topology
 from .direct import direct
@@ -82,11 +82,11 @@ def generate(
         raise SimcollError(f"unknown algorithm {name!r}; known: {', '.join(REGISTRY)}")
     generator = REGISTRY[name]
     if isinstance(collective, str):
-        coll_name = collective
+        coll_name = canonical_name(collective)
         collective = make_collective(
             coll_name,
             topology.num_ranks,
-            chunks or generator.default_chunks(coll_name.lower(), topology.num_ranks),
+            chunks or generator.default_chunks(coll_name, topology.num_ranks),
         )
     return generator.function(topology, collective, **options)
 
@@ -94,6 +94,7 @@ def generate(
 def applicable(topology: Topology, collective: str, chunks: int | None = None) -> dict[str, Algorithm | str]:
     """Every registered generator for ``collective`` on ``topology``: the
     Algorithm, or the reason it does not apply."""
+    collective = canonical_name(collective)
     out: dict[str, Algorithm | str] = {}
     for name, generator in REGISTRY.items():
         if collective not in generator.collectives:

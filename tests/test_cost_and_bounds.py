@@ -1,0 +1,115 @@
+"""Analytic α-β cost equals the closed forms; lower bounds match SCCL's DGX-1 figures."""
+
+from fractions import Fraction
+
+import pytest
+
+from simcoll import (
+    generate,
+    k_synchronous_time_s,
+    load_machine,
+    load_topology,
+    lower_bounds,
+    make_collective,
+    min_rounds_per_chunk,
+    min_steps,
+)
+from simcoll.costmodel import model_from_dict
+from simcoll.cost import critical_path_time_s, step_time_s
+from simcoll.machines import Machine
+
+ALPHA, BW, T_R_LAUNCH, T_R_BW = 2e-6, 20e9, 1e-6, 200e9
+
+
+def _uniform(p: int) -> Machine:
+    model = model_from_dict({
+        "name": "uniform",
+        "links": {"nvlink": {"alpha_s": ALPHA, "bandwidth_Bps": BW, "source": "test"}},
+        "compute": {"reduce_bandwidth_Bps": T_R_BW, "reduce_launch_s": T_R_LAUNCH, "source": "test"},
+    })
+    return Machine(load_topology(f"ring:{p}"), model)
+
+
+def t_r(nbytes: float) -> float:
+    return T_R_LAUNCH + nbytes / T_R_BW
+
+
+@pytest.mark.parametrize("p", [2, 3, 4, 7, 8, 16])
+@pytest.mark.parametrize("m", [1 << 10, 1 << 20, 3 << 28])
+def test_ring_allreduce_is_nvgroup_eqs_1_to_3(p, m):
+    machine = _uniform(p)
+    eq1 = (p - 1) * (ALPHA + m / (p * BW) + t_r(m / p))  # T(RS_Ring)
+    eq2 = (p - 1) * (ALPHA + m / (p * BW))  # T(Allgather_Ring)
+    ar = generate("ring", machine.topology, "allreduce")  # C = P
+    assert critical_path_time_s(ar, machine, m) == pytest.approx(eq1 + eq2, rel=1e-12)  # eq. 3
+    assert step_time_s(ar, machine, m) == pytest.approx(eq1 + eq2, rel=1e-12)
+    rs = generate("ring", machine.topology, "reducescatter")
+    assert critical_path_time_s(rs, machine, m) == pytest.approx(eq1, rel=1e-12)
+    ag = generate("ring", machine.topology, "allgather")
+    assert critical_path_time_s(ag, machine, m) == pytest.approx(eq2, rel=1e-12)
+
+
+def test_ring_on_a_heterogeneous_ring_is_paced_by_its_slowest_link():
+    """NV-Group's B is the slowest interconnect: z52's PCIe links pace the ring."""
+    machine = load_machine("z52")
+    ag = generate("ring", machine.topology, "allgather")
+    m = 1 << 26
+    slow = min(machine.route(a, b).bandwidth_Bps for a, b in zip(ag.metadata["ring"], ag.metadata["ring"][1:]))
+    t = critical_path_time_s(ag, machine, m)
+    assert t >= 7 * m / (8 * slow)
+
+
+def test_k_synchronous_formula_is_sccl_3_6():
+    # (C, S, R) = (6, 3, 7) Allgather, L = 6 MB per rank, alpha 1 us, beta 1/25e9
+    assert k_synchronous_time_s(3, 7, 6, 6e6, 1e-6, 1 / 25e9) == pytest.approx(3e-6 + 7 / 6 * 6e6 / 25e9)
+
+
+def test_k_synchronous_formula_matches_steps_model_on_a_uniform_ring():
+    machine = _uniform(5)
+    ag = generate("ring", machine.topology, make_collective("allgather", 5, 1))
+    size = 5 << 20  # the output buffer; each rank contributes L = size / 5
+    expected = k_synchronous_time_s(ag.steps, ag.rounds, ag.chunks, size / 5, ALPHA, 1 / BW)
+    assert step_time_s(ag, machine, size) == pytest.approx(expected, rel=1e-12)
+
+
+def test_dgx1_allgather_bounds_are_sccls():
+    """SCCL Table 4: on DGX-1, 2 steps (diameter) and 7/6 rounds per chunk."""
+    topo = load_topology("dgx1")
+    coll = make_collective("allgather", 8)
+    assert min_steps(coll, topo) == 2
+    assert min_rounds_per_chunk(coll, topo) == (Fraction(7, 6), True)
+
+
+def test_dgx1_allreduce_bounds_are_rs_plus_ag():
+    """(48, 6, 14) and (48, 14, 14) are SCCL's bandwidth-optimal Allreduce: R/C = 14/48 = 7/24."""
+    b = lower_bounds(make_collective("allreduce", 8, 48), load_topology("dgx1"))
+    assert b.min_rounds_per_chunk == Fraction(7, 24) and b.min_steps == 4
+
+
+def test_bandwidth_bound_counts_switch_capacity():
+    """DGX-2: a GPU has 6 NVLinks into the NVSwitch fabric, so Allgather needs 15/6 rounds per chunk."""
+    b, exact = min_rounds_per_chunk(make_collective("allgather", 16), load_topology("dgx2"))
+    assert b == Fraction(15, 6) and exact
+
+
+def test_algbw_bound_on_dgx1_is_the_ingress_cut():
+    machine = load_machine("dgx1")
+    size = 8 << 20
+    b = lower_bounds(make_collective("allgather", 8), machine, size)
+    # each GPU must receive 7/8 of the output over 6 links of 25 GB/s
+    assert b.time_bound_s == pytest.approx(7 / 8 * size / (6 * 25e9), rel=1e-6)
+    assert b.algbw_bound_GBps == pytest.approx(size / b.time_bound_s / 1e9)
+
+
+def test_no_algorithm_beats_the_time_bound():
+    machine = load_machine("dgx1")
+    for coll in ("allgather", "reducescatter", "allreduce"):
+        b = lower_bounds(make_collective(coll, 8), machine, 1 << 30)
+        for name in ("ring", "direct"):
+            algo = generate(name, machine.topology, coll)
+            assert critical_path_time_s(algo, machine, 1 << 30) >= b.time_bound_s
+
+
+def test_large_machines_use_a_cut_family():
+    b, exact = min_rounds_per_chunk(make_collective("allgather", 32), load_topology("dgx-a100*4"))
+    assert not exact and b > 0

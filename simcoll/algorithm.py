@@ -100,7 +100,9 @@ class Algorithm:
                 if not isinstance(t.step, int) or t.step < 0:
                     raise AlgorithmError(f"{where}: step must be a non-negative integer, got {t.step!r}")
                 if self.rounds_per_step and t.step >= len(self.rounds_per_step):
-                    raise AlgorithmError(f"{where}: step {t.step} but rounds_per_step lists {len(self.rounds_per_step)}")
+                    raise AlgorithmError(
+                        f"{where}: step {t.step} but rounds_per_step lists {len(self.rounds_per_step)}"
+                    )
                 kinds.add("steps")
             if t.start_s is not None or t.end_s is not None:
                 if t.start_s is None or t.end_s is None or t.end_s <= t.start_s or t.start_s < 0:
@@ -187,7 +189,7 @@ class Algorithm:
     @classmethod
     def from_dict(cls, data: Any) -> Algorithm:
         if not isinstance(data, Mapping) or data.get("format") != "simcoll.algorithm":
-            raise AlgorithmError("not a simcoll Algorithm (expected \"format\": \"simcoll.algorithm\")")
+            raise AlgorithmError('not a simcoll Algorithm (expected "format": "simcoll.algorithm")')
         try:
             transfers = tuple(
                 Transfer(
@@ -240,7 +242,5 @@ def steps_from_lists(
     """Build a step-scheduled Algorithm from per-step lists of
     ``(chunk, src, dst, op)`` tuples; one round per step unless
     ``rounds_per_step`` is given."""
-    transfers = [
-        Transfer(chunk=c, src=s, dst=d, op=op, step=i) for i, step in enumerate(steps) for c, s, d, op in step
-    ]
+    transfers = [Transfer(chunk=c, src=s, dst=d, op=op, step=i) for i, step in enumerate(steps) for c, s, d, op in step]
     return Algorithm(name=name, collective=collective, transfers=tuple(transfers), **kwargs)

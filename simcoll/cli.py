@@ -38,8 +38,14 @@ def cmd_topo_list(args) -> int:
         topo = load_topology(name)
         rows.append({"name": name, "ranks": topo.num_ranks, "description": topo.description})
     if args.json:
-        _print_json({"builtins": rows, "generators": [u for _, u in GENERATORS.values()],
-                     "clusters": ["NODE*N (fat tree)", "NODE*N/rail (per-rail switches)"], "models": builtin_models()})
+        _print_json(
+            {
+                "builtins": rows,
+                "generators": [u for _, u in GENERATORS.values()],
+                "clusters": ["NODE*N (fat tree)", "NODE*N/rail (per-rail switches)"],
+                "models": builtin_models(),
+            }
+        )
         return 0
     for row in rows:
         print(f"{row['name']:<12} {row['ranks']:>3} GPUs  {row['description']}")
@@ -51,20 +57,25 @@ def cmd_topo_list(args) -> int:
 
 def cmd_topo_show(args) -> int:
     topo = load_topology(args.name)
-    links = [{"src": lk.src, "dst": lk.dst, "type": lk.type, "count": lk.count, "directed": lk.directed}
-             for lk in topo.links]
+    links = [
+        {"src": lk.src, "dst": lk.dst, "type": lk.type, "count": lk.count, "directed": lk.directed} for lk in topo.links
+    ]
     if args.json:
-        _print_json({
-            "name": topo.name,
-            "description": topo.description,
-            "ranks": topo.num_ranks,
-            "nodes": len(topo.nodes),
-            "default_model": topo.default_model,
-            "components": [{"name": c.name, "kind": c.kind, "node": c.node, "rank": c.rank} for c in topo.components],
-            "links": links,
-            "gpu_link_counts": topo.gpu_link_counts(),
-            "sources": list(topo.sources),
-        })
+        _print_json(
+            {
+                "name": topo.name,
+                "description": topo.description,
+                "ranks": topo.num_ranks,
+                "nodes": len(topo.nodes),
+                "default_model": topo.default_model,
+                "components": [
+                    {"name": c.name, "kind": c.kind, "node": c.node, "rank": c.rank} for c in topo.components
+                ],
+                "links": links,
+                "gpu_link_counts": topo.gpu_link_counts(),
+                "sources": list(topo.sources),
+            }
+        )
         return 0
     print(f"{topo.name}: {topo.description}")
     print(f"{topo.num_ranks} GPUs on {len(topo.nodes)} node(s); default model: {topo.default_model or 'generic'}")
@@ -100,17 +111,27 @@ def cmd_bounds(args) -> int:
         "exact": b.exact,
     }
     if with_model:
-        out.update({"model": machine.model.name, "size_bytes": size, "time_bound_s": b.time_bound_s,
-                    "algbw_bound_GBps": b.algbw_bound_GBps})
+        out.update(
+            {
+                "model": machine.model.name,
+                "size_bytes": size,
+                "time_bound_s": b.time_bound_s,
+                "algbw_bound_GBps": b.algbw_bound_GBps,
+            }
+        )
     if args.json:
         _print_json(out)
         return 0
     frac = b.min_rounds_per_chunk
-    print(f"{coll.name} on {machine.name}: at least {b.min_steps} steps, {frac} rounds per chunk"
-          f" ({float(Fraction(frac)):.4g}){'' if b.exact else ' (over a family of cuts, not all)'}")
+    print(
+        f"{coll.name} on {machine.name}: at least {b.min_steps} steps, {frac} rounds per chunk"
+        f" ({float(Fraction(frac)):.4g}){'' if b.exact else ' (over a family of cuts, not all)'}"
+    )
     if with_model:
-        print(f"with model {machine.model.name}, {size} B: time >= {b.time_bound_s * 1e6:.3f} us,"
-              f" algbw <= {b.algbw_bound_GBps:.2f} GB/s")
+        print(
+            f"with model {machine.model.name}, {size} B: time >= {b.time_bound_s * 1e6:.3f} us,"
+            f" algbw <= {b.algbw_bound_GBps:.2f} GB/s"
+        )
     return 0
 
 
@@ -121,8 +142,16 @@ def cmd_verify(args) -> int:
     problems = check(schedule, topology)
     kind = "algorithm" if isinstance(schedule, Algorithm) else "program"
     if args.json:
-        _print_json({"file": args.file, "kind": kind, "name": schedule.name,
-                     "collective": schedule.collective.name, "correct": not problems, "problems": problems})
+        _print_json(
+            {
+                "file": args.file,
+                "kind": kind,
+                "name": schedule.name,
+                "collective": schedule.collective.name,
+                "correct": not problems,
+                "problems": problems,
+            }
+        )
     elif problems:
         print(f"incorrect: {schedule.name} does not implement {schedule.collective.describe()}")
         for p in problems:
@@ -134,8 +163,10 @@ def cmd_verify(args) -> int:
 
 # -- algo ---------------------------------------------------------------------------
 def cmd_algo_list(args) -> int:
-    rows = [{"name": g.name, "collectives": list(g.collectives), "summary": g.summary, "options": g.options}
-            for g in REGISTRY.values()]
+    rows = [
+        {"name": g.name, "collectives": list(g.collectives), "summary": g.summary, "options": g.options}
+        for g in REGISTRY.values()
+    ]
     if args.json:
         _print_json(rows)
         return 0
@@ -162,13 +193,22 @@ def cmd_algo_generate(args) -> int:
         raise SimcollError(f"generated {args.name} failed verification: {problems[0]}")
     if args.output:
         algo.save(args.output)
-    summary = {"name": algo.name, "collective": algo.collective.name, "ranks": algo.num_ranks,
-               "chunks": algo.chunks, "steps": algo.steps, "rounds": algo.rounds,
-               "transfers": len(algo.transfers), "output": args.output}
+    summary = {
+        "name": algo.name,
+        "collective": algo.collective.name,
+        "ranks": algo.num_ranks,
+        "chunks": algo.chunks,
+        "steps": algo.steps,
+        "rounds": algo.rounds,
+        "transfers": len(algo.transfers),
+        "output": args.output,
+    }
     if args.json:
         _print_json(summary if args.output else algo.to_dict())
     elif args.output:
-        print(f"wrote {args.output}: {algo.name} {algo.collective.name}, C={algo.chunks} S={algo.steps} R={algo.rounds}")
+        print(
+            f"wrote {args.output}: {algo.name} {algo.collective.name}, C={algo.chunks} S={algo.steps} R={algo.rounds}"
+        )
     else:
         print(algo.to_json())
     return 0
@@ -184,15 +224,24 @@ def cmd_compare(args) -> int:
     if args.plot:
         plot_comparison(df, args.plot)
     if args.json:
-        _print_json({"topology": machine.name, "model": machine.model.name, "collective": args.collective,
-                     "rows": json.loads(df.to_json(orient="records")), "not_applicable": skipped})
+        _print_json(
+            {
+                "topology": machine.name,
+                "model": machine.model.name,
+                "collective": args.collective,
+                "rows": json.loads(df.to_json(orient="records")),
+                "not_applicable": skipped,
+            }
+        )
         return 0
     print(f"{args.collective} on {machine.name} (model {machine.model.name}); analytic alpha-beta times")
     print(f"{'size':>8} {'algorithm':<10} {'time (us)':>12} {'algbw GB/s':>11} {'busbw GB/s':>11} {'bound':>8}")
     for _, row in df.iterrows():
         mark = " *" if row["best"] else ""
-        print(f"{row['size']:>8} {row['algorithm']:<10} {row['time_us']:>12.2f} {row['algbw_GBps']:>11.2f}"
-              f" {row['busbw_GBps']:>11.2f} {row['algbw_bound_GBps']:>8.1f}{mark}")
+        print(
+            f"{row['size']:>8} {row['algorithm']:<10} {row['time_us']:>12.2f} {row['algbw_GBps']:>11.2f}"
+            f" {row['busbw_GBps']:>11.2f} {row['algbw_bound_GBps']:>8.1f}{mark}"
+        )
     print("* best at that size; bound = algbw upper bound from max-flow cuts")
     for name, reason in skipped.items():
         print(f"not applicable: {name}: {reason}")
@@ -233,7 +282,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file")
     p.add_argument("--topology", "-t", help="also check routes and bandwidth against this machine")
 
-    algo = sub.add_parser("algo", help="algorithm generators: list, generate").add_subparsers(dest="algo", required=True)
+    algo = sub.add_parser("algo", help="algorithm generators: list, generate").add_subparsers(
+        dest="algo", required=True
+    )
     add(algo, "list", cmd_algo_list, "list algorithm generators and the collectives they support")
     p = add(algo, "generate", cmd_algo_generate, "generate, verify and write an algorithm")
     p.add_argument("name")

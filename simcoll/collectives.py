@@ -94,7 +94,7 @@ class Collective:
     def size_chunks(self) -> int:
         """Chunks in the buffer the collective's size is named by (nccl-tests:
         the Allgather output, the ReduceScatter input, the Allreduce buffer)."""
-        return max(max(len(i), len(o)) for i, o in zip(self.input_layout, self.output_layout))
+        return max(max(len(i), len(o)) for i, o in zip(self.input_layout, self.output_layout, strict=True))
 
     def inplace_alias(self, rank: int) -> tuple[str, str, int] | None:
         """For in-place collectives: ``(alias, target, offset)`` meaning index
@@ -144,9 +144,18 @@ COLLECTIVES = (
 )
 COMBINING = frozenset({"reduce", "reducescatter", "allreduce"})
 ROOTED = frozenset({"broadcast", "gather", "scatter", "reduce"})
-_ALIASES = {"reduce_scatter": "reducescatter", "reduce-scatter": "reducescatter", "all_gather": "allgather",
-            "all_reduce": "allreduce", "all_to_all": "alltoall", "all-to-all": "alltoall", "all-gather": "allgather",
-            "all-reduce": "allreduce", "bcast": "broadcast", "all_to_next": "alltonext"}
+_ALIASES = {
+    "reduce_scatter": "reducescatter",
+    "reduce-scatter": "reducescatter",
+    "all_gather": "allgather",
+    "all_reduce": "allreduce",
+    "all_to_all": "alltoall",
+    "all-to-all": "alltoall",
+    "all-gather": "allgather",
+    "all-reduce": "allreduce",
+    "bcast": "broadcast",
+    "all_to_next": "alltonext",
+}
 
 
 def canonical_name(name: str) -> str:

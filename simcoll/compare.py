@@ -22,8 +22,21 @@ from .units import format_size
 
 DEFAULT_SIZES = "1KB:1GB"
 COLUMNS = [
-    "topology", "model", "collective", "algorithm", "chunks", "steps", "rounds", "size_bytes", "size",
-    "time_s", "time_us", "algbw_GBps", "busbw_GBps", "algbw_bound_GBps", "best",
+    "topology",
+    "model",
+    "collective",
+    "algorithm",
+    "chunks",
+    "steps",
+    "rounds",
+    "size_bytes",
+    "size",
+    "time_s",
+    "time_us",
+    "algbw_GBps",
+    "busbw_GBps",
+    "algbw_bound_GBps",
+    "best",
 ]
 
 
@@ -53,22 +66,24 @@ def compare(machine: Machine, collective: str, sizes: list[int]) -> tuple[pd.Dat
         for name, algorithm in algorithms.items():
             t = critical_path_time_s(algorithm, machine, size)
             bound_s = unit_bound_s * size / coll.size_chunks
-            rows.append({
-                "topology": machine.name,
-                "model": machine.model.name,
-                "collective": algorithm.collective.name,
-                "algorithm": name,
-                "chunks": algorithm.chunks,
-                "steps": algorithm.steps,
-                "rounds": algorithm.rounds,
-                "size_bytes": size,
-                "size": format_size(size),
-                "time_s": t,
-                "time_us": t * 1e6,
-                "algbw_GBps": algbw_GBps(size, t),
-                "busbw_GBps": busbw_GBps(algorithm.collective, size, t),
-                "algbw_bound_GBps": size / bound_s / 1e9 if bound_s > 0 else float("inf"),
-            })
+            rows.append(
+                {
+                    "topology": machine.name,
+                    "model": machine.model.name,
+                    "collective": algorithm.collective.name,
+                    "algorithm": name,
+                    "chunks": algorithm.chunks,
+                    "steps": algorithm.steps,
+                    "rounds": algorithm.rounds,
+                    "size_bytes": size,
+                    "size": format_size(size),
+                    "time_s": t,
+                    "time_us": t * 1e6,
+                    "algbw_GBps": algbw_GBps(size, t),
+                    "busbw_GBps": busbw_GBps(algorithm.collective, size, t),
+                    "algbw_bound_GBps": size / bound_s / 1e9 if bound_s > 0 else float("inf"),
+                }
+            )
     df = pd.DataFrame(rows, columns=COLUMNS[:-1])
     df["best"] = df.groupby("size_bytes")["time_s"].transform("min") == df["time_s"]
     return df, skipped

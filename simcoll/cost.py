@@ -74,7 +74,9 @@ def critical_path_time_s(algorithm: Algorithm, machine: Machine, size_bytes: flo
         # A batch is one step (or one start time); updates land after the batch reads.
         key = transfers[i].step if algorithm.schedule == "steps" else transfers[i].start_s
         batch = []
-        while i < len(transfers) and (transfers[i].step if algorithm.schedule == "steps" else transfers[i].start_s) == key:
+        while (
+            i < len(transfers) and (transfers[i].step if algorithm.schedule == "steps" else transfers[i].start_s) == key
+        ):
             batch.append(transfers[i])
             i += 1
         for message in _messages(batch):

@@ -64,7 +64,7 @@ class SwitchParams:
         points = self.concurrency_efficiency
         if not points or connections <= points[0][0]:
             return points[0][1] if points else 1.0
-        for (n0, e0), (n1, e1) in zip(points, points[1:]):
+        for (n0, e0), (n1, e1) in zip(points, points[1:], strict=False):
             if connections <= n1:
                 return e0 + (e1 - e0) * (connections - n0) / (n1 - n0)
         return points[-1][1]
@@ -200,9 +200,13 @@ def model_from_dict(data: Any, where: str = "<model>") -> CostModel:
         try:
             points = tuple((int(n), float(e)) for n, e in points)
         except (TypeError, ValueError):
-            raise ModelError(f"{here}.concurrency_efficiency: expected a list of [connections, efficiency] pairs") from None
+            raise ModelError(
+                f"{here}.concurrency_efficiency: expected a list of [connections, efficiency] pairs"
+            ) from None
         if any(n < 1 or not 0 < e <= 1 for n, e in points) or [n for n, _ in points] != sorted({n for n, _ in points}):
-            raise ModelError(f"{here}.concurrency_efficiency: connections must increase from 1 and efficiencies lie in (0, 1]")
+            raise ModelError(
+                f"{here}.concurrency_efficiency: connections must increase from 1 and efficiencies lie in (0, 1]"
+            )
         switches[str(kind)] = SwitchParams(
             latency_s=_number(entry, "latency_s", here),
             port_bandwidth_Bps=_number(entry, "port_bandwidth_Bps", here, required=False, positive=True),

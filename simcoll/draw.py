@@ -10,8 +10,14 @@ import networkx as nx
 from .topology import Topology
 
 _KIND_COLOURS = {
-    "cpu": "#9ecae1", "host_memory": "#c6dbef", "nvswitch": "#fdae6b", "ib_switch": "#fd8d3c", "switch": "#fd8d3c",
-    "pcie_switch": "#a1d99b", "root_complex": "#74c476", "nic": "#bcbddc",
+    "cpu": "#9ecae1",
+    "host_memory": "#c6dbef",
+    "nvswitch": "#fdae6b",
+    "ib_switch": "#fd8d3c",
+    "switch": "#fd8d3c",
+    "pcie_switch": "#a1d99b",
+    "root_complex": "#74c476",
+    "nic": "#bcbddc",
 }
 _LINK_COLOURS = {"nvlink": "#2ca02c", "xgmi": "#d62728", "pcie": "#7f7f7f", "ib": "#1f77b4", "slingshot": "#1f77b4"}
 
@@ -37,16 +43,35 @@ def draw_topology(topology: Topology, path: str | Path) -> None:
         pos = nx.spring_layout(graph, seed=0, k=1.5 / len(graph) ** 0.5)
     size = max(6.0, min(16.0, len(graph) ** 0.5 * 2))
     fig, ax = plt.subplots(figsize=(size, size))
-    for (a, b, data) in graph.edges(data=True):
-        nx.draw_networkx_edges(graph, pos, edgelist=[(a, b)], width=0.8 + 1.2 * data["count"] ** 0.5,
-                               edge_color=_LINK_COLOURS.get(data["type"], "#bbbbbb"), ax=ax)
+    for a, b, data in graph.edges(data=True):
+        nx.draw_networkx_edges(
+            graph,
+            pos,
+            edgelist=[(a, b)],
+            width=0.8 + 1.2 * data["count"] ** 0.5,
+            edge_color=_LINK_COLOURS.get(data["type"], "#bbbbbb"),
+            ax=ax,
+        )
     nodes = {c.name: c for c in topology.components}
     cmap = plt.get_cmap("tab10")
-    nx.draw_networkx_nodes(graph, pos, nodelist=gpus, node_shape="s", node_size=500, ax=ax,
-                           node_color=[cmap((nodes[g].node or 0) % 10) for g in gpus])
+    nx.draw_networkx_nodes(
+        graph,
+        pos,
+        nodelist=gpus,
+        node_shape="s",
+        node_size=500,
+        ax=ax,
+        node_color=[cmap((nodes[g].node or 0) % 10) for g in gpus],
+    )
     others = [n for n in graph if n not in set(gpus)]
-    nx.draw_networkx_nodes(graph, pos, nodelist=others, node_size=250, ax=ax,
-                           node_color=[_KIND_COLOURS.get(nodes[n].kind, "#dddddd") for n in others])
+    nx.draw_networkx_nodes(
+        graph,
+        pos,
+        nodelist=others,
+        node_size=250,
+        ax=ax,
+        node_color=[_KIND_COLOURS.get(nodes[n].kind, "#dddddd") for n in others],
+    )
     labels = {g.name: str(g.rank) for g in topology.gpus}
     labels.update({n: n.split(".")[-1] for n in others} if len(others) <= 40 else {})
     nx.draw_networkx_labels(graph, pos, labels=labels, font_size=7, ax=ax)

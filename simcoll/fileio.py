@@ -35,4 +35,4 @@ def load_schedule(path: str | Path):
         return Algorithm.from_dict(data)
     if kind == "simcoll.program":
         return Program.from_dict(data)
-    raise AlgorithmError(f"{path}: not a simcoll Algorithm or Program (its \"format\" is {kind!r})")
+    raise AlgorithmError(f'{path}: not a simcoll Algorithm or Program (its "format" is {kind!r})')

@@ -21,8 +21,10 @@ def _gpus(n: int) -> list[Component]:
 
 
 def _generic(name: str, n: int, pairs, extra: list[Component] = (), description: str = "") -> Topology:
-    links = [Link(src=a if isinstance(a, str) else f"gpu{a}", dst=b if isinstance(b, str) else f"gpu{b}", type="nvlink")
-             for a, b in pairs]
+    links = [
+        Link(src=a if isinstance(a, str) else f"gpu{a}", dst=b if isinstance(b, str) else f"gpu{b}", type="nvlink")
+        for a, b in pairs
+    ]
     return build_topology(name, _gpus(n) + list(extra), links, description=description, default_model="generic")
 
 
@@ -98,7 +100,9 @@ def generate(spec: str) -> Topology:
     """Build a generated topology from ``NAME:PARAMS`` (e.g. ``torus2d:4x4``)."""
     name, _, params = spec.partition(":")
     if name not in GENERATORS:
-        raise TopologyError(f"unknown generator {name!r} in {spec!r}; known: {', '.join(u for _, u in GENERATORS.values())}")
+        raise TopologyError(
+            f"unknown generator {name!r} in {spec!r}; known: {', '.join(u for _, u in GENERATORS.values())}"
+        )
     func, usage = GENERATORS[name]
     if not re.fullmatch(r"\d+(x\d+)*", params):
         raise TopologyError(f"{spec!r}: parameters must be whole numbers, as in {usage}")

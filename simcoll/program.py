@@ -51,8 +51,22 @@ SENDS = frozenset({"send", "rcs", "rrs", "rrcs", "signal"})
 REDUCES = frozenset({"rrc", "rrs", "rrcs", "reduce", "load_reduce"})
 _NEEDS_SRC = frozenset({"send", "rrc", "rrs", "rrcs", "copy", "reduce", "put", "get"})
 _NEEDS_DST = frozenset({"recv", "rcs", "rrc", "rrcs", "copy", "reduce", "put", "get", "load_reduce"})
-INSTRUCTION_OPS = ("send", "recv", "rcs", "rrc", "rrs", "rrcs", "copy", "reduce", "put", "get", "load_reduce",
-                   "signal", "wait", "nop")
+INSTRUCTION_OPS = (
+    "send",
+    "recv",
+    "rcs",
+    "rrc",
+    "rrs",
+    "rrcs",
+    "copy",
+    "reduce",
+    "put",
+    "get",
+    "load_reduce",
+    "signal",
+    "wait",
+    "nop",
+)
 EXECUTOR_KINDS = ("threadblock", "host")
 PROTOCOLS = ("Simple", "LL", "LL128")
 FORMAT_VERSION = 1
@@ -152,7 +166,9 @@ class Program:
             raise AlgorithmError(f"{self.name}: instances must be a positive integer")
         for r, rp in enumerate(self.ranks):
             if rp.rank != r:
-                raise AlgorithmError(f"{self.name}: rank programs must be listed in rank order (found {rp.rank} at {r})")
+                raise AlgorithmError(
+                    f"{self.name}: rank programs must be listed in rank order (found {rp.rank} at {r})"
+                )
             ids = [e.id for e in rp.executors]
             if len(set(ids)) != len(ids):
                 raise AlgorithmError(f"{self.name}: rank {r} has duplicate executor ids")
@@ -189,7 +205,9 @@ class Program:
                     self._check_ref(r, ref, ins.count, where)
             for dep_exec, dep_step in ins.deps:
                 if dep_exec not in steps or not 0 <= dep_step < steps[dep_exec]:
-                    raise AlgorithmError(f"{where}: depends on executor {dep_exec} step {dep_step}, which does not exist")
+                    raise AlgorithmError(
+                        f"{where}: depends on executor {dep_exec} step {dep_step}, which does not exist"
+                    )
                 if dep_exec == e.id and dep_step >= s:
                     raise AlgorithmError(f"{where}: depends on its own later step {dep_step}")
 
@@ -257,7 +275,7 @@ class Program:
     @classmethod
     def from_dict(cls, data: Any) -> Program:
         if not isinstance(data, Mapping) or data.get("format") != "simcoll.program":
-            raise AlgorithmError("not a simcoll Program (expected \"format\": \"simcoll.program\")")
+            raise AlgorithmError('not a simcoll Program (expected "format": "simcoll.program")')
 
         def ref(raw: Any) -> Ref | None:
             if raw is None:

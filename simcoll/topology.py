@@ -280,7 +280,9 @@ def build_topology(
         raise TopologyError(f"{where}: give a rank to every GPU or to none")
     if explicit:
         if sorted(explicit) != list(range(len(gpus))):
-            raise TopologyError(f"{where}: GPU ranks must be 0..{len(gpus) - 1} each exactly once, got {sorted(explicit)}")
+            raise TopologyError(
+                f"{where}: GPU ranks must be 0..{len(gpus) - 1} each exactly once, got {sorted(explicit)}"
+            )
     else:
         rank = iter(range(len(gpus)))
         components = [Component(**{**vars(c), "rank": next(rank)}) if c.kind == "gpu" else c for c in components]
@@ -294,7 +296,9 @@ def build_topology(
         if link.type not in LINK_TYPES:
             raise TopologyError(f"{where}: links[{i}].type: {link.type!r} is not one of {', '.join(LINK_TYPES)}")
         if not isinstance(link.count, int) or isinstance(link.count, bool) or link.count < 1:
-            raise TopologyError(f"{where}: links[{i}].count: multiplicity must be a positive integer, got {link.count!r}")
+            raise TopologyError(
+                f"{where}: links[{i}].count: multiplicity must be a positive integer, got {link.count!r}"
+            )
 
     topology = Topology(
         name=name,

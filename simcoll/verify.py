@@ -68,9 +68,7 @@ def _combine(a: Value, b: Value, where: str, problems: list[str]) -> Value:
         return a
     twice = a[1] & b[1]
     if twice:
-        problems.append(
-            f"{where}: chunk {a[0]} would count the contribution of rank(s) {sorted(twice)} twice"
-        )
+        problems.append(f"{where}: chunk {a[0]} would count the contribution of rank(s) {sorted(twice)} twice")
     return (a[0], a[1] | b[1])
 
 
@@ -169,7 +167,9 @@ def _apply_updates(reads, state, label: str, problems: list[str]) -> None:
     for slot, items in reduces.items():
         base = state.get(slot)
         if base is None:
-            problems.append(f"{items[0][0].describe()}: rank {slot[0]} holds no contribution of chunk {slot[1]} to reduce into")
+            problems.append(
+                f"{items[0][0].describe()}: rank {slot[0]} holds no contribution of chunk {slot[1]} to reduce into"
+            )
             continue
         for t, value in items:
             base = _combine(base, value, t.describe(), problems)
@@ -258,7 +258,9 @@ class _Run:
             self.reads[slot][g] = (self.clock[g][g], self.where(g))
             value = self.slots.get(slot)
             if value is None:
-                self.problems.append(f"{self.where(g)}: reads rank {owner} {ref.buffer}[{ref.index + k}], which holds no data")
+                self.problems.append(
+                    f"{self.where(g)}: reads rank {owner} {ref.buffer}[{ref.index + k}], which holds no data"
+                )
             values.append(value)
         return values
 
@@ -430,9 +432,31 @@ def _check_connections(program: Program, topology: Topology | None) -> list[str]
                     )
                 table[key] = e.id
             if routes is not None:
-                for peer in (e.send_peer, e.recv_peer):
-                    if peer is not None and not routes.connected(rp.rank, peer) and not routes.connected(peer, rp.rank):
-                        problems.append(f"rank {rp.rank} executor {e.id}: {topology.name} has no route to rank {peer}")
+                problems += _check_routes(rp.rank, e, routes, topology.name)
+    return problems
+
+
+def _check_routes(rank: int, e: Executor, routes: Routes, topology_name: str) -> list[str]:
+    """Data must be able to flow: to the send peer, from the receive peer, and
+    between the ranks of every one-sided access."""
+    flows = []
+    if e.send_peer is not None:
+        flows.append((rank, e.send_peer, "sends to"))
+    if e.recv_peer is not None:
+        flows.append((e.recv_peer, rank, "receives from"))
+    for ins in e.instructions:
+        if ins.op == "put" and ins.dst.rank not in (None, rank):
+            flows.append((rank, ins.dst.rank, "puts into"))
+        for ref in (ins.src, *ins.sources):
+            if ins.op in ("get", "load_reduce") and ref is not None and ref.rank not in (None, rank):
+                flows.append((ref.rank, rank, "reads from"))
+    problems = []
+    for src, dst, verb in dict.fromkeys(flows):
+        if not routes.connected(src, dst):
+            peer = dst if src == rank else src
+            problems.append(
+                f"rank {rank} executor {e.id} {verb} rank {peer}, but {topology_name} has no route from rank {src} to rank {dst}"
+            )
     return problems
 
 

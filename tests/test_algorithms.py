@@ -25,8 +25,9 @@ def test_generators_verify_for_every_rank_count(name, coll, p):
         assert check(algo, topo) == []
 
 
-@pytest.mark.parametrize("topo", ["dgx1", "ndv2", "dgx2", "z52", "summit", "dgx-a100", "torus2d:3x3", "hypercube:3",
-                                  "line:5", "ndv2*2"])
+@pytest.mark.parametrize(
+    "topo", ["dgx1", "ndv2", "dgx2", "z52", "summit", "dgx-a100", "torus2d:3x3", "hypercube:3", "line:5", "ndv2*2"]
+)
 @pytest.mark.parametrize("coll", COLLS)
 def test_generators_verify_on_machines(topo, coll):
     t = load_topology(topo)
@@ -66,12 +67,19 @@ def test_json_round_trip_preserves_everything(tmp_path):
     algo.save(path)
     again = Algorithm.load(path)
     assert again == algo and again.metadata == algo.metadata and again.rounds_per_step == algo.rounds_per_step
-    timed = Algorithm("t", make_collective("allgather", 2), (
-        dataclasses.replace(algo.transfers[0], chunk=0, src=0, dst=1, op="copy", step=None, start_s=0.0, end_s=1e-6,
-                            group=3),
-        dataclasses.replace(algo.transfers[0], chunk=1, src=1, dst=0, op="copy", step=None, start_s=0.0, end_s=1e-6,
-                            group=4),
-    ), predicted_time_s=1e-6)
+    timed = Algorithm(
+        "t",
+        make_collective("allgather", 2),
+        (
+            dataclasses.replace(
+                algo.transfers[0], chunk=0, src=0, dst=1, op="copy", step=None, start_s=0.0, end_s=1e-6, group=3
+            ),
+            dataclasses.replace(
+                algo.transfers[0], chunk=1, src=1, dst=0, op="copy", step=None, start_s=0.0, end_s=1e-6, group=4
+            ),
+        ),
+        predicted_time_s=1e-6,
+    )
     assert Algorithm.from_json(timed.to_json()) == timed and timed.schedule == "timed"
     assert check(timed) == []
 
@@ -108,8 +116,10 @@ def test_send_before_the_chunk_arrives_is_named():
     early = dataclasses.replace(late, step=0)
     transfers = tuple(early if t == late else t for t in algo.transfers)
     problems = check(algo.with_changes(transfers=transfers))
-    assert any(f"chunk {late.chunk} from rank {late.src} to rank {late.dst} at step 0" in p and "does not hold" in p
-               for p in problems)
+    assert any(
+        f"chunk {late.chunk} from rank {late.src} to rank {late.dst} at step 0" in p and "does not hold" in p
+        for p in problems
+    )
 
 
 def test_bandwidth_relation_is_enforced():
@@ -138,11 +148,16 @@ def test_malformed_algorithms_are_refused_at_construction():
     with pytest.raises(AlgorithmError, match="dst 5 out of range"):
         Algorithm("x", coll, (dataclasses.replace(_ring_allreduce().transfers[0], chunk=0, src=0, dst=5),))
     with pytest.raises(AlgorithmError, match="mixes"):
-        Algorithm("x", coll, (
-            dataclasses.replace(_ring_allreduce().transfers[0], chunk=0, src=0, dst=1, op="copy"),
-            dataclasses.replace(_ring_allreduce().transfers[0], chunk=1, src=1, dst=0, op="copy", step=None,
-                                start_s=0.0, end_s=1.0),
-        ))
+        Algorithm(
+            "x",
+            coll,
+            (
+                dataclasses.replace(_ring_allreduce().transfers[0], chunk=0, src=0, dst=1, op="copy"),
+                dataclasses.replace(
+                    _ring_allreduce().transfers[0], chunk=1, src=1, dst=0, op="copy", step=None, start_s=0.0, end_s=1.0
+                ),
+            ),
+        )
 
 
 # -- property-based: random topologies, random mutations -------------------------------
@@ -169,7 +184,7 @@ def test_random_topologies_verify_and_mutations_are_caught(tmp_path, yaml_text, 
     victim = algo.transfers[i]
     kind = data.draw(st.sampled_from(["drop", "duplicate", "early"]))
     if kind == "drop":
-        mutated = algo.transfers[:i] + algo.transfers[i + 1:]
+        mutated = algo.transfers[:i] + algo.transfers[i + 1 :]
     elif kind == "duplicate":
         mutated = algo.transfers + (dataclasses.replace(victim, step=algo.steps - 1),)
         if victim.op == "copy":  # a second identical copy is harmless; make it a reduction of a non-combining kind
@@ -180,7 +195,7 @@ def test_random_topologies_verify_and_mutations_are_caught(tmp_path, yaml_text, 
     else:
         if victim.step == 0:
             return  # nothing earlier than step 0
-        mutated = algo.transfers[:i] + (dataclasses.replace(victim, step=0),) + algo.transfers[i + 1:]
+        mutated = algo.transfers[:i] + (dataclasses.replace(victim, step=0),) + algo.transfers[i + 1 :]
         if check(algo.with_changes(transfers=mutated)) == [] and not _depends(algo, victim):
             return  # moving a transfer whose chunk was there from the start is legal
     problems = check(algo.with_changes(transfers=mutated))

@@ -26,7 +26,16 @@ DGX1_NVLINK = [
 ]
 
 EXPECTED_TOPOLOGIES = {
-    "dgx1", "ndv2", "dgx2", "z52", "summit", "dgx-a100", "dgx-h100", "perlmutter", "frontier", "aurora",
+    "dgx1",
+    "ndv2",
+    "dgx2",
+    "z52",
+    "summit",
+    "dgx-a100",
+    "dgx-h100",
+    "perlmutter",
+    "frontier",
+    "aurora",
 }
 TACCL_MODELS = {"ndv2-taccl", "dgx2-taccl"}
 

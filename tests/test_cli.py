@@ -25,8 +25,16 @@ def test_topo_show_dgx1_json(capsys):
 def test_topo_list_and_every_builtin_and_generator_loads(capsys):
     assert main(["topo", "list", "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)
-    specs = [b["name"] for b in listed["builtins"]] + ["ring:6", "line:3", "fully-connected:4", "hub-and-spoke:4",
-                                                      "torus2d:2x4", "hypercube:3", "dgx-h100*2", "perlmutter*2/rail"]
+    specs = [b["name"] for b in listed["builtins"]] + [
+        "ring:6",
+        "line:3",
+        "fully-connected:4",
+        "hub-and-spoke:4",
+        "torus2d:2x4",
+        "hypercube:3",
+        "dgx-h100*2",
+        "perlmutter*2/rail",
+    ]
     for spec in specs:
         assert main(["topo", "show", spec, "--json"]) == 0, spec
         capsys.readouterr()

@@ -14,19 +14,21 @@ from simcoll import (
     min_rounds_per_chunk,
     min_steps,
 )
-from simcoll.costmodel import model_from_dict
 from simcoll.cost import critical_path_time_s, step_time_s
+from simcoll.costmodel import model_from_dict
 from simcoll.machines import Machine
 
 ALPHA, BW, T_R_LAUNCH, T_R_BW = 2e-6, 20e9, 1e-6, 200e9
 
 
 def _uniform(p: int) -> Machine:
-    model = model_from_dict({
-        "name": "uniform",
-        "links": {"nvlink": {"alpha_s": ALPHA, "bandwidth_Bps": BW, "source": "test"}},
-        "compute": {"reduce_bandwidth_Bps": T_R_BW, "reduce_launch_s": T_R_LAUNCH, "source": "test"},
-    })
+    model = model_from_dict(
+        {
+            "name": "uniform",
+            "links": {"nvlink": {"alpha_s": ALPHA, "bandwidth_Bps": BW, "source": "test"}},
+            "compute": {"reduce_bandwidth_Bps": T_R_BW, "reduce_launch_s": T_R_LAUNCH, "source": "test"},
+        }
+    )
     return Machine(load_topology(f"ring:{p}"), model)
 
 
@@ -54,7 +56,9 @@ def test_ring_on_a_heterogeneous_ring_is_paced_by_its_slowest_link():
     machine = load_machine("z52")
     ag = generate("ring", machine.topology, "allgather")
     m = 1 << 26
-    slow = min(machine.route(a, b).bandwidth_Bps for a, b in zip(ag.metadata["ring"], ag.metadata["ring"][1:]))
+    slow = min(
+        machine.route(a, b).bandwidth_Bps for a, b in zip(ag.metadata["ring"], ag.metadata["ring"][1:], strict=False)
+    )
     t = critical_path_time_s(ag, machine, m)
     assert t >= 7 * m / (8 * slow)
 

@@ -23,7 +23,9 @@ def test_notebook_executes(path):
 def test_machines_sweep_fast_mode_writes_csv_and_png(tmp_path):
     result = subprocess.run(
         [sys.executable, str(ROOT / "experiments" / "machines_sweep.py"), "--out", str(tmp_path), "--fast"],
-        capture_output=True, text=True, timeout=600,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert result.returncode == 0, result.stderr
     df = pd.read_csv(tmp_path / "machines_sweep.csv")

@@ -28,8 +28,14 @@ def test_dgx1_has_the_facts_nvlink_matrix():
 
 @pytest.mark.parametrize(
     "spec, ranks, degree",
-    [("ring:5", 5, 2), ("line:4", 4, None), ("fully-connected:6", 6, 5), ("torus2d:3x4", 12, 4),
-     ("hypercube:4", 16, 4), ("torus2d:2x3", 6, 3)],
+    [
+        ("ring:5", 5, 2),
+        ("line:4", 4, None),
+        ("fully-connected:6", 6, 5),
+        ("torus2d:3x4", 12, 4),
+        ("hypercube:4", 16, 4),
+        ("torus2d:2x3", 6, 3),
+    ],
 )
 def test_generators_build_the_named_shapes(spec, ranks, degree):
     topo = load_topology(spec)

@@ -119,8 +119,9 @@ def direct(topology: Topology, collective: Collective) -> Algorithm:
     routes = Routes(topology)
     transfers: list[Transfer] = []
     if collective.name in ("reducescatter", "allreduce"):
-        reduced, height = _reduce_phase(shortest_path_trees(topology, routes, outward=False),
-                                        lambda owner: block_chunks(collective, owner))
+        reduced, height = _reduce_phase(
+            shortest_path_trees(topology, routes, outward=False), lambda owner: block_chunks(collective, owner)
+        )
         transfers += reduced
     else:
         height = 0

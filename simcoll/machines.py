@@ -48,13 +48,18 @@ def _is_path(spec: str) -> bool:
     return spec.endswith((".yaml", ".yml")) or "/" in spec and Path(spec).exists()
 
 
-@lru_cache(maxsize=64)
 def load_topology(spec: str) -> Topology:
-    """Resolve a topology spec (module docstring) to a validated :class:`Topology`."""
+    """Resolve a topology spec (module docstring) to a validated :class:`Topology`.
+    Files are read every time (they may change); named specs are cached."""
     if not isinstance(spec, str) or not spec:
         raise TopologyError(f"topology spec must be a non-empty string, got {spec!r}")
     if _is_path(spec):
         return load_topology_file(spec)
+    return _load_named_topology(spec)
+
+
+@lru_cache(maxsize=64)
+def _load_named_topology(spec: str) -> Topology:
     match = _CLUSTER_RE.match(spec)
     if match:
         node = load_topology(match["node"])
@@ -70,11 +75,15 @@ def load_topology(spec: str) -> Topology:
     return load_topology_file(path)
 
 
-@lru_cache(maxsize=64)
 def load_model(spec: str) -> CostModel:
     """Resolve a built-in model name or a YAML path to a :class:`CostModel`."""
     if _is_path(spec):
         return load_model_file(spec)
+    return _load_builtin_model(spec)
+
+
+@lru_cache(maxsize=64)
+def _load_builtin_model(spec: str) -> CostModel:
     path = _data_dir("simcoll.models") / f"{spec}.yaml"
     if not path.exists():
         raise ModelError(f"unknown model {spec!r}; built-ins: {', '.join(builtin_models())}")

@@ -160,6 +160,7 @@ def test_both_dgx2_models_cover_the_dgx2_cluster(model_name):
 # ---------------------------------------------------------------------------
 def test_dgx1_nvlink_matrix_is_the_facts_matrix():
     assert load_topology("dgx1").gpu_link_counts() == DGX1_NVLINK
+    assert all(sum(row) == 6 for row in DGX1_NVLINK)  # six NVLink ports per V100 (SCCL §2.2)
 
 
 def test_ndv2_is_dgx1_nvlink_plus_pcie_tree_and_one_nic_without_gpudirect():

@@ -7,24 +7,6 @@ from simcoll.errors import ModelError, TopologyError
 from simcoll.generators import cluster
 from simcoll.topology import topology_from_dict, topology_to_dict
 
-FACTS_DGX1 = [
-    [0, 2, 1, 1, 2, 0, 0, 0],
-    [2, 0, 1, 2, 0, 1, 0, 0],
-    [1, 1, 0, 2, 0, 0, 2, 0],
-    [1, 2, 2, 0, 0, 0, 0, 1],
-    [2, 0, 0, 0, 0, 2, 1, 1],
-    [0, 1, 0, 0, 2, 0, 1, 2],
-    [0, 0, 2, 0, 1, 1, 0, 2],
-    [0, 0, 0, 1, 1, 2, 2, 0],
-]
-
-
-def test_dgx1_has_the_facts_nvlink_matrix():
-    topo = load_topology("dgx1")
-    assert topo.num_ranks == 8
-    assert topo.gpu_link_counts("nvlink") == FACTS_DGX1
-    assert all(sum(row) == 6 for row in FACTS_DGX1)  # six NVLink ports per V100
-
 
 @pytest.mark.parametrize(
     "spec, ranks, degree",
@@ -135,3 +117,11 @@ def test_routes_prefer_direct_links_and_add_parallel_planes():
     dgx2 = load_machine("dgx2")
     route = dgx2.route(0, 15)
     assert route.bandwidth_Bps == pytest.approx(6 * dgx2.model.link("nvlink").bandwidth_Bps)
+
+
+def test_an_edited_file_is_read_again(tmp_path):
+    path = tmp_path / "t.yaml"
+    path.write_text("name: t\ngpus: 2\nlinks:\n  - [gpu0, gpu1, nvlink]\n")
+    assert load_topology(str(path)).num_ranks == 2
+    path.write_text("name: t\ngpus: 3\nlinks:\n  - [gpu0, gpu1, nvlink]\n  - [gpu1, gpu2, nvlink]\n")
+    assert load_topology(str(path)).num_ranks == 3

@@ -30,6 +30,7 @@ from ortools.graph.python import max_flow
 
 from .collectives import Collective, make_collective
 from .cost import chunk_bytes
+from .errors import CollectiveError
 from .machines import Machine
 from .routes import Routes
 from .topology import Topology, directed_pairs
@@ -195,8 +196,6 @@ def lower_bounds(collective: Collective, machine: Machine | Topology, size_bytes
     topology = machine.topology if isinstance(machine, Machine) else machine
     routes = machine.routes if isinstance(machine, Machine) else Routes(topology)
     if collective.num_ranks != topology.num_ranks:
-        from .errors import CollectiveError
-
         raise CollectiveError(
             f"collective is on {collective.num_ranks} ranks but {topology.name} has {topology.num_ranks}"
         )

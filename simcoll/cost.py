@@ -22,6 +22,7 @@ by (:attr:`Collective.size_chunks` chunks), so one chunk is
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 from fractions import Fraction
 
@@ -68,17 +69,9 @@ def critical_path_time_s(algorithm: Algorithm, machine: Machine, size_bytes: flo
     pending: dict[tuple[int, int], float] = {}
     pair_free: dict[tuple[int, int], float] = defaultdict(float)
     finish = 0.0
-    transfers = _ordered(algorithm)
-    i = 0
-    while i < len(transfers):
-        # A batch is one step (or one start time); updates land after the batch reads.
-        key = transfers[i].step if algorithm.schedule == "steps" else transfers[i].start_s
-        batch = []
-        while (
-            i < len(transfers) and (transfers[i].step if algorithm.schedule == "steps" else transfers[i].start_s) == key
-        ):
-            batch.append(transfers[i])
-            i += 1
+    # A batch is one step (or one start time); its updates land after it has read.
+    for _, group in itertools.groupby(_ordered(algorithm), key=lambda t: (t.step, t.start_s)):
+        batch = list(group)
         for message in _messages(batch):
             first = message[0]
             route = _route(machine, first)

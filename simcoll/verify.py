@@ -58,7 +58,7 @@ def verify(schedule: Algorithm | Program, topology: Topology | None = None) -> N
         raise VerificationError(problems)
 
 
-def _initial_value(collective: Collective, chunk: int, rank: int) -> Value:
+def _initial_value(chunk: int, rank: int) -> Value:
     return (chunk, frozenset({rank}))
 
 
@@ -107,7 +107,7 @@ def check_algorithm(algorithm: Algorithm, topology: Topology | None = None) -> l
         for t in algorithm.transfers:
             if not routes.connected(t.src, t.dst):
                 problems.append(f"{t.describe()}: {topology.name} has no route from GPU {t.src} to GPU {t.dst}")
-    state: dict[tuple[int, int], Value] = {(r, c): _initial_value(coll, c, r) for c, r in coll.pre}
+    state: dict[tuple[int, int], Value] = {(r, c): _initial_value(c, r) for c, r in coll.pre}
     captured: dict[int, Value | None] = {}
     for kind, label, batch in _events(algorithm):
         if kind == "read":
@@ -227,7 +227,7 @@ class _Run:
         self.reads: dict[tuple[int, str, int], dict[int, tuple[int, str]]] = defaultdict(dict)
         for rank, layout in enumerate(self.coll.input_layout):
             for i, chunk in enumerate(layout):
-                self.slots[self._canon(rank, "input", i)] = _initial_value(self.coll, chunk, rank)
+                self.slots[self._canon(rank, "input", i)] = _initial_value(chunk, rank)
 
     def _canon(self, rank: int, buffer: str, index: int) -> tuple[int, str, int]:
         alias = self.coll.inplace_alias(rank)

@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from fractions import Fraction
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +61,24 @@ class BandwidthConstraint:
     links: frozenset[tuple[int, int]]
     chunks_per_round: int
     label: str = ""
+
+
+def constraint_loads(
+    relation: Iterable[BandwidthConstraint], pairs: Iterable[tuple[int, int]]
+) -> list[tuple[BandwidthConstraint, int]]:
+    """For each constraint (L, b) of ``relation``, how many of ``pairs`` (one
+    per chunk sent, repeats counted) fall in L; constraints with none are left
+    out. Linear in the sizes, so verifying 64-rank algorithms stays fast."""
+    relation = list(relation)
+    index: dict[tuple[int, int], list[int]] = {}
+    for i, c in enumerate(relation):
+        for pair in c.links:
+            index.setdefault(pair, []).append(i)
+    counts: dict[int, int] = {}
+    for pair in pairs:
+        for i in index.get(pair, ()):
+            counts[i] = counts.get(i, 0) + 1
+    return [(relation[i], n) for i, n in sorted(counts.items())]
 
 
 @dataclass(frozen=True)
@@ -151,10 +170,17 @@ class Algorithm:
         return Fraction(self.rounds, self.chunks)
 
     def transfers_in_step(self, step: int) -> list[Transfer]:
-        return [t for t in self.transfers if t.step == step]
+        return list(self._by_step.get(step, ()))
+
+    @cached_property
+    def _by_step(self) -> dict[int | None, tuple[Transfer, ...]]:
+        by_step: dict[int | None, list[Transfer]] = {}
+        for t in self.transfers:
+            by_step.setdefault(t.step, []).append(t)
+        return {s: tuple(ts) for s, ts in by_step.items()}
 
     def with_changes(self, **changes: Any) -> Algorithm:
-        return Algorithm(**{**self.__dict__, **changes})
+        return Algorithm(**{**{f.name: getattr(self, f.name) for f in fields(self)}, **changes})
 
     # -- JSON -----------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:

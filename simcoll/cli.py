@@ -164,7 +164,12 @@ def cmd_verify(args) -> int:
 # -- algo ---------------------------------------------------------------------------
 def cmd_algo_list(args) -> int:
     rows = [
-        {"name": g.name, "collectives": list(g.collectives), "summary": g.summary, "options": g.options}
+        {
+            "name": g.name,
+            "collectives": list(g.collectives),
+            "summary": g.summary,
+            "options": {k: o.help for k, o in g.options.items()},
+        }
         for g in REGISTRY.values()
     ]
     if args.json:
@@ -187,7 +192,9 @@ def cmd_algo_generate(args) -> int:
             raise SimcollError(f"--option {item!r}: expected key=value")
         options[key] = value
     topo = load_topology(args.topology)
-    algo = generate(args.name, topo, args.collective, args.chunks, **parse_options(REGISTRY[args.name], options))
+    algo = generate(
+        args.name, topo, args.collective, args.chunks, args.root, **parse_options(REGISTRY[args.name], options)
+    )
     problems = check(algo, topo)
     if problems:  # a generator bug, never the user's fault
         raise SimcollError(f"generated {args.name} failed verification: {problems[0]}")
@@ -290,7 +297,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name")
     p.add_argument("--topology", "-t", required=True)
     p.add_argument("--collective", "-c", required=True)
-    p.add_argument("--chunks", type=int, help="chunk factor C (default: 1, or P for Allreduce)")
+    p.add_argument("--chunks", type=int, help="chunk factor C (default: the generator's, often 1 or P)")
+    p.add_argument("--root", type=int, help="root rank of broadcast, reduce, gather, scatter (default 0)")
     p.add_argument("--option", action="append", metavar="K=V", help="generator option, repeatable")
     p.add_argument("-o", "--output", help="write the Algorithm JSON here")
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from .errors import CollectiveError
@@ -69,20 +70,27 @@ class Collective:
     inplace: bool = False
     builtin: bool = False
 
-    # -- SYNCOLL relations -------------------------------------------------
-    @property
+    # -- SYNCOLL relations (cached: verifiers ask for them per chunk) ----------
+    @cached_property
     def pre(self) -> frozenset[tuple[int, int]]:
         """(chunk, rank) pairs present before the collective."""
         return frozenset((c, r) for r, layout in enumerate(self.input_layout) for c in layout)
 
-    @property
+    @cached_property
     def post(self) -> frozenset[tuple[int, int]]:
         """(chunk, rank) pairs required after it."""
         return frozenset((c, r) for r, layout in enumerate(self.output_layout) for c in layout)
 
+    @cached_property
+    def _contributors(self) -> dict[int, frozenset[int]]:
+        holders: dict[int, set[int]] = {}
+        for c, r in self.pre:
+            holders.setdefault(c, set()).add(r)
+        return {c: frozenset(rs) for c, rs in holders.items()}
+
     def contributors(self, chunk: int) -> frozenset[int]:
         """Ranks holding (a contribution of) ``chunk`` in the precondition."""
-        return frozenset(r for c, r in self.pre if c == chunk)
+        return self._contributors.get(chunk, frozenset())
 
     # -- buffers ----------------------------------------------------------
     def buffer_chunks(self, rank: int, buffer: str) -> int:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -118,7 +119,7 @@ class Topology:
         object.__setattr__(self, "_by_name", {c.name: c for c in self.components})
 
     # -- GPUs and ranks ---------------------------------------------------
-    @property
+    @cached_property
     def gpus(self) -> tuple[Component, ...]:
         """GPUs ordered by rank."""
         return tuple(sorted((c for c in self.components if c.kind == "gpu"), key=lambda c: c.rank))

@@ -31,7 +31,7 @@ from collections.abc import Iterable
 
 import networkx as nx
 
-from .algorithm import Algorithm, BandwidthConstraint, Transfer
+from .algorithm import Algorithm, BandwidthConstraint, Transfer, constraint_loads
 from .collectives import Collective
 from .errors import VerificationError
 from .program import RECEIVES, SENDS, Executor, Instruction, Program, Ref
@@ -190,8 +190,7 @@ def _check_bandwidth(algorithm: Algorithm, relation: Iterable[BandwidthConstrain
     covered = set().union(*(c.links for c in relation if c.chunks_per_round > 0)) if relation else set()
     for step, rounds in enumerate(algorithm.rounds_per_step):
         sends = algorithm.transfers_in_step(step)
-        for c in relation:
-            n = sum((t.src, t.dst) in c.links for t in sends)
+        for c, n in constraint_loads(relation, ((t.src, t.dst) for t in sends)):
             if n > c.chunks_per_round * rounds:
                 label = c.label or f"pairs {sorted(c.links)}"
                 problems.append(

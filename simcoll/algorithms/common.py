@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
-from ..algorithm import Algorithm, Transfer
+from ..algorithm import Algorithm, Transfer, constraint_loads
 from ..collectives import Collective
 from ..errors import NotApplicableError
 from ..routes import Routes, bandwidth_relation
@@ -38,13 +38,14 @@ def minimal_rounds(transfers: Iterable[Transfer], topology: Topology, routes: Ro
     transfers = list(transfers)
     steps = 1 + max((t.step for t in transfers), default=-1)
     relation = bandwidth_relation(topology, routes)
+    sends: list[list[tuple[int, int]]] = [[] for _ in range(steps)]
+    for t in transfers:
+        sends[t.step].append((t.src, t.dst))
     rounds = []
-    for s in range(steps):
-        sends = [(t.src, t.dst) for t in transfers if t.step == s]
+    for pairs in sends:
         need = 1
-        for c in relation:
-            n = sum(pair in c.links for pair in sends)
-            if n and c.chunks_per_round:
+        for c, n in constraint_loads(relation, pairs):
+            if c.chunks_per_round:
                 need = max(need, math.ceil(n / c.chunks_per_round))
         rounds.append(need)
     return tuple(rounds)

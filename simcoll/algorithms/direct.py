@@ -17,6 +17,7 @@ from ..errors import NotApplicableError
 from ..routes import Routes
 from ..topology import Topology
 from .common import block_chunks, finish, require
+from .registry import Generator
 
 
 def shortest_path_trees(topology: Topology, routes: Routes, outward: bool = True) -> dict[int, dict[int, int]]:
@@ -134,3 +135,13 @@ def direct(topology: Topology, collective: Collective) -> Algorithm:
         )
         transfers += gathered
     return finish("direct", collective, topology, transfers, routes)
+
+
+GENERATORS = (
+    Generator(
+        "direct",
+        direct,
+        ("allgather", "reducescatter", "allreduce"),
+        "all-pairs exchange; Allreduce as GC3's two-step All Pairs (§7.1.2)",
+    ),
+)

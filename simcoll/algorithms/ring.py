@@ -16,6 +16,7 @@ from ..errors import NotApplicableError
 from ..routes import Routes
 from ..topology import Topology
 from .common import block_chunks, finish, require
+from .registry import Generator, Option, int_list
 
 SEARCH_TIME_LIMIT_S = 5.0
 
@@ -150,3 +151,14 @@ def ring(topology: Topology, collective: Collective, ring: Sequence[int] | None 
     builders = {"allgather": ring_allgather, "reducescatter": ring_reducescatter, "allreduce": ring_allreduce}
     require(collective, topology, builders, "ring")
     return builders[collective.name](topology, collective, ring)
+
+
+GENERATORS = (
+    Generator(
+        "ring",
+        ring,
+        ("allgather", "reducescatter", "allreduce"),
+        "single logical ring over a Hamiltonian cycle of the GPU links (NV-Group eqs. 1-3)",
+        {"ring": Option("comma-separated rank order, e.g. 0,3,2,1,5,6,7,4 (default: found automatically)", int_list)},
+    ),
+)

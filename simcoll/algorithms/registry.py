@@ -1,0 +1,91 @@
+"""The registry types: a :class:`Generator` names an algorithm family, the
+collectives it implements and its options; :class:`Option` turns a CLI
+``k=v`` string into the generator's keyword argument.
+
+Each family module exports ``GENERATORS``, a tuple of Generators;
+:mod:`simcoll.algorithms` collects them into ``REGISTRY``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..algorithm import Algorithm
+from ..errors import SimcollError
+
+
+@dataclass(frozen=True)
+class Option:
+    """A generator option: ``help`` for ``simcoll algo list``, ``parse`` from
+    the CLI string (it raises ValueError on bad input)."""
+
+    help: str
+    parse: Callable[[str], Any] = str
+
+
+@dataclass(frozen=True)
+class Generator:
+    """A registered algorithm family.
+
+    ``function(topology, collective, **options) -> Algorithm`` raises
+    :class:`~simcoll.errors.NotApplicableError` where it does not apply.
+    ``chunks(collective_name, num_ranks)`` is the chunk factor used when the
+    user gives none (default: P for Allreduce, one block per rank; else 1).
+    """
+
+    name: str
+    function: Callable[..., Algorithm]
+    collectives: tuple[str, ...]
+    summary: str
+    options: dict[str, Option] = field(default_factory=dict)
+    chunks: Callable[[str, int], int] | None = None
+
+    def default_chunks(self, collective: str, num_ranks: int) -> int:
+        if self.chunks is not None:
+            return self.chunks(collective, num_ranks)
+        return num_ranks if collective == "allreduce" else 1
+
+    def parse_options(self, options: dict[str, str]) -> dict[str, Any]:
+        """CLI ``k=v`` strings to keyword arguments, naming the bad one."""
+        parsed: dict[str, Any] = {}
+        for key, value in options.items():
+            if key not in self.options:
+                known = ", ".join(self.options) or "none"
+                raise SimcollError(f"{self.name} has no option {key!r} (options: {known})")
+            try:
+                parsed[key] = self.options[key].parse(value)
+            except ValueError as exc:
+                raise SimcollError(f"{self.name}: option {key}={value!r}: {exc}") from None
+        return parsed
+
+
+# -- option parsers -------------------------------------------------------------
+def int_list(text: str) -> list[int]:
+    """``"0,3,2,1"`` -> ``[0, 3, 2, 1]``."""
+    try:
+        return [int(x) for x in text.split(",")]
+    except ValueError:
+        raise ValueError("expected comma-separated integers") from None
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError("expected an integer") from None
+    if value < 1:
+        raise ValueError("expected a positive integer")
+    return value
+
+
+def choice(*values: str) -> Callable[[str], str]:
+    """A parser accepting only ``values``."""
+
+    def parse(text: str) -> str:
+        if text not in values:
+            raise ValueError(f"expected one of {', '.join(values)}")
+        return text
+
+    return parse

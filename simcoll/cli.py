@@ -258,6 +258,65 @@ def cmd_compare(args) -> int:
     return 0
 
 
+# -- synth ----------------------------------------------------------------------------
+def cmd_synth_sccl(args) -> int:
+    from .synthesis import pareto_synthesize, synthesize
+
+    topo = load_topology(args.topology)
+    if args.pareto:
+        return _synth_pareto(args, topo, pareto_synthesize)
+    if args.chunks is None or args.steps is None:
+        raise SimcollError("synth sccl needs --chunks and --steps (or --pareto)")
+    result = synthesize(
+        topo,
+        args.collective,
+        args.chunks,
+        args.steps,
+        args.rounds,
+        backend=args.backend,
+        time_limit_s=args.time_limit,
+        root=args.root,
+    )
+    if result.algorithm is not None and args.output:
+        result.algorithm.save(args.output)
+    _print_json({**result.to_dict(), **({"output": args.output} if args.output and result.algorithm else {})})
+    return 0
+
+
+def _synth_pareto(args, topo, pareto_synthesize) -> int:
+    queries, frontier = [], []
+    print(f"SCCL Pareto search: {args.collective} on {topo.name}, k={args.k}, backend {args.backend}", file=sys.stderr)
+    for point in pareto_synthesize(
+        topo,
+        args.collective,
+        k=args.k,
+        backend=args.backend,
+        time_limit_s=args.time_limit,
+        max_steps=args.max_steps,
+        root=args.root,
+    ):
+        row = {**point.result.to_dict(), "rounds_per_chunk": str(point.rounds_per_chunk), "optimal": point.optimal}
+        queries.append(row)
+        mark = "  <- Pareto-optimal" if point.optimal else ""
+        print(
+            f"  C={row['chunks']:<3} S={row['steps']:<3} R={row['rounds']:<3} R/C={row['rounds_per_chunk']:<6} "
+            f"{row['status']:<7} {row['time_s']:.2f} s{mark}",
+            file=sys.stderr,
+            flush=True,
+        )
+        if point.result.status == "sat":
+            frontier.append(row)
+    if args.json:
+        _print_json({"topology": topo.name, "collective": args.collective, "frontier": frontier, "queries": queries})
+    else:
+        print("frontier (C, S, R, R/C, time):")
+        for row in frontier:
+            print(
+                f"  ({row['chunks']}, {row['steps']}, {row['rounds']})  R/C={row['rounds_per_chunk']}  {row['time_s']:.2f} s"
+            )
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="simcoll", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"simcoll {__version__}")
@@ -301,6 +360,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--root", type=int, help="root rank of broadcast, reduce, gather, scatter (default 0)")
     p.add_argument("--option", action="append", metavar="K=V", help="generator option, repeatable")
     p.add_argument("-o", "--output", help="write the Algorithm JSON here")
+
+    synth = sub.add_parser("synth", help="synthesize algorithms with a solver").add_subparsers(
+        dest="synth", required=True
+    )
+    p = add(synth, "sccl", cmd_synth_sccl, "SCCL synthesis: one (C, S, R) query, or the Pareto frontier")
+    p.add_argument("--topology", "-t", required=True)
+    p.add_argument("--collective", "-c", required=True)
+    p.add_argument("--chunks", type=int, help="C, chunks per rank's buffer as in SCCL's tables")
+    p.add_argument("--steps", type=int, help="S")
+    p.add_argument("--rounds", type=int, help="R (default: S)")
+    p.add_argument("--root", type=int, help="root rank of rooted collectives (default 0)")
+    p.add_argument("--backend", default="cpsat", help="cpsat (default), z3 or z3-pb")
+    p.add_argument("--time-limit", type=float, default=60.0, help="seconds per solver query (default 60)")
+    p.add_argument("-o", "--output", help="write the synthesized Algorithm JSON here")
+    p.add_argument("--pareto", action="store_true", help="SCCL Algorithm 1: the Pareto frontier")
+    p.add_argument("--k", type=int, default=0, help="k of k-synchronous (R <= S + k) for --pareto (default 0)")
+    p.add_argument("--max-steps", type=int, help="--pareto gives up after this many steps")
 
     p = add(sub, "compare", cmd_compare, "every applicable algorithm across buffer sizes (the main job)")
     p.add_argument("--topology", "-t", default="dgx1")

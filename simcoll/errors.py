@@ -31,6 +31,11 @@ class NotApplicableError(SimcollError):
     """An algorithm generator does not apply to the given machine or collective."""
 
 
+class SynthesisError(SimcollError):
+    """A synthesis instance is malformed (bad steps, rounds, chunks or bandwidth
+    relation); a solver's "unsat" or "unknown" is an answer, not an error."""
+
+
 class VerificationError(SimcollError):
     """An Algorithm or Program does not implement its collective.
 

@@ -1,26 +1,49 @@
-"""Ring algorithms: Allgather, ReduceScatter and Allreduce on one logical ring.
+"""Ring algorithms: one ring, a bidirectional ring, and several edge-disjoint rings.
 
-The ring visits every GPU once over links of the topology (a Hamiltonian
-cycle of the logical GPU graph). Ring Allreduce is ReduceScatter followed by
-Allgather (Patarasuk & Yuan; NV-Group §3.1.1), as NCCL implements it.
+A ring visits every GPU once over routes of the topology (a Hamiltonian cycle
+of the logical GPU graph).
+
+- Allgather passes each rank's block around the ring; ReduceScatter passes
+  partial sums around it; Allreduce is ReduceScatter followed by Allgather
+  (Patarasuk & Yuan; NV-Group §3.1.1), as NCCL implements it.
+- Broadcast and Reduce are a pipelined chain along the ring starting (or
+  ending) at the root, as NCCL's ring Broadcast and Reduce (SCCL §5.3).
+- The buffer may be split over several rings that run at once: the two
+  directions of one ring (``bidirectional-ring``), or a set of rings that
+  together respect the topology's bandwidth relation (``multi-ring``), which
+  on the DGX-1 are NCCL's six logical rings (SCCL §2.2, §2.4, Table 3).
+
+Chunks are dealt to rings round-robin by their index within a rank's block
+(Allgather, ReduceScatter) or within the buffer (Allreduce, Broadcast,
+Reduce), so every ring carries an equal share when the chunk factor allows.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ..algorithm import Algorithm, Transfer
 from ..collectives import Collective
 from ..errors import NotApplicableError
-from ..routes import Routes
+from ..routes import Routes, bandwidth_relation
 from ..topology import Topology
 from .common import block_chunks, finish, require
-from .registry import Generator, Option, int_list
+from .registry import Generator, Option, int_list, positive_int
 
 SEARCH_TIME_LIMIT_S = 5.0
 
+#: NCCL runs six logical rings on a DGX-1 (SCCL §2.2); multi-ring's default
+#: chunk factor gives each of them one chunk per block.
+NCCL_DGX1_RINGS = 6
 
+#: A safety cap on multi-ring's search (a DGX H100 carries 18 rings).
+MAX_RINGS = 64
+
+Blocks = Callable[[int], Sequence[int]]
+
+
+# -- finding rings ----------------------------------------------------------------
 def find_ring(topology: Topology, routes: Routes | None = None, time_limit_s: float = SEARCH_TIME_LIMIT_S) -> list[int]:
     """A Hamiltonian cycle of ranks over the topology's routes, preferring
     pairs joined by more direct links; rank order 0..P-1 if it is one.
@@ -62,6 +85,160 @@ def find_ring(topology: Topology, routes: Routes | None = None, time_limit_s: fl
     return path
 
 
+class _Capacity:
+    """What the bandwidth relation still allows once some rings are placed, each
+    ring sending one chunk per round over each of its P rank pairs.
+
+    A pair joined by k direct links carries k rings; a pair joined through a
+    switch or a network counts against its ranks' (and nodes') egress and
+    ingress constraints. Constraints of capacity 0 are unlimited, as in
+    :func:`~simcoll.algorithms.common.minimal_rounds`.
+    """
+
+    def __init__(self, topology: Topology, routes: Routes):
+        self.routes = routes
+        relation = [c for c in bandwidth_relation(topology, routes) if c.chunks_per_round]
+        self.left = [c.chunks_per_round for c in relation]
+        self.constraints_of: dict[tuple[int, int], list[int]] = {}
+        for i, c in enumerate(relation):
+            for pair in c.links:
+                self.constraints_of.setdefault(pair, []).append(i)
+        self.load: dict[tuple[int, int], int] = {}
+
+    def slack(self, a: int, b: int) -> int:
+        """How many more rings may use the pair a -> b (0: none, or no route)."""
+        if not self.routes.connected(a, b):
+            return 0
+        return min((self.left[i] for i in self.constraints_of.get((a, b), ())), default=1 << 30)
+
+    def take(self, a: int, b: int, n: int = 1) -> None:
+        for i in self.constraints_of.get((a, b), ()):
+            self.left[i] -= n
+        self.load[(a, b)] = self.load.get((a, b), 0) + n
+
+    def fits(self, ring: Sequence[int]) -> bool:
+        pairs = _pairs(ring)
+        for pair in pairs:
+            self.take(*pair)
+        ok = all(left >= 0 for left in self.left)
+        for pair in pairs:
+            self.take(*pair, -1)
+        return ok and all(self.routes.connected(a, b) for a, b in pairs)
+
+    def place(self, ring: Sequence[int]) -> None:
+        for pair in _pairs(ring):
+            self.take(*pair)
+
+
+def _pairs(ring: Sequence[int]) -> list[tuple[int, int]]:
+    p = len(ring)
+    return [(ring[i], ring[(i + 1) % p]) for i in range(p)] if p > 1 else []
+
+
+def _reverse(ring: Sequence[int]) -> list[int]:
+    """The same cycle travelled the other way, still starting at ``ring[0]``."""
+    return [ring[0], *reversed(ring[1:])]
+
+
+def _search_ring(capacity: _Capacity, p: int, deadline: float, budget: int | None) -> list[int] | None:
+    """Depth-first search for a Hamiltonian cycle within ``capacity``: most
+    slack first (double NVLinks before single ones), then the pairs fewest
+    placed rings use (so a new ring spreads over fresh links), then the
+    lowest rank. ``None`` when none exists or ``budget`` expansions run out;
+    :class:`TimeoutError` past ``deadline``."""
+    if any(
+        not any(capacity.slack(r, d) for d in range(p)) or not any(capacity.slack(d, r) for d in range(p))
+        for r in range(p)
+    ):
+        return None  # some rank can no longer send or receive
+    path, visited = [0], {0}
+    expansions = 0
+
+    def order(a: int) -> list[int]:
+        candidates = [d for d in range(p) if d not in visited and capacity.slack(a, d) > 0]
+        return sorted(candidates, key=lambda d: (-capacity.slack(a, d), capacity.load.get((a, d), 0), d))
+
+    def extend() -> bool:
+        nonlocal expansions
+        expansions += 1
+        if budget is not None and expansions > budget:
+            return False
+        if time.monotonic() > deadline:
+            raise TimeoutError
+        if len(path) == p:
+            return capacity.slack(path[-1], 0) > 0
+        # Prune: rank 0 must still be reachable from some rank left to visit.
+        if not any(capacity.slack(d, 0) > 0 for d in range(p) if d not in visited or d == path[-1]):
+            return False
+        for nxt in order(path[-1]):
+            tail = path[-1]
+            capacity.take(tail, nxt)
+            path.append(nxt)
+            visited.add(nxt)
+            closed = extend()
+            capacity.take(tail, nxt, -1)
+            if closed:
+                return True
+            path.pop()
+            visited.discard(nxt)
+        return False
+
+    return list(path) if extend() else None
+
+
+def find_rings(
+    topology: Topology,
+    routes: Routes | None = None,
+    limit: int | None = None,
+    time_limit_s: float = SEARCH_TIME_LIMIT_S,
+) -> list[list[int]]:
+    """Rings (each a Hamiltonian cycle of ranks) that can all run at once, one
+    chunk per round on each of their pairs, within the topology's bandwidth
+    relation: a pair of GPUs joined by two NVLinks carries two rings.
+
+    Greedy: find a ring, add it and its reverse, repeat on the capacity left,
+    until ``limit`` rings (at most :data:`MAX_RINGS`) or no ring fits. On the
+    DGX-1 this gives the six logical rings of SCCL §2.2: the double-NVLink
+    cycle twice in each direction and the single-NVLink cycle in each direction.
+
+    Raises :class:`NotApplicableError` when there is no ring at all or none is
+    found within ``time_limit_s``; later rings get a bounded search (a greedy
+    set is not always the largest).
+
+    >>> from simcoll import load_topology
+    >>> len(find_rings(load_topology("dgx1")))
+    6
+    """
+    routes = routes or Routes(topology)
+    p = topology.num_ranks
+    if p == 1:
+        return [[0]]
+    limit = min(limit, MAX_RINGS) if limit is not None else MAX_RINGS
+    capacity = _Capacity(topology, routes)
+    deadline = time.monotonic() + time_limit_s
+    first = list(range(p)) if capacity.fits(list(range(p))) else None
+    try:
+        first = first or _search_ring(capacity, p, deadline, budget=None)
+    except TimeoutError:
+        raise NotApplicableError(f"{topology.name}: no ring found within {time_limit_s:g} s") from None
+    if first is None:
+        raise NotApplicableError(
+            f"{topology.name} has no Hamiltonian cycle over its GPU routes (within their bandwidth), so no ring exists"
+        )
+    rings: list[list[int]] = []
+    found: list[int] | None = first
+    while found is not None and len(rings) < limit:
+        for candidate in (found, _reverse(found)):
+            if len(rings) < limit and capacity.fits(candidate):
+                capacity.place(candidate)
+                rings.append(candidate)
+        try:
+            found = _search_ring(capacity, p, deadline, budget=50 * p) if len(rings) < limit else None
+        except TimeoutError:
+            found = None
+    return rings
+
+
 def _check_ring(topology: Topology, routes: Routes, ring: Sequence[int]) -> list[int]:
     p = topology.num_ranks
     ring = list(ring)
@@ -74,7 +251,8 @@ def _check_ring(topology: Topology, routes: Routes, ring: Sequence[int]) -> list
     return ring
 
 
-def _ring_allgather_steps(collective: Collective, ring: list[int], first_step: int, blocks) -> list[Transfer]:
+# -- schedules on one ring ----------------------------------------------------------
+def _ring_allgather_steps(collective: Collective, ring: list[int], first_step: int, blocks: Blocks) -> list[Transfer]:
     """Each position forwards the block that started k positions behind it."""
     p = len(ring)
     transfers = []
@@ -86,19 +264,78 @@ def _ring_allgather_steps(collective: Collective, ring: list[int], first_step: i
     return transfers
 
 
-def _ring_reducescatter_steps(collective: Collective, ring: list[int]) -> list[Transfer]:
+def _ring_reducescatter_steps(collective: Collective, ring: list[int], blocks: Blocks | None = None) -> list[Transfer]:
     """At step k, position i adds its partial of the block owned k+1 positions
     behind it and passes it on; after P-1 steps each owner holds its block."""
+    blocks = blocks or (lambda owner: block_chunks(collective, owner))
     p = len(ring)
     transfers = []
     for k in range(p - 1):
         for i in range(p):
             owner = ring[(i - k - 1) % p]
-            for c in block_chunks(collective, owner):
+            for c in blocks(owner):
                 transfers.append(Transfer(c, ring[i], ring[(i + 1) % p], "reduce", k))
     return transfers
 
 
+def _chain_steps(path: Sequence[int], slots: Sequence[Sequence[int]], op: str) -> list[Transfer]:
+    """Pipelined chain: the chunks of slot s cross hop h (path[h] -> path[h+1])
+    at step s + h, so hop h works on slot s while hop h+1 works on slot s-1."""
+    return [
+        Transfer(c, path[h], path[h + 1], op, s + h)
+        for h in range(len(path) - 1)
+        for s, slot in enumerate(slots)
+        for c in slot
+    ]
+
+
+def _from_root(ring: Sequence[int], root: int) -> list[int]:
+    """The ring rotated to start at ``root``."""
+    i = list(ring).index(root)
+    return [*ring[i:], *ring[:i]]
+
+
+# -- schedules on several rings at once --------------------------------------------------
+def _rings_transfers(collective: Collective, rings: Sequence[list[int]], slot_size: int = 1) -> list[Transfer]:
+    """Every ring runs the ring algorithm for ``collective`` on its share of
+    the chunks (module docstring); Broadcast and Reduce move ``slot_size``
+    chunks of a ring per pipeline step."""
+    p, k, name = collective.num_ranks, len(rings), collective.name
+    transfers: list[Transfer] = []
+    if name in ("allgather", "reducescatter"):
+        # Block chunk i*P + n belongs to ring i mod k.
+        layout = collective.input_layout if name == "allgather" else collective.output_layout
+        for j, order in enumerate(rings):
+            share = {owner: [c for c in layout[owner] if (c // p) % k == j] for owner in range(p)}
+            if name == "allgather":
+                transfers += _ring_allgather_steps(collective, order, 0, share.__getitem__)
+            else:
+                transfers += _ring_reducescatter_steps(collective, order, share.__getitem__)
+    elif name == "allreduce":
+        # Buffer chunk c belongs to ring c mod k; the ring splits its chunks into P blocks.
+        for j, order in enumerate(rings):
+            share: dict[int, list[int]] = {owner: [] for owner in range(p)}
+            for c in range(j, collective.num_chunks, k):
+                share[(c // k) % p].append(c)
+            transfers += _ring_reducescatter_steps(collective, order, share.__getitem__)
+            transfers += _ring_allgather_steps(collective, order, p - 1, share.__getitem__)
+    else:  # broadcast, reduce: buffer chunk c belongs to ring c mod k
+        for j, order in enumerate(rings):
+            mine = list(range(j, collective.num_chunks, k))
+            slots = [mine[i : i + slot_size] for i in range(0, len(mine), slot_size)]
+            path = _from_root(order, collective.root)
+            if name == "broadcast":
+                transfers += _chain_steps(path, slots, "copy")
+            else:  # NCCL's ring Reduce: from the root's successor round to the root
+                transfers += _chain_steps([*path[1:], path[0]], slots, "reduce")
+    return transfers
+
+
+def _ring_order(topology: Topology, routes: Routes, ring: Sequence[int] | None) -> list[int]:
+    return _check_ring(topology, routes, ring) if ring is not None else find_ring(topology, routes)
+
+
+# -- single ring ---------------------------------------------------------------------
 def ring_allgather(topology: Topology, collective: Collective, ring: Sequence[int] | None = None) -> Algorithm:
     """Ring Allgather: P-1 steps, each rank forwarding to its successor the
     block it received in the previous step.
@@ -111,7 +348,7 @@ def ring_allgather(topology: Topology, collective: Collective, ring: Sequence[in
     """
     require(collective, topology, ("allgather",), "ring")
     routes = Routes(topology)
-    order = _check_ring(topology, routes, ring) if ring is not None else find_ring(topology, routes)
+    order = _ring_order(topology, routes, ring)
     transfers = _ring_allgather_steps(collective, order, 0, lambda owner: collective.input_layout[owner])
     return finish("ring", collective, topology, transfers, routes, ring=order)
 
@@ -123,7 +360,7 @@ def ring_reducescatter(topology: Topology, collective: Collective, ring: Sequenc
     """
     require(collective, topology, ("reducescatter",), "ring")
     routes = Routes(topology)
-    order = _check_ring(topology, routes, ring) if ring is not None else find_ring(topology, routes)
+    order = _ring_order(topology, routes, ring)
     transfers = _ring_reducescatter_steps(collective, order)
     return finish("ring", collective, topology, transfers, routes, ring=order)
 
@@ -138,7 +375,7 @@ def ring_allreduce(topology: Topology, collective: Collective, ring: Sequence[in
     """
     require(collective, topology, ("allreduce",), "ring")
     routes = Routes(topology)
-    order = _check_ring(topology, routes, ring) if ring is not None else find_ring(topology, routes)
+    order = _ring_order(topology, routes, ring)
     p = len(order)
     transfers = _ring_reducescatter_steps(collective, order)
     # After the ReduceScatter, position i holds the reduced block of ring[i].
@@ -146,19 +383,195 @@ def ring_allreduce(topology: Topology, collective: Collective, ring: Sequence[in
     return finish("ring", collective, topology, transfers, routes, ring=order)
 
 
+def ring_broadcast(topology: Topology, collective: Collective, ring: Sequence[int] | None = None) -> Algorithm:
+    """Pipelined ring Broadcast (NCCL's ring Broadcast, SCCL §5.3 and Table 3
+    for one ring): the root sends the C chunks one per step to its successor,
+    each rank forwards what it received; P+C-2 steps.
+
+    Cost: ``(P+C-2)(α + M/(C·B))``.
+
+    >>> from simcoll import load_topology, make_collective
+    >>> ring_broadcast(load_topology("ring:4"), make_collective("broadcast", 4, 3, root=2)).steps
+    5
+    """
+    require(collective, topology, ("broadcast",), "ring")
+    routes = Routes(topology)
+    order = _ring_order(topology, routes, ring)
+    return finish("ring", collective, topology, _rings_transfers(collective, [order]), routes, ring=order)
+
+
+def ring_reduce(topology: Topology, collective: Collective, ring: Sequence[int] | None = None) -> Algorithm:
+    """Pipelined ring Reduce (NCCL's ring Reduce): a chain from the root's
+    successor round the ring to the root; each rank adds its contribution of a
+    chunk and passes it on, one chunk per step; P+C-2 steps.
+
+    Cost: ``(P+C-2)(α + M/(C·B) + T_R(M/C))``.
+    """
+    require(collective, topology, ("reduce",), "ring")
+    routes = Routes(topology)
+    order = _ring_order(topology, routes, ring)
+    return finish("ring", collective, topology, _rings_transfers(collective, [order]), routes, ring=order)
+
+
+RING_BUILDERS = {
+    "allgather": ring_allgather,
+    "reducescatter": ring_reducescatter,
+    "allreduce": ring_allreduce,
+    "broadcast": ring_broadcast,
+    "reduce": ring_reduce,
+}
+
+
 def ring(topology: Topology, collective: Collective, ring: Sequence[int] | None = None) -> Algorithm:
-    """Ring algorithm for Allgather, ReduceScatter or Allreduce."""
-    builders = {"allgather": ring_allgather, "reducescatter": ring_reducescatter, "allreduce": ring_allreduce}
-    require(collective, topology, builders, "ring")
-    return builders[collective.name](topology, collective, ring)
+    """Ring algorithm for Allgather, ReduceScatter, Allreduce (NV-Group eqs.
+    1-3), and the pipelined ring chain for Broadcast and Reduce.
+
+    >>> from simcoll import load_topology, make_collective
+    >>> a = ring(load_topology("dgx1"), make_collective("allgather", 8))
+    >>> (a.chunks, a.steps, a.rounds)
+    (1, 7, 7)
+    """
+    require(collective, topology, RING_BUILDERS, "ring")
+    return RING_BUILDERS[collective.name](topology, collective, ring)
+
+
+def _ring_chunks(collective: str, num_ranks: int) -> int:
+    """One block per rank for Allreduce; a P-deep pipeline for Broadcast and Reduce."""
+    return num_ranks if collective in ("allreduce", "broadcast", "reduce") else 1
+
+
+# -- bidirectional ring ----------------------------------------------------------------
+def bidirectional_ring(topology: Topology, collective: Collective, ring: Sequence[int] | None = None) -> Algorithm:
+    """Bidirectional ring: the buffer is split in two halves (chunks dealt
+    alternately), one running the ring algorithm clockwise, the other
+    counter-clockwise, so every ring link carries data both ways (NCCL's rings
+    in both directions, SCCL §2.2). Same steps as one ring, half the
+    bandwidth term on a ring whose links are full duplex:
+
+    - Allgather ``(P-1)(α + M/(2P·B))``;
+    - ReduceScatter ``(P-1)(α + M/(2P·B) + T_R(M/(2P)))``;
+    - Allreduce the sum of the two (C = 2P gives each direction one chunk per block).
+
+    >>> from simcoll import load_topology, make_collective
+    >>> a = bidirectional_ring(load_topology("ring:4"), make_collective("allgather", 4, 2))
+    >>> (a.chunks, a.steps, a.rounds)
+    (2, 3, 3)
+    """
+    require(collective, topology, ("allgather", "reducescatter", "allreduce"), "bidirectional-ring")
+    routes = Routes(topology)
+    order = _ring_order(topology, routes, ring)
+    backward = _reverse(order)
+    for a, b in _pairs(backward):
+        if not routes.connected(a, b):
+            raise NotApplicableError(
+                f"bidirectional-ring: {topology.name} has no route from rank {a} to rank {b}, "
+                f"so ring {order} cannot run backwards"
+            )
+    transfers = _rings_transfers(collective, [order, backward])
+    return finish("bidirectional-ring", collective, topology, transfers, routes, ring=order)
+
+
+def _bidirectional_chunks(collective: str, num_ranks: int) -> int:
+    """One chunk per direction (per block, for Allreduce)."""
+    return 2 * num_ranks if collective == "allreduce" else 2
+
+
+# -- multi-ring ------------------------------------------------------------------------
+def multi_ring(topology: Topology, collective: Collective, rings: int | None = None, m: int | None = None) -> Algorithm:
+    """Multi-ring: the rings of :func:`find_rings` (NCCL's channels; on the
+    DGX-1 the six logical rings of SCCL §2.2) run at once, each on its share of
+    the chunks, dealt round-robin.
+
+    On the DGX-1 (SCCL Table 3; costs from SCCL §2.4 and §5.3, L a rank's
+    input bytes):
+
+    - Allgather, ReduceScatter: (C, S, R) = (6, 7, 7); ``7α + (7/6)·L·β``.
+    - Allreduce: (48, 14, 14), 6 rings × 8 blocks (ReduceScatter then Allgather).
+    - Broadcast, Reduce, pipelined with ``m`` steps of chunks per ring:
+      (6m, 6+m, 6+m); ``(6+m)·α + (6+m)/(6m)·L·β``.
+
+    In general, k rings whose pairs each have their own links of bandwidth B
+    give Allgather ``(P-1)(α + M/(k·P·B))`` and Broadcast
+    ``(P+m-2)(α + M/(k·m·B))``.
+
+    Options: ``rings``, how many rings to use (default: as many as are found,
+    at most one per chunk); ``m``, for Broadcast and Reduce, how many pipeline
+    steps each ring's share is cut into (default: one chunk per step; the chunk
+    factor must then be a multiple of rings × m).
+
+    >>> from simcoll import load_topology, make_collective
+    >>> a = multi_ring(load_topology("dgx1"), make_collective("allreduce", 8, 48))
+    >>> (a.chunks, a.steps, a.rounds)
+    (48, 14, 14)
+    """
+    require(collective, topology, RING_BUILDERS, "multi-ring")
+    if m is not None and collective.name not in ("broadcast", "reduce"):
+        raise NotApplicableError(
+            f"multi-ring: option m (pipeline steps) is for broadcast and reduce, not {collective.name}"
+        )
+    for option, value in (("rings", rings), ("m", m)):
+        if value is not None and (not isinstance(value, int) or value < 1):
+            raise NotApplicableError(f"multi-ring: option {option} must be a positive integer, got {value!r}")
+    chunks = collective.chunk_factor
+    if rings is not None and m is None and rings > chunks:
+        raise NotApplicableError(f"multi-ring: {rings} rings need at least {rings} chunks, got chunk factor {chunks}")
+    routes = Routes(topology)
+    # Without m, a ring with no chunk to carry is of no use; with m, the chunk factor must fit the rings found.
+    found = find_rings(topology, routes, limit=rings or (None if m is not None else chunks))
+    if rings is not None and rings > len(found):
+        raise NotApplicableError(
+            f"multi-ring: {rings} rings asked for, but only {len(found)} fit {topology.name}'s links"
+        )
+    slot_size = 1
+    if m is not None:
+        if collective.num_chunks % (len(found) * m):
+            raise NotApplicableError(
+                f"multi-ring: {len(found)} rings × m={m} pipeline steps need a chunk factor that is a multiple of "
+                f"{len(found) * m}, got {collective.chunk_factor}"
+            )
+        slot_size = collective.num_chunks // (len(found) * m)
+    transfers = _rings_transfers(collective, found, slot_size)
+    extra = {"m": m} if m is not None else {}
+    return finish("multi-ring", collective, topology, transfers, routes, rings=found, **extra)
+
+
+def _multi_ring_chunks(collective: str, num_ranks: int) -> int:
+    """SCCL Table 3's point on the DGX-1: one chunk per ring (per block of
+    each ring, for Allreduce), for NCCL's six rings."""
+    return NCCL_DGX1_RINGS * num_ranks if collective == "allreduce" else NCCL_DGX1_RINGS
 
 
 GENERATORS = (
     Generator(
         "ring",
         ring,
-        ("allgather", "reducescatter", "allreduce"),
-        "single logical ring over a Hamiltonian cycle of the GPU links (NV-Group eqs. 1-3)",
+        tuple(RING_BUILDERS),
+        "single logical ring over a Hamiltonian cycle of the GPU links (NV-Group eqs. 1-3); "
+        "pipelined ring chain for Broadcast and Reduce",
         {"ring": Option("comma-separated rank order, e.g. 0,3,2,1,5,6,7,4 (default: found automatically)", int_list)},
+        chunks=_ring_chunks,
+    ),
+    Generator(
+        "bidirectional-ring",
+        bidirectional_ring,
+        ("allgather", "reducescatter", "allreduce"),
+        "half the buffer on a ring, half on the same ring backwards (both directions of every link)",
+        {"ring": Option("comma-separated rank order of the forward ring (default: found automatically)", int_list)},
+        chunks=_bidirectional_chunks,
+    ),
+    Generator(
+        "multi-ring",
+        multi_ring,
+        tuple(RING_BUILDERS),
+        "edge-disjoint rings found in the topology, the buffer split over them "
+        "(NCCL's six rings on DGX-1, SCCL §2.2 and Table 3)",
+        {
+            "rings": Option("number of rings to use (default: as many as fit the links)", positive_int),
+            "m": Option(
+                "Broadcast/Reduce: pipeline steps per ring; the chunk factor must be a multiple of rings × m",
+                positive_int,
+            ),
+        },
+        chunks=_multi_ring_chunks,
     ),
 )

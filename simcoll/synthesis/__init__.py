@@ -1,0 +1,36 @@
+"""Synthesizers: algorithms found by solvers rather than written by hand.
+
+- :mod:`~simcoll.synthesis.sccl`: SCCL (PPoPP'21), Pareto-optimal
+  k-synchronous algorithms, with a Z3 and an OR-Tools CP-SAT backend.
+
+Synthesizers produce :class:`~simcoll.algorithm.Algorithm` s and never import
+the simulator.
+"""
+
+from .instance import Instance, reversed_relation
+from .result import SolverOutcome, SynthesisResult
+from .sccl import (
+    BACKENDS,
+    ParetoPoint,
+    bandwidth_bound,
+    inverse_collective,
+    latency_bound,
+    make_target,
+    pareto_synthesize,
+    synthesize,
+)
+
+__all__ = [
+    "BACKENDS",
+    "Instance",
+    "ParetoPoint",
+    "SolverOutcome",
+    "SynthesisResult",
+    "bandwidth_bound",
+    "inverse_collective",
+    "latency_bound",
+    "make_target",
+    "pareto_synthesize",
+    "reversed_relation",
+    "synthesize",
+]

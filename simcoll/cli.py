@@ -175,10 +175,12 @@ def cmd_algo_list(args) -> int:
     if args.json:
         _print_json(rows)
         return 0
+    width = max(len(row["name"]) for row in rows)
     for row in rows:
-        print(f"{row['name']:<8} {', '.join(row['collectives']):<36} {row['summary']}")
+        print(f"{row['name']:<{width}}  {', '.join(row['collectives'])}")
+        print(f"{'':<{width}}  {row['summary']}")
         for opt, text in row["options"].items():
-            print(f"{'':8} --option {opt}=...  {text}")
+            print(f"{'':<{width}}  --option {opt}=...  {text}")
     return 0
 
 
@@ -242,16 +244,17 @@ def cmd_compare(args) -> int:
         )
         return 0
     print(f"{args.collective} on {machine.name} (model {machine.model.name}); analytic alpha-beta times")
-    print(f"{'size':>8} {'algorithm':<10} {'time (us)':>12} {'algbw GB/s':>11} {'busbw GB/s':>11} {'bound':>8}")
+    width = max([len("algorithm"), *(len(str(a)) for a in df["algorithm"])])
+    print(f"{'size':>8} {'algorithm':<{width}} {'time (us)':>12} {'algbw GB/s':>11} {'busbw GB/s':>11} {'bound':>8}")
     for _, row in df.iterrows():
         mark = " *" if row["best"] else ""
         print(
-            f"{row['size']:>8} {row['algorithm']:<10} {row['time_us']:>12.2f} {row['algbw_GBps']:>11.2f}"
+            f"{row['size']:>8} {row['algorithm']:<{width}} {row['time_us']:>12.2f} {row['algbw_GBps']:>11.2f}"
             f" {row['busbw_GBps']:>11.2f} {row['algbw_bound_GBps']:>8.1f}{mark}"
         )
     print("* best at that size; bound = algbw upper bound from max-flow cuts")
     for name, reason in skipped.items():
-        print(f"not applicable: {name}: {reason}")
+        print(f"not applicable: {reason if reason.startswith(name + ':') else f'{name}: {reason}'}")
     for path, what in ((args.csv, "CSV"), (args.plot, "plot")):
         if path:
             print(f"wrote {what} to {path}")

@@ -16,16 +16,20 @@ from ..algorithm import Algorithm
 from ..collectives import ROOTED, Collective, canonical_name, make_collective
 from ..errors import NotApplicableError, SimcollError
 from ..topology import Topology
+from . import bruck as _bruck
 from . import direct as _direct
 from . import hiccl as _hiccl
 from . import hierarchical as _hierarchical
+from . import nvgroup as _nvgroup
+from . import recursive as _recursive
 from . import ring as _ring
+from . import trees as _trees
 from .direct import direct
 from .registry import Generator, Option
 from .ring import find_ring, ring, ring_allgather, ring_allreduce, ring_reducescatter
 
 #: Every family module, in the order ``simcoll algo list`` shows them.
-FAMILIES = (_ring, _direct, _hierarchical, _hiccl)
+FAMILIES = (_ring, _trees, _recursive, _bruck, _direct, _hierarchical, _nvgroup, _hiccl)
 
 REGISTRY: dict[str, Generator] = {g.name: g for family in FAMILIES for g in family.GENERATORS}
 

@@ -1,10 +1,12 @@
 """Helpers shared by algorithm generators: checking that a generator applies,
-blocks of chunks, and the fewest rounds per step the topology allows."""
+blocks of chunks, the fewest rounds per step the topology allows, and the
+ring/chain search."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable, Sequence
 
 from ..algorithm import Algorithm, Transfer, constraint_loads
 from ..collectives import Collective
@@ -63,3 +65,37 @@ def finish(
         topology=topology.name,
         metadata={"generator": name, **metadata},
     )
+
+
+def hamiltonian_path(
+    start: int,
+    neighbours: Callable[[int], Sequence[int]],
+    size: int,
+    close: Callable[[int, int], bool] | None = None,
+    time_limit_s: float = 5.0,
+    what: str = "ring",
+) -> list[int] | None:
+    """Depth-first search for a path of ``size`` distinct nodes from ``start``,
+    trying ``neighbours(node)`` in the order given; with ``close``, the last
+    node must also reach ``start`` (a cycle). ``None`` when none exists; raises
+    :class:`NotApplicableError` when ``time_limit_s`` runs out first (the search
+    is exponential in the worst case)."""
+    deadline = time.monotonic() + time_limit_s
+    path, used = [start], {start}
+
+    def extend() -> bool:
+        if time.monotonic() > deadline:
+            raise NotApplicableError(f"no {what} found within {time_limit_s:g} s")
+        if len(path) == size:
+            return close is None or close(path[-1], start)
+        for nxt in neighbours(path[-1]):
+            if nxt not in used:
+                path.append(nxt)
+                used.add(nxt)
+                if extend():
+                    return True
+                path.pop()
+                used.discard(nxt)
+        return False
+
+    return list(path) if extend() else None

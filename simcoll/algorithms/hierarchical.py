@@ -20,7 +20,6 @@ inter-node pair, and ``T_R(n)`` the time to reduce ``n`` bytes.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -30,7 +29,7 @@ from ..collectives import Collective
 from ..errors import NotApplicableError
 from ..routes import Routes
 from ..topology import Topology
-from .common import finish, require
+from .common import finish, hamiltonian_path, require
 from .registry import Generator, Option, positive_int
 
 RING_SEARCH_TIME_LIMIT_S = 2.0
@@ -114,25 +113,11 @@ def _ring_order(
         )
         for a in ranks
     }
-    deadline = time.monotonic() + time_limit_s
-    path, used = [ranks[0]], {ranks[0]}
-
-    def extend() -> bool:
-        if time.monotonic() > deadline:
-            raise NotApplicableError(f"{algorithm}: no ring through ranks {list(ranks)} found in {time_limit_s:g} s")
-        if len(path) == n:
-            return routes.connected(path[-1], path[0])
-        for nxt in neighbours[path[-1]]:
-            if nxt not in used:
-                path.append(nxt)
-                used.add(nxt)
-                if extend():
-                    return True
-                path.pop()
-                used.discard(nxt)
-        return False
-
-    if not extend():
+    try:
+        path = hamiltonian_path(ranks[0], neighbours.__getitem__, n, routes.connected, time_limit_s)
+    except NotApplicableError as exc:
+        raise NotApplicableError(f"{algorithm}: ranks {list(ranks)}: {exc}") from None
+    if path is None:
         raise NotApplicableError(f"{algorithm}: no ring through ranks {list(ranks)} over the topology's routes")
     return path
 

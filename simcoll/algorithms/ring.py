@@ -28,7 +28,7 @@ from ..collectives import Collective
 from ..errors import NotApplicableError
 from ..routes import Routes, bandwidth_relation
 from ..topology import Topology
-from .common import block_chunks, finish, require
+from .common import block_chunks, finish, hamiltonian_path, require
 from .registry import Generator, Option, int_list, positive_int
 
 SEARCH_TIME_LIMIT_S = 5.0
@@ -62,25 +62,11 @@ def find_ring(topology: Topology, routes: Routes | None = None, time_limit_s: fl
         r: sorted((d for d in range(p) if routes.connected(r, d)), key=lambda d: (-routes.direct_links(r, d), d))
         for r in range(p)
     }
-    deadline = time.monotonic() + time_limit_s
-    path, used = [0], {0}
-
-    def extend() -> bool:
-        if time.monotonic() > deadline:
-            raise NotApplicableError(f"{topology.name}: no ring found within {time_limit_s:g} s")
-        if len(path) == p:
-            return routes.connected(path[-1], path[0])
-        for nxt in neighbours[path[-1]]:
-            if nxt not in used:
-                path.append(nxt)
-                used.add(nxt)
-                if extend():
-                    return True
-                path.pop()
-                used.discard(nxt)
-        return False
-
-    if not extend():
+    try:
+        path = hamiltonian_path(0, neighbours.__getitem__, p, routes.connected, time_limit_s)
+    except NotApplicableError as exc:
+        raise NotApplicableError(f"{topology.name}: {exc}") from None
+    if path is None:
         raise NotApplicableError(f"{topology.name} has no Hamiltonian cycle over its GPU links, so no ring exists")
     return path
 

@@ -17,7 +17,6 @@ ranks its tree needs that the topology gives no route between.
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Iterable, Sequence
 
 from ..algorithm import Algorithm, Transfer
@@ -25,7 +24,7 @@ from ..collectives import Collective
 from ..errors import NotApplicableError
 from ..routes import Routes
 from ..topology import Topology
-from .common import finish, require
+from .common import finish, hamiltonian_path, require
 from .registry import Generator, Option, int_list
 
 PATH_SEARCH_TIME_LIMIT_S = 5.0
@@ -181,29 +180,15 @@ def _find_path(topology: Topology, routes: Routes, start: int) -> list[int]:
     natural = [(start + i) % p for i in range(p)]
     if all(linked(a, b) for a, b in zip(natural, natural[1:], strict=False)):
         return natural
-    deadline = time.monotonic() + PATH_SEARCH_TIME_LIMIT_S
-    path, used = [start], {start}
 
-    def extend() -> bool:
-        if time.monotonic() > deadline:
-            raise NotApplicableError(f"chain: no path through every rank found within {PATH_SEARCH_TIME_LIMIT_S:g} s")
-        if len(path) == p:
-            return True
-        here = path[-1]
-        options = sorted(
-            (d for d in range(p) if d not in used and linked(here, d)),
-            key=lambda d: (-routes.direct_links(here, d), d),
-        )
-        for nxt in options:
-            path.append(nxt)
-            used.add(nxt)
-            if extend():
-                return True
-            path.pop()
-            used.discard(nxt)
-        return False
+    def options(here: int) -> list[int]:
+        return sorted((d for d in range(p) if linked(here, d)), key=lambda d: (-routes.direct_links(here, d), d))
 
-    if not extend():
+    try:
+        path = hamiltonian_path(start, options, p, time_limit_s=PATH_SEARCH_TIME_LIMIT_S, what="chain")
+    except NotApplicableError as exc:
+        raise NotApplicableError(f"chain: {topology.name}: {exc}") from None
+    if path is None:
         raise NotApplicableError(f"chain: {topology.name} has no path through every rank starting at rank {start}")
     return path
 

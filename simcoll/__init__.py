@@ -38,6 +38,7 @@ from .errors import (
     ModelError,
     NotApplicableError,
     SimcollError,
+    SynthesisError,
     TopologyError,
     VerificationError,
 )
@@ -69,6 +70,7 @@ __all__ = [
     "Ref",
     "Routes",
     "SimcollError",
+    "SynthesisError",
     "Topology",
     "TopologyError",
     "Transfer",

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 from ..algorithm import Algorithm, Transfer
 from ..collectives import Collective
-from ..errors import NotApplicableError
 from ..routes import Routes
 from ..topology import Topology
-from .common import finish, require
+from .common import finish, one_message_per_step, require, require_routes
 from .registry import Generator
 
 
@@ -87,12 +86,9 @@ def bruck(topology: Topology, collective: Collective) -> Algorithm:
                         there = (here + (1 << k)) % p
                         transfers += [Transfer(c, here, there, "copy", k) for c in chunks]
     routes = Routes(topology)
-    for src, dst in dict.fromkeys((t.src, t.dst) for t in transfers):
-        if not routes.connected(src, dst):
-            raise NotApplicableError(f"bruck: {topology.name} has no route from rank {src} to rank {dst}")
+    require_routes("bruck", topology, routes, transfers)
     transfers = sorted(transfers, key=lambda t: (t.step, t.src, t.dst))
-    messages = [Transfer(t.chunk, t.src, t.dst, t.op, t.step, group=t.step) for t in transfers]
-    return finish("bruck", collective, topology, messages, routes)
+    return finish("bruck", collective, topology, one_message_per_step(transfers), routes)
 
 
 GENERATORS = (

@@ -99,3 +99,30 @@ def hamiltonian_path(
         return False
 
     return list(path) if extend() else None
+
+
+def require_routes(name: str, topology: Topology, routes: Routes, transfers: Iterable[Transfer]) -> None:
+    """Raise :class:`NotApplicableError` naming the first rank pair the
+    transfers use that has no route."""
+    for src, dst in dict.fromkeys((t.src, t.dst) for t in transfers):
+        if not routes.connected(src, dst):
+            raise NotApplicableError(f"{name}: {topology.name} has no route from rank {src} to rank {dst}")
+
+
+def one_message_per_step(transfers: Iterable[Transfer]) -> list[Transfer]:
+    """What a rank sends to one peer in one step travels as one message (one α)."""
+    return [Transfer(t.chunk, t.src, t.dst, t.op, t.step, group=t.step) for t in transfers]
+
+
+def tree_depths(parent: dict[int, int], root: int) -> dict[int, int]:
+    """Depth of every rank of a tree given as ``{child: parent}`` (root at 0)."""
+    depth = {root: 0}
+
+    def of(rank: int) -> int:
+        if rank not in depth:
+            depth[rank] = of(parent[rank]) + 1
+        return depth[rank]
+
+    for rank in parent:
+        of(rank)
+    return depth

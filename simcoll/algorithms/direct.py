@@ -18,7 +18,7 @@ from ..collectives import Collective
 from ..errors import NotApplicableError
 from ..routes import Routes
 from ..topology import Topology
-from .common import block_chunks, finish, require
+from .common import block_chunks, finish, require, tree_depths
 from .registry import Generator
 
 COLLECTIVES = (
@@ -77,19 +77,6 @@ def shortest_path_trees(
     return trees
 
 
-def _depths(parent: dict[int, int], root: int) -> dict[int, int]:
-    depth = {root: 0}
-
-    def d(n: int) -> int:
-        if n not in depth:
-            depth[n] = d(parent[n]) + 1
-        return depth[n]
-
-    for n in parent:
-        d(n)
-    return depth
-
-
 def _path(parent: dict[int, int], root: int, node: int) -> list[int]:
     """Ranks from ``node`` up to ``root`` (inclusive) along ``parent`` links."""
     path = [node]
@@ -104,7 +91,7 @@ def _broadcast_phase(
     """Each root's chunks go down its out-tree: depth k receives at step k-1."""
     transfers, height = [], 0
     for root, parent in trees.items():
-        depth = _depths(parent, root)
+        depth = tree_depths(parent, root)
         for node, par in parent.items():
             for c in chunks_of(root):
                 transfers.append(Transfer(c, par, node, "copy", first_step + depth[node] - 1))
@@ -117,10 +104,10 @@ def _reduce_phase(
 ) -> tuple[list[Transfer], int]:
     """Each owner's block climbs its in-tree: depth k sends at step H-k, after
     its children (depth k+1, step H-k-1) have reduced into it."""
-    height = max(max(_depths(parent, root).values()) for root, parent in trees.items())
+    height = max(max(tree_depths(parent, root).values()) for root, parent in trees.items())
     transfers = []
     for root, parent in trees.items():
-        depth = _depths(parent, root)
+        depth = tree_depths(parent, root)
         for node, par in parent.items():
             for c in chunks_of(root):
                 transfers.append(Transfer(c, node, par, "reduce", height - depth[node]))

@@ -20,10 +20,9 @@ from collections.abc import Callable, Sequence
 
 from ..algorithm import Algorithm, Transfer
 from ..collectives import Collective
-from ..errors import NotApplicableError
 from ..routes import Routes
 from ..topology import Topology
-from .common import finish, require
+from .common import finish, one_message_per_step, require, require_routes
 from .registry import Generator
 
 
@@ -84,11 +83,8 @@ class _Folding:
 
 def _build(name: str, collective: Collective, topology: Topology, transfers: list[Transfer]) -> Algorithm:
     routes = Routes(topology)
-    for src, dst in dict.fromkeys((t.src, t.dst) for t in transfers):
-        if not routes.connected(src, dst):
-            raise NotApplicableError(f"{name}: {topology.name} has no route from rank {src} to rank {dst}")
-    messages = [Transfer(t.chunk, t.src, t.dst, t.op, t.step, group=t.step) for t in transfers]
-    return finish(name, collective, topology, messages, routes)
+    require_routes(name, topology, routes, transfers)
+    return finish(name, collective, topology, one_message_per_step(transfers), routes)
 
 
 def recursive_doubling(topology: Topology, collective: Collective) -> Algorithm:

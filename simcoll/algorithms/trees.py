@@ -17,14 +17,14 @@ ranks its tree needs that the topology gives no route between.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 from ..algorithm import Algorithm, Transfer
 from ..collectives import Collective
 from ..errors import NotApplicableError
 from ..routes import Routes
 from ..topology import Topology
-from .common import finish, hamiltonian_path, require
+from .common import finish, hamiltonian_path, one_message_per_step, require, require_routes, tree_depths
 from .registry import Generator, Option, int_list
 
 PATH_SEARCH_TIME_LIMIT_S = 5.0
@@ -33,46 +33,22 @@ Tree = dict[int, int]  # child rank -> parent rank
 
 
 # -- helpers shared by the three families ----------------------------------------
-def _require_routes(name: str, topology: Topology, routes: Routes, transfers: Iterable[Transfer]) -> None:
-    for src, dst in dict.fromkeys((t.src, t.dst) for t in transfers):
-        if not routes.connected(src, dst):
-            raise NotApplicableError(f"{name}: {topology.name} has no route from rank {src} to rank {dst}")
-
-
-def _one_message_per_step(transfers: Iterable[Transfer]) -> list[Transfer]:
-    """What a rank sends to one peer in one step travels as one message."""
-    return [Transfer(t.chunk, t.src, t.dst, t.op, t.step, group=t.step) for t in transfers]
-
-
 def _build(name: str, collective: Collective, topology: Topology, transfers: list[Transfer], **metadata) -> Algorithm:
     routes = Routes(topology)
-    _require_routes(name, topology, routes, transfers)
-    return finish(name, collective, topology, _one_message_per_step(transfers), routes, **metadata)
-
-
-def _depths(tree: Tree, top: int) -> dict[int, int]:
-    depth = {top: 0}
-
-    def of(rank: int) -> int:
-        if rank not in depth:
-            depth[rank] = of(tree[rank]) + 1
-        return depth[rank]
-
-    for rank in tree:
-        of(rank)
-    return depth
+    require_routes(name, topology, routes, transfers)
+    return finish(name, collective, topology, one_message_per_step(transfers), routes, **metadata)
 
 
 def tree_height(tree: Tree, top: int) -> int:
     """Hops from ``top`` to the deepest rank of ``tree``."""
-    return max(_depths(tree, top).values())
+    return max(tree_depths(tree, top).values())
 
 
 def _pipelined_reduce(tree: Tree, top: int, chunks: Sequence[int], first_step: int) -> list[Transfer]:
     """Chunk j leaves the ranks at depth δ at step ``first_step + j + height - δ``,
     one step after their children's partials of it arrived; the top holds it
     reduced after step ``first_step + j + height - 1``."""
-    depth = _depths(tree, top)
+    depth = tree_depths(tree, top)
     height = max(depth.values())
     return [
         Transfer(c, rank, parent, "reduce", first_step + j + height - depth[rank])
@@ -83,7 +59,7 @@ def _pipelined_reduce(tree: Tree, top: int, chunks: Sequence[int], first_step: i
 
 def _pipelined_broadcast(tree: Tree, top: int, chunks: Sequence[int], first_step: int) -> list[Transfer]:
     """Chunk j reaches the ranks at depth δ in step ``first_step + j + δ - 1``."""
-    depth = _depths(tree, top)
+    depth = tree_depths(tree, top)
     return [
         Transfer(c, parent, rank, "copy", first_step + j + depth[rank] - 1)
         for j, c in enumerate(chunks)

@@ -20,7 +20,10 @@ from .collectives import make_collective
 from .compare import DEFAULT_SIZES, compare, plot_comparison
 from .errors import SimcollError
 from .fileio import load_schedule
+from .interop.command import register as register_interop
 from .machines import builtin_models, builtin_topologies, load_machine, load_topology
+from .simulator.command import register as register_simulate
+from .synthesis.taccl.command import register as register_taccl
 from .units import parse_size_range
 from .verify import check
 
@@ -320,16 +323,19 @@ def _synth_pareto(args, topo, pareto_synthesize) -> int:
     return 0
 
 
+def add_command(subparsers, name: str, func, help_text: str) -> argparse.ArgumentParser:
+    """Add a sub-command that runs ``func(args)`` and takes ``--json``."""
+    p = subparsers.add_parser(name, help=help_text, description=help_text)
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=func)
+    return p
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="simcoll", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"simcoll {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-
-    def add(subparsers, name, func, help_text):
-        p = subparsers.add_parser(name, help=help_text, description=help_text)
-        p.add_argument("--json", action="store_true", help="machine-readable output")
-        p.set_defaults(func=func)
-        return p
+    add = add_command
 
     topo = sub.add_parser("topo", help="built-in machines: list, show, draw").add_subparsers(dest="topo", required=True)
     add(topo, "list", cmd_topo_list, "list built-in topologies, generators and models")
@@ -380,6 +386,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pareto", action="store_true", help="SCCL Algorithm 1: the Pareto frontier")
     p.add_argument("--k", type=int, default=0, help="k of k-synchronous (R <= S + k) for --pareto (default 0)")
     p.add_argument("--max-steps", type=int, help="--pareto gives up after this many steps")
+    register_taccl(synth, add_command)
 
     p = add(sub, "compare", cmd_compare, "every applicable algorithm across buffer sizes (the main job)")
     p.add_argument("--topology", "-t", default="dgx1")
@@ -388,6 +395,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sizes", default=DEFAULT_SIZES, help="LOW:HIGH doubling, or a comma list (default 1KB:1GB)")
     p.add_argument("--csv", help="write the table as CSV")
     p.add_argument("--plot", help="write algbw vs size as an image")
+
+    register_simulate(sub, add_command)
+    register_interop(sub, add_command)
     return parser
 
 

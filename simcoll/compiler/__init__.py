@@ -1,0 +1,1 @@
+"""Compiler from traced DSL programs and Algorithms to Programs (being written)."""

@@ -1,0 +1,1 @@
+"""GC3/MSCCLang-style chunk DSL (being written)."""

@@ -1,0 +1,1 @@
+"""Interoperability: MSCCL XML and SCCL JSON (being written)."""

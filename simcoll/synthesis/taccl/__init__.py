@@ -1,0 +1,1 @@
+"""TACCL synthesis (being written)."""

@@ -1,0 +1,1 @@
+"""TACCL communication sketches shipped with simcoll (JSON files)."""

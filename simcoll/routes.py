@@ -15,6 +15,7 @@ NVSwitch planes of a DGX-2) are used together.
 
 from __future__ import annotations
 
+import weakref
 from collections import deque
 from dataclasses import dataclass
 
@@ -138,6 +139,11 @@ class Routes:
         return graph
 
 
+# Generators, the verifier and the synthesizers all ask for the relation of the
+# same few topologies; it depends on the topology alone, so keep it per topology.
+_RELATIONS: weakref.WeakKeyDictionary[Topology, tuple[BandwidthConstraint, ...]] = weakref.WeakKeyDictionary()
+
+
 def bandwidth_relation(topology: Topology, routes: Routes | None = None) -> tuple[BandwidthConstraint, ...]:
     """SCCL's bandwidth relation B (§3.2.1) derived from a topology, every link
     carrying one chunk per round:
@@ -148,8 +154,16 @@ def bandwidth_relation(topology: Topology, routes: Routes | None = None) -> tupl
       ``k_out`` / ``k_in`` count its links on those routes;
     - in a multi-node machine, each node's egress and ingress through its
       NICs: ``({(s, d) | s in node, d elsewhere}, links from its NICs)``.
+
+    The result is cached per topology (``routes`` only saves recomputing them).
     """
-    routes = routes or Routes(topology)
+    cached = _RELATIONS.get(topology)
+    if cached is None:
+        cached = _RELATIONS[topology] = _bandwidth_relation(topology, routes or Routes(topology))
+    return cached
+
+
+def _bandwidth_relation(topology: Topology, routes: Routes) -> tuple[BandwidthConstraint, ...]:
     p = topology.num_ranks
     constraints: list[BandwidthConstraint] = []
     via_fabric: dict[int, set[tuple[int, int]]] = {r: set() for r in range(p)}

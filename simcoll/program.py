@@ -70,6 +70,8 @@ INSTRUCTION_OPS = (
 EXECUTOR_KINDS = ("threadblock", "host")
 PROTOCOLS = ("Simple", "LL", "LL128")
 FORMAT_VERSION = 1
+# Optional Program fields carried for runtimes (written to JSON only when set).
+_RUNTIME_FIELDS = ("chunks_per_loop", "declared_channels", "min_bytes", "max_bytes", "outofplace", "reduce_op")
 
 
 @dataclass(frozen=True)
@@ -124,7 +126,16 @@ class RankProgram:
 
 @dataclass(frozen=True)
 class Program:
-    """A lowered collective; see the module docstring."""
+    """A lowered collective; see the module docstring.
+
+    The optional runtime attributes mirror MSCCL XML's ``<algo>`` (FACTS.md;
+    GC3 §6): ``chunks_per_loop`` (``nchunksperloop``, default: the largest
+    input or output buffer), ``declared_channels`` (``nchannels``, default:
+    :attr:`num_channels`), ``min_bytes``/``max_bytes`` (the size range the
+    runtime selects the program for), ``outofplace`` (newer runtimes: whether
+    it may also run out of place; ``collective.inplace`` is ``inplace``) and
+    ``reduce_op`` (``redop``, e.g. ``"sum"``). None means "not stated".
+    """
 
     name: str
     collective: Collective
@@ -134,10 +145,19 @@ class Program:
     tile_bytes: int | None = None
     topology: str | None = None
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    # Optional runtime attributes (MSCCL XML ``<algo>``; None: not stated, the
+    # exporter derives a default). See simcoll.interop.msccl_xml.
+    chunks_per_loop: int | None = None
+    declared_channels: int | None = None
+    min_bytes: int | None = None
+    max_bytes: int | None = None
+    outofplace: bool | None = None
+    reduce_op: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "ranks", tuple(self.ranks))
         self._check_structure()
+        self._check_runtime_attributes()
 
     @property
     def num_ranks(self) -> int:
@@ -175,6 +195,23 @@ class Program:
             steps = {e.id: len(e.instructions) for e in rp.executors}
             for e in rp.executors:
                 self._check_executor(r, rp, e, steps)
+
+    def _check_runtime_attributes(self) -> None:
+        for label in ("chunks_per_loop", "declared_channels", "min_bytes", "max_bytes"):
+            value = getattr(self, label)
+            least = 0 if label.endswith("bytes") else 1
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < least):
+                raise AlgorithmError(f"{self.name}: {label} must be an integer >= {least}, got {value!r}")
+        if self.declared_channels is not None and self.declared_channels < self.num_channels:
+            raise AlgorithmError(
+                f"{self.name}: declared_channels {self.declared_channels} is below the {self.num_channels} channels used"
+            )
+        if self.min_bytes is not None and self.max_bytes is not None and self.max_bytes < self.min_bytes:
+            raise AlgorithmError(f"{self.name}: max_bytes {self.max_bytes} is below min_bytes {self.min_bytes}")
+        if self.outofplace is not None and not isinstance(self.outofplace, bool):
+            raise AlgorithmError(f"{self.name}: outofplace must be true, false or absent, got {self.outofplace!r}")
+        if self.reduce_op is not None and (not isinstance(self.reduce_op, str) or not self.reduce_op):
+            raise AlgorithmError(f"{self.name}: reduce_op must be a non-empty string, got {self.reduce_op!r}")
 
     def _check_executor(self, r: int, rp: RankProgram, e: Executor, steps: Mapping[int, int]) -> None:
         p = self.num_ranks
@@ -270,6 +307,9 @@ class Program:
             out["tile_bytes"] = self.tile_bytes
         if self.metadata:
             out["metadata"] = dict(self.metadata)
+        for key in _RUNTIME_FIELDS:
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
         return out
 
     @classmethod
@@ -320,6 +360,7 @@ class Program:
                 tile_bytes=data.get("tile_bytes"),
                 topology=data.get("topology"),
                 metadata=data.get("metadata", {}),
+                **{key: data.get(key) for key in _RUNTIME_FIELDS},
             )
         except (KeyError, TypeError, IndexError, ValueError) as exc:
             raise AlgorithmError(f"malformed Program JSON: {type(exc).__name__}: {exc}") from None

@@ -1,5 +1,103 @@
-"""Command-line sub-commands of this feature (placeholder: being written)."""
+"""``simcoll export`` and ``simcoll import``: MSCCL XML and SCCL JSON on the
+command line.
+
+- ``simcoll export FILE --format msccl-xml [--dialect classic|newer] -o OUT``:
+  FILE is a Program JSON or MSCCL XML, or an Algorithm (JSON or SCCL JSON),
+  which is first lowered with :func:`simcoll.compiler.lower_algorithm`.
+- ``simcoll import FILE -o OUT.json``: MSCCL XML → Program JSON, SCCL JSON →
+  Algorithm JSON (``--index`` picks one ``<algo>`` of a file holding several).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..algorithm import Algorithm
+from ..errors import AlgorithmError, SimcollError
+from ..fileio import load_schedules
+from .msccl_xml import DEFAULT_DIALECT, DIALECTS, export_msccl_xml
+
+FORMATS = ("msccl-xml",)
+
+
+def _pick(schedules: list, index: int | None, path: str):
+    if index is None:
+        if len(schedules) > 1:
+            raise AlgorithmError(
+                f"{path}: holds {len(schedules)} programs (<algo> elements); choose one with --index 0..{len(schedules) - 1}"
+            )
+        return schedules[0]
+    if not 0 <= index < len(schedules):
+        raise AlgorithmError(f"{path}: --index {index} out of range 0..{len(schedules) - 1}")
+    return schedules[index]
+
+
+def cmd_export(args) -> int:
+    schedule = _pick(load_schedules(args.file), args.index, args.file)
+    lowered = False
+    if isinstance(schedule, Algorithm):
+        try:
+            from ..compiler import lower_algorithm
+        except ImportError:
+            raise SimcollError(
+                f"{args.file} is an Algorithm and this installation has no compiler to lower it to a Program"
+            ) from None
+        schedule = lower_algorithm(schedule, protocol=args.protocol)
+        lowered = True
+    text = export_msccl_xml(schedule, dialect=args.dialect)
+    Path(args.output).write_text(text)
+    summary = {
+        "file": args.file,
+        "output": args.output,
+        "format": args.format,
+        "dialect": args.dialect,
+        "name": schedule.name,
+        "collective": schedule.collective.name,
+        "lowered": lowered,
+        "ranks": schedule.num_ranks,
+        "thread_blocks": sum(len(r.executors) for r in schedule.ranks),
+    }
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        how = " (lowered from an Algorithm)" if lowered else ""
+        print(f"wrote {args.output}: {schedule.name}{how}, {args.format} {args.dialect} dialect")
+    return 0
+
+
+def cmd_import(args) -> int:
+    schedule = _pick(load_schedules(args.file), args.index, args.file)
+    schedule.save(args.output)
+    kind = "algorithm" if isinstance(schedule, Algorithm) else "program"
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "file": args.file,
+                    "output": args.output,
+                    "kind": kind,
+                    "name": schedule.name,
+                    "collective": schedule.collective.name,
+                },
+                indent=2,
+            )
+        )
+    else:
+        print(f"wrote {args.output}: {kind} {schedule.name} ({schedule.collective.describe()})")
+    return 0
 
 
 def register(subparsers, add_command) -> None:
-    """Add this feature's sub-commands to ``subparsers``."""
+    """Add ``export`` and ``import`` to ``subparsers``."""
+    p = add_command(subparsers, "export", cmd_export, "export a Program (or lowered Algorithm) to MSCCL XML")
+    p.add_argument("file", help="Program JSON, MSCCL XML, or Algorithm / SCCL JSON (lowered first)")
+    p.add_argument("--format", default="msccl-xml", choices=FORMATS)
+    p.add_argument("--dialect", default=DEFAULT_DIALECT, choices=DIALECTS, help=f"default {DEFAULT_DIALECT}")
+    p.add_argument("--protocol", default="Simple", choices=("Simple", "LL", "LL128"), help="when lowering")
+    p.add_argument("--index", type=int, help="which <algo> of an XML file holding several")
+    p.add_argument("-o", "--output", required=True)
+    p = add_command(subparsers, "import", cmd_import, "import MSCCL XML (→ Program JSON) or SCCL JSON (→ Algorithm)")
+    p.add_argument("file")
+    p.add_argument("--index", type=int, help="which <algo> of an XML file holding several")
+    p.add_argument("-o", "--output", required=True)

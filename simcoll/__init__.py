@@ -23,6 +23,7 @@ from .collectives import (
     relation_transpose,
 )
 from .compare import compare, plot_comparison
+from .compiler import lower_algorithm
 from .cost import (
     algbw_GBps,
     algorithm_time_s,
@@ -42,7 +43,8 @@ from .errors import (
     TopologyError,
     VerificationError,
 )
-from .fileio import load_schedule
+from .fileio import load_schedule, load_schedules
+from .interop import export_msccl_xml, import_msccl_xml, import_msccl_xml_all, import_sccl_json
 from .machines import Machine, builtin_models, builtin_topologies, load_machine, load_model, load_topology
 from .program import Executor, Instruction, Program, RankProgram, Ref
 from .routes import Routes, bandwidth_relation
@@ -85,13 +87,19 @@ __all__ = [
     "check",
     "compare",
     "critical_path_time_s",
+    "export_msccl_xml",
     "custom_collective",
     "generate",
+    "import_msccl_xml",
+    "import_msccl_xml_all",
+    "import_sccl_json",
     "k_synchronous_time_s",
     "load_machine",
     "load_model",
     "load_schedule",
+    "load_schedules",
     "load_topology",
+    "lower_algorithm",
     "lower_bounds",
     "make_collective",
     "min_rounds_per_chunk",

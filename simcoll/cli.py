@@ -19,7 +19,7 @@ from .bounds import lower_bounds
 from .collectives import make_collective
 from .compare import DEFAULT_SIZES, compare, plot_comparison
 from .errors import SimcollError
-from .fileio import load_schedule
+from .fileio import load_schedules
 from .interop.command import register as register_interop
 from .machines import builtin_models, builtin_topologies, load_machine, load_topology
 from .simulator.command import register as register_simulate
@@ -140,12 +140,13 @@ def cmd_bounds(args) -> int:
 
 # -- verify -----------------------------------------------------------------------
 def cmd_verify(args) -> int:
-    schedule = load_schedule(args.file)
+    schedules = load_schedules(args.file)
     topology = load_topology(args.topology) if args.topology else None
-    problems = check(schedule, topology)
-    kind = "algorithm" if isinstance(schedule, Algorithm) else "program"
-    if args.json:
-        _print_json(
+    results = []
+    for schedule in schedules:
+        problems = check(schedule, topology)
+        kind = "algorithm" if isinstance(schedule, Algorithm) else "program"
+        results.append(
             {
                 "file": args.file,
                 "kind": kind,
@@ -155,13 +156,18 @@ def cmd_verify(args) -> int:
                 "problems": problems,
             }
         )
-    elif problems:
-        print(f"incorrect: {schedule.name} does not implement {schedule.collective.describe()}")
-        for p in problems:
-            print(f"  - {p}")
-    else:
-        print(f"correct: {schedule.name} implements {schedule.collective.describe()}")
-    return 1 if problems else 0
+        if not args.json:
+            if problems:
+                print(f"incorrect: {schedule.name} does not implement {schedule.collective.describe()}")
+                for p in problems:
+                    print(f"  - {p}")
+            else:
+                print(f"correct: {schedule.name} implements {schedule.collective.describe()}")
+    correct = all(r["correct"] for r in results)
+    if args.json:
+        # One schedule: its result; several (an MSCCL XML file with several <algo>): all of them.
+        _print_json(results[0] if len(results) == 1 else {"file": args.file, "correct": correct, "schedules": results})
+    return 0 if correct else 1
 
 
 # -- algo ---------------------------------------------------------------------------
@@ -230,7 +236,10 @@ def cmd_algo_generate(args) -> int:
 def cmd_compare(args) -> int:
     machine = load_machine(args.topology, args.model)
     sizes = parse_size_range(args.sizes)
-    df, skipped = compare(machine, args.collective, sizes)
+    method = "analytic" if args.analytic else "simulate"
+    df, skipped = compare(
+        machine, args.collective, sizes, method=method, program=args.program, contention=not args.no_contention
+    )
     if args.csv:
         df.to_csv(args.csv, index=False)
     if args.plot:
@@ -241,18 +250,23 @@ def cmd_compare(args) -> int:
                 "topology": machine.name,
                 "model": machine.model.name,
                 "collective": args.collective,
+                "method": method,
                 "rows": json.loads(df.to_json(orient="records")),
                 "not_applicable": skipped,
             }
         )
         return 0
-    print(f"{args.collective} on {machine.name} (model {machine.model.name}); analytic alpha-beta times")
-    width = max([len("algorithm"), *(len(str(a)) for a in df["algorithm"])])
+    how = "analytic alpha-beta times" if args.analytic else "simulated times (Algorithm mode)"
+    if args.program:
+        how += "; rows marked (program) are the lowered Program in Program mode"
+    print(f"{args.collective} on {machine.name} (model {machine.model.name}); {how}")
+    names = [a if m != "program" else f"{a} (program)" for a, m in zip(df["algorithm"], df["method"], strict=True)]
+    width = max([len("algorithm"), *(len(n) for n in names)])
     print(f"{'size':>8} {'algorithm':<{width}} {'time (us)':>12} {'algbw GB/s':>11} {'busbw GB/s':>11} {'bound':>8}")
-    for _, row in df.iterrows():
+    for name, (_, row) in zip(names, df.iterrows(), strict=True):
         mark = " *" if row["best"] else ""
         print(
-            f"{row['size']:>8} {row['algorithm']:<{width}} {row['time_us']:>12.2f} {row['algbw_GBps']:>11.2f}"
+            f"{row['size']:>8} {name:<{width}} {row['time_us']:>12.2f} {row['algbw_GBps']:>11.2f}"
             f" {row['busbw_GBps']:>11.2f} {row['algbw_bound_GBps']:>8.1f}{mark}"
         )
     print("* best at that size; bound = algbw upper bound from max-flow cuts")
@@ -353,7 +367,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--chunks", type=int, default=1, help="chunk factor C (default 1)")
     p.add_argument("--root", type=int, help="root rank of rooted collectives (default 0)")
 
-    p = add(sub, "verify", cmd_verify, "check an Algorithm or Program JSON against its collective")
+    p = add(sub, "verify", cmd_verify, "check an Algorithm/Program JSON, MSCCL XML or SCCL JSON against its collective")
     p.add_argument("file")
     p.add_argument("--topology", "-t", help="also check routes and bandwidth against this machine")
 
@@ -395,6 +409,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sizes", default=DEFAULT_SIZES, help="LOW:HIGH doubling, or a comma list (default 1KB:1GB)")
     p.add_argument("--csv", help="write the table as CSV")
     p.add_argument("--plot", help="write algbw vs size as an image")
+    p.add_argument("--analytic", action="store_true", help="closed-form alpha-beta times instead of simulating")
+    p.add_argument(
+        "--program", action="store_true", help="also simulate each algorithm lowered to a Program (Program mode)"
+    )
+    p.add_argument(
+        "--no-contention", action="store_true", help="simulate an ideal network (no sharing, no contention parameters)"
+    )
 
     register_simulate(sub, add_command)
     register_interop(sub, add_command)

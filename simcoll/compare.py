@@ -1,9 +1,21 @@
 """The main job: every applicable algorithm for a collective on a machine,
-across buffer sizes, as a tidy DataFrame (one row per algorithm and size),
-with the best algorithm per size marked and a plot of algbw against size.
+across buffer sizes, as a tidy DataFrame (one row per algorithm, size and
+method), with the best algorithm per size marked and a plot of algbw against
+size.
 
-Times are analytic (:func:`simcoll.cost.critical_path_time_s`) until the
-simulator replaces them; the bandwidth lower bound is reported beside them.
+``method`` says where a time comes from:
+
+- ``"simulate"`` (default): the discrete-event simulator in Algorithm mode
+  (:func:`simcoll.simulator.simulate`, max-min sharing and the model's
+  contention parameters);
+- ``"analytic"``: the closed-form α-β critical path
+  (:func:`simcoll.cost.critical_path_time_s`);
+- ``"program"`` (extra rows with ``program=True``): the Algorithm lowered to a
+  Program (:func:`simcoll.compiler.lower_algorithm`) and simulated in Program
+  mode, beside its Algorithm-mode row.
+
+The bandwidth lower bound is reported beside them. ``best`` marks the fastest
+algorithm per size among the rows of the primary method.
 """
 
 from __future__ import annotations
@@ -12,6 +24,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from .algorithm import Algorithm
 from .algorithms import applicable
 from .bounds import time_lower_bound_s
 from .collectives import canonical_name, make_collective
@@ -36,21 +49,39 @@ COLUMNS = [
     "algbw_GBps",
     "busbw_GBps",
     "algbw_bound_GBps",
+    "method",
     "best",
 ]
+METHODS = ("simulate", "analytic")
 
 
-def compare(machine: Machine, collective: str, sizes: list[int]) -> tuple[pd.DataFrame, dict[str, str]]:
+def compare(
+    machine: Machine,
+    collective: str,
+    sizes: list[int],
+    *,
+    method: str = "simulate",
+    program: bool = False,
+    contention: bool = True,
+    time_limit_s: float = 60.0,
+) -> tuple[pd.DataFrame, dict[str, str]]:
     """Rows for every applicable algorithm and size, and the reasons the
-    other registered algorithms do not apply.
+    other registered algorithms do not apply. ``method`` is ``"simulate"``
+    or ``"analytic"`` (module docstring); ``program=True`` adds a
+    ``"program"`` row per algorithm and size where the Algorithm can be
+    lowered; ``contention`` and ``time_limit_s`` go to the simulator.
 
     >>> from simcoll import load_machine
     >>> df, skipped = compare(load_machine("ring:4"), "allgather", [1024, 1 << 20])
     >>> sorted(df.algorithm.unique())
-    ['direct', 'ring']
+    ['bidirectional-ring', 'direct', 'multi-ring', 'ring']
+    >>> list(df.method.unique())
+    ['simulate']
     """
     if not sizes:
         raise SimcollError("compare needs at least one size")
+    if method not in METHODS:
+        raise SimcollError(f"unknown compare method {method!r}: use {' or '.join(METHODS)}")
     collective = canonical_name(collective)
     candidates = applicable(machine.topology, collective)
     algorithms = {name: a for name, a in candidates.items() if not isinstance(a, str)}
@@ -61,32 +92,78 @@ def compare(machine: Machine, collective: str, sizes: list[int]) -> tuple[pd.Dat
     coll = make_collective(collective, machine.num_ranks)
     # The cut bound is linear in size (no latency term): compute it once.
     unit_bound_s, _ = time_lower_bound_s(coll, machine, coll.size_chunks)
+    lowered = _lower_all(algorithms) if program else {}
     rows = []
     for size in sizes:
         for name, algorithm in algorithms.items():
-            t = critical_path_time_s(algorithm, machine, size)
             bound_s = unit_bound_s * size / coll.size_chunks
-            rows.append(
-                {
-                    "topology": machine.name,
-                    "model": machine.model.name,
-                    "collective": algorithm.collective.name,
-                    "algorithm": name,
-                    "chunks": algorithm.chunks,
-                    "steps": algorithm.steps,
-                    "rounds": algorithm.rounds,
-                    "size_bytes": size,
-                    "size": format_size(size),
-                    "time_s": t,
-                    "time_us": t * 1e6,
-                    "algbw_GBps": algbw_GBps(size, t),
-                    "busbw_GBps": busbw_GBps(algorithm.collective, size, t),
-                    "algbw_bound_GBps": size / bound_s / 1e9 if bound_s > 0 else float("inf"),
-                }
-            )
+            runs = [(method, algorithm)]
+            if name in lowered:
+                runs.append(("program", lowered[name]))
+            for how, schedule in runs:
+                if how == "analytic":
+                    t = critical_path_time_s(algorithm, machine, size)
+                else:
+                    t = _simulate(schedule, machine, size, contention, time_limit_s)
+                rows.append(
+                    {
+                        "topology": machine.name,
+                        "model": machine.model.name,
+                        "collective": algorithm.collective.name,
+                        "algorithm": name,
+                        "chunks": algorithm.chunks,
+                        "steps": algorithm.steps,
+                        "rounds": algorithm.rounds,
+                        "size_bytes": size,
+                        "size": format_size(size),
+                        "time_s": t,
+                        "time_us": t * 1e6,
+                        "algbw_GBps": algbw_GBps(size, t),
+                        "busbw_GBps": busbw_GBps(algorithm.collective, size, t),
+                        "algbw_bound_GBps": size / bound_s / 1e9 if bound_s > 0 else float("inf"),
+                        "method": how,
+                    }
+                )
     df = pd.DataFrame(rows, columns=COLUMNS[:-1])
-    df["best"] = df.groupby("size_bytes")["time_s"].transform("min") == df["time_s"]
+    primary = df["method"] == method
+    fastest = df[primary].groupby("size_bytes")["time_s"].transform("min")
+    df["best"] = False
+    df.loc[primary, "best"] = df.loc[primary, "time_s"] == fastest
     return df, skipped
+
+
+def _simulate(schedule, machine: Machine, size: int, contention: bool, time_limit_s: float) -> float:
+    from .simulator import simulate
+    from .simulator.algorithm_mode import simulate_algorithm
+
+    if isinstance(schedule, Algorithm):
+        result = simulate_algorithm(
+            schedule,
+            machine,
+            size,
+            contention=contention,
+            time_limit_s=time_limit_s,
+            record_timeline=False,
+            record_utilisation=False,
+        )
+    else:
+        result = simulate(schedule, machine, size, contention=contention, time_limit_s=time_limit_s)
+    return result.time_s
+
+
+def _lower_all(algorithms: dict[str, Algorithm]) -> dict[str, object]:
+    """Programs for the algorithms the compiler can lower (others are left out)."""
+    try:
+        from .compiler import lower_algorithm
+    except ImportError as exc:
+        raise SimcollError(f"Program-mode comparison needs simcoll.compiler.lower_algorithm ({exc})") from None
+    out = {}
+    for name, algorithm in algorithms.items():
+        try:
+            out[name] = lower_algorithm(algorithm)
+        except SimcollError:
+            continue
+    return out
 
 
 def plot_comparison(df: pd.DataFrame, path: str | Path) -> None:
@@ -97,15 +174,18 @@ def plot_comparison(df: pd.DataFrame, path: str | Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for name, group in df.groupby("algorithm"):
-        ax.plot(group["size_bytes"], group["algbw_GBps"], marker="o", markersize=3, label=name)
+    for (name, how), group in df.groupby(["algorithm", "method"]):
+        label = name if how != "program" else f"{name} (program)"
+        style = "--" if how == "program" else "-"
+        ax.plot(group["size_bytes"], group["algbw_GBps"], style, marker="o", markersize=3, label=label)
     bound = df.drop_duplicates("size_bytes")
     ax.plot(bound["size_bytes"], bound["algbw_bound_GBps"], "k--", linewidth=1, label="bandwidth bound")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("buffer size (bytes)")
     ax.set_ylabel("algbw (GB/s)")
     first = df.iloc[0]
-    ax.set_title(f"{first['collective']} on {first['topology']} (model {first['model']}, analytic α-β)")
+    how = "analytic α-β" if first["method"] == "analytic" else "simulated"
+    ax.set_title(f"{first['collective']} on {first['topology']} (model {first['model']}, {how})")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
     fig.tight_layout()

@@ -14,7 +14,9 @@ its numbers come from. YAML schema::
                  concurrency_efficiency: [[1, 1.0], [8, 0.9]], source: "..."}
     host_memory: {bandwidth_Bps: 40e9, source: "..."}   # optional
     compute: {reduce_bandwidth_Bps: 400e9, reduce_launch_s: 2e-6, source: "..."}
-    executor: {thread_block_bandwidth_Bps: 10e9, kernel_launch_s: 5e-6, source: "..."}
+    executor: {thread_block_bandwidth_Bps: 10e9, kernel_launch_s: 5e-6,     # optional
+               fifo_slots: 8, slot_bytes: 524288, host_signal_s: 2e-6, source: "..."}
+    network: {host_staging: true, nic_binding: round-robin, source: "..."}  # optional
     protocols:                          # optional; Simple is 1.0 if absent
       LL: {efficiency: 0.5, source: "..."}
 
@@ -83,13 +85,57 @@ class ComputeParams:
         return self.reduce_launch_s + size_bytes / self.reduce_bandwidth_Bps
 
 
+#: Connection FIFO depth when a model gives none: NCCL's NCCL_STEPS = 8 slots
+#: per connection (GC3 §6.1: "1 <= s <= 8"), which MSCCL inherits.
+DEFAULT_FIFO_SLOTS = 8
+
+
 @dataclass(frozen=True)
 class ExecutorParams:
-    """What one GPU thread block can drive, and the cost of a kernel launch."""
+    """What one GPU thread block can drive, the cost of a kernel launch, and the
+    runtime's connection buffers (GC3 §6.1):
+
+    - ``thread_block_bandwidth_Bps``: the copy rate one thread block sustains
+      (GC3 §5: one A100 thread block cannot saturate an NVLink);
+    - ``kernel_launch_s``: one kernel launch (paid once by a persistent kernel,
+      once per kernel by a multi-kernel lowering);
+    - ``fifo_slots``: slots per connection; a send blocks while the receiver's
+      slots are full (default :data:`DEFAULT_FIFO_SLOTS`);
+    - ``slot_bytes``: the slot (tile) size; chunks larger than it are tiled and
+      the tiles pipeline (GC3 §6.2). ``None``: no tiling;
+    - ``host_signal_s``: CPU↔GPU work-queue signalling latency of host-driven
+      executors (NV-Group §4.2). ``None``: 0.
+    """
 
     thread_block_bandwidth_Bps: float
     kernel_launch_s: float
     source: str
+    fifo_slots: int = DEFAULT_FIFO_SLOTS
+    slot_bytes: float | None = None
+    host_signal_s: float | None = None
+
+
+NIC_BINDINGS = ("packed", "round-robin", "bijective")
+
+
+@dataclass(frozen=True)
+class NetworkParams:
+    """Contention effects of the simulator's network model beyond max-min sharing.
+
+    - ``host_staging``: where a NIC has no GPUDirect RDMA (``gpudirect: false``
+      in the topology), traffic to and from it is staged through host memory:
+      it crosses the PCIe path between the GPU and its CPU and between the CPU
+      and the NIC, and host memory carries every byte twice (written by one
+      side, read by the other) (TACCL §4.2, NDv2).
+    - ``nic_binding``: which NIC a GPU's inter-node traffic uses (HiCCL §2.3):
+      ``packed`` (GPU g of G uses NIC ⌊g·N/G⌋), ``round-robin`` (NIC g mod N),
+      ``bijective`` (GPU g uses NIC g; needs G = N); ``None``: the topology's
+      own shortest routes.
+    """
+
+    source: str
+    host_staging: bool = False
+    nic_binding: str | None = None
 
 
 @dataclass(frozen=True)
@@ -101,6 +147,7 @@ class CostModel:
     host_memory_bandwidth_Bps: float | None = None
     compute: ComputeParams | None = None
     executor: ExecutorParams | None = None
+    network: NetworkParams | None = None
     protocol_efficiency: Mapping[str, float] = field(default_factory=dict)
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
@@ -133,7 +180,18 @@ class CostModel:
         return CostModel(**{**vars(self), "name": f"{self.name}+whatif", "links": {**self.links, link_type: new}})
 
 
-_TOP = {"name", "description", "links", "switches", "host_memory", "compute", "executor", "protocols", "sources"}
+_TOP = {
+    "name",
+    "description",
+    "links",
+    "switches",
+    "host_memory",
+    "compute",
+    "executor",
+    "network",
+    "protocols",
+    "sources",
+}
 
 
 def _number(entry: Mapping, key: str, where: str, *, required: bool = True, positive: bool = False) -> float | None:
@@ -232,12 +290,34 @@ def model_from_dict(data: Any, where: str = "<model>") -> CostModel:
     executor = None
     if data.get("executor") is not None:
         here = f"{where}: executor"
-        entry = _entry(data["executor"], {"thread_block_bandwidth_Bps", "kernel_launch_s"}, here)
+        entry = _entry(
+            data["executor"],
+            {"thread_block_bandwidth_Bps", "kernel_launch_s", "fifo_slots", "slot_bytes", "host_signal_s"},
+            here,
+        )
+        slots = _number(entry, "fifo_slots", here, required=False, positive=True)
+        if slots is not None and slots != int(slots):
+            raise ModelError(f"{here}.fifo_slots: must be a positive integer, got {entry['fifo_slots']!r}")
         executor = ExecutorParams(
             thread_block_bandwidth_Bps=_number(entry, "thread_block_bandwidth_Bps", here, positive=True),
             kernel_launch_s=_number(entry, "kernel_launch_s", here),
             source=entry["source"],
+            fifo_slots=int(slots) if slots is not None else DEFAULT_FIFO_SLOTS,
+            slot_bytes=_number(entry, "slot_bytes", here, required=False, positive=True),
+            host_signal_s=_number(entry, "host_signal_s", here, required=False),
         )
+
+    network = None
+    if data.get("network") is not None:
+        here = f"{where}: network"
+        entry = _entry(data["network"], {"host_staging", "nic_binding"}, here)
+        staging = entry.get("host_staging", False)
+        if not isinstance(staging, bool):
+            raise ModelError(f"{here}.host_staging: must be true or false, got {staging!r}")
+        binding = entry.get("nic_binding")
+        if binding is not None and binding not in NIC_BINDINGS:
+            raise ModelError(f"{here}.nic_binding: must be one of {', '.join(NIC_BINDINGS)}, got {binding!r}")
+        network = NetworkParams(source=entry["source"], host_staging=staging, nic_binding=binding)
 
     protocols = {"Simple": 1.0}
     for proto, raw in (data.get("protocols") or {}).items():
@@ -258,6 +338,7 @@ def model_from_dict(data: Any, where: str = "<model>") -> CostModel:
         host_memory_bandwidth_Bps=host_bw,
         compute=compute,
         executor=executor,
+        network=network,
         protocol_efficiency=protocols,
         raw=dict(data),
     )

@@ -1,0 +1,37 @@
+"""Running a SimPy environment under a wall-clock limit, so that no
+simulation can hang (DESIGN.md conventions: simulations take time limits)."""
+
+from __future__ import annotations
+
+import time
+
+import simpy
+from simpy.core import EmptySchedule
+
+from ..errors import SimcollError
+
+_BATCH = 4096
+
+
+def run_with_limit(env: simpy.Environment, time_limit_s: float, what: str = "simulation") -> int:
+    """Process events until none is left; raise :class:`SimcollError` when
+    ``time_limit_s`` seconds of wall clock have passed. Returns the number of
+    events processed ."""
+    if not time_limit_s > 0:
+        raise SimcollError(f"{what}: time_limit_s must be positive, got {time_limit_s}")
+    deadline = time.perf_counter() + time_limit_s
+    step = env.step
+    events = 0
+    i = 0
+    try:
+        while True:
+            for i in range(_BATCH):  # noqa: B007 (read after EmptySchedule)
+                step()
+            events += _BATCH
+            if time.perf_counter() > deadline:
+                raise SimcollError(
+                    f"{what}: wall-clock limit of {time_limit_s:g} s reached at simulated time "
+                    f"{env.now * 1e6:.3f} us after {events} events (raise time_limit_s)"
+                )
+    except EmptySchedule:
+        return events + i

@@ -1,0 +1,804 @@
+"""The simulator's network: a fluid (flow-level) model on SimPy.
+
+A transfer from rank *s* to rank *d* becomes a **flow** over the resources of
+its route (:meth:`simcoll.routes.Routes.hops`): every directed link bundle
+(capacity = ``count`` × the link type's bandwidth), switch ports, and, with
+host staging, PCIe paths to the CPU and host memory. Where a route splits over
+parallel planes (the six NVSwitches of a DGX-2), the flow uses each hop with
+the weight the hop carries in a maximum flow of the route, so a flow alone on
+the machine runs at exactly :meth:`Machine.route`'s bandwidth.
+
+Sharing is max-min fair (progressive filling with per-hop weights), recomputed
+at every flow start and end over the connected component of flows that share
+resources with the changed one, so unrelated traffic costs nothing. A flow is
+also capped by ``cap_Bps`` (what its executor can drive) and carries
+``size / efficiency`` wire bytes (protocol efficiency, e.g. LL = 0.5).
+
+Timing of one message, as in :func:`simcoll.cost.critical_path_time_s`: the
+bytes flow first (they occupy the route), then the last byte lands ``α`` later
+(``α`` from :meth:`Machine.route`). Alone on its route a message therefore
+takes ``n / B`` on the wire and arrives at ``α + n / B``.
+
+Two regimes (``contention``):
+
+- ``False`` — the ideal α-β network: every flow runs alone at its route's
+  bandwidth, nothing is shared and no contention parameter applies. The
+  simulator then reproduces the analytic α-β time.
+- ``True`` (default) — max-min sharing plus the contention parameters of the
+  cost model (each from ``models/*.yaml``, with its source):
+  switch-port concurrency efficiency (``switches.<kind>.concurrency_efficiency``,
+  TACCL §3.2 Fig. 4), switch port bandwidth caps (``port_bandwidth_Bps``), host
+  memory staging where a NIC lacks GPUDirect RDMA (``network.host_staging``,
+  TACCL §4.2) and GPU→NIC binding (``network.nic_binding``, HiCCL §2.3).
+  PCIe sharing needs no parameter: GPUs and NICs below one PCIe switch share
+  its uplink because the uplink is one resource.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import networkx as nx
+import numpy as np
+import simpy
+
+from ..costmodel import SwitchParams
+from ..errors import ModelError, SimcollError, TopologyError
+from ..machines import Machine
+from ..routes import RouteHop
+from ..topology import FABRIC_LINK_TYPES
+from .results import Timeline, Utilisation
+
+_SWITCH_KINDS = ("nvswitch", "ib_switch", "pcie_switch", "root_complex", "switch")
+_REL_TOL = 1e-12
+_NUMPY_FROM = 24  # components with this many flows use the vectorised max-min
+
+
+class Resource:
+    """One shared resource: a directed link bundle, a switch port or a host memory."""
+
+    __slots__ = ("id", "name", "kind", "capacity_Bps", "switch", "flows", "rate", "seg_start", "seg_flows")
+
+    def __init__(self, rid: int, name: str, kind: str, capacity_Bps: float, switch: SwitchParams | None = None):
+        self.id = rid
+        self.name = name
+        self.kind = kind
+        self.capacity_Bps = capacity_Bps
+        self.switch = switch
+        self.flows: dict[int, Flow] = {}
+        self.rate = 0.0
+        self.seg_start = 0.0
+        self.seg_flows = 0
+
+    def effective_capacity_Bps(self, flows: int) -> float:
+        """Capacity with ``flows`` concurrent connections (TACCL Fig. 4)."""
+        if self.switch is None or flows <= 1:
+            return self.capacity_Bps * (self.switch.efficiency(1) if self.switch else 1.0)
+        return self.capacity_Bps * self.switch.efficiency(flows)
+
+
+class Flow:
+    """One message in flight (internal; see :meth:`FluidNetwork.start_flow`)."""
+
+    __slots__ = (
+        "id",
+        "src",
+        "dst",
+        "res",
+        "bound",
+        "remaining",
+        "rate",
+        "t_last",
+        "alpha_s",
+        "after_s",
+        "size_bytes",
+        "start_s",
+        "wire_end_s",
+        "on_sent",
+        "on_arrival",
+        "kind",
+        "track",
+        "label",
+        "chunk",
+        "tag",
+        "done_event",
+    )
+
+
+class TransferEvent(simpy.Event):
+    """The event :meth:`FluidNetwork.transfer` returns. It succeeds (value: the
+    arrival time) when the last byte has arrived; :attr:`sent` succeeds when
+    the last byte has left the wire (the sender's connection is free again)."""
+
+    def __init__(self, env: simpy.Environment):
+        super().__init__(env)
+        self._sent: simpy.Event | None = None
+        self._sent_at: float | None = None
+        self.start_s: float = env.now
+        self.wire_end_s: float | None = None
+
+    @property
+    def sent(self) -> simpy.Event:
+        if self._sent is None:
+            self._sent = simpy.Event(self.env)
+            if self._sent_at is not None:
+                self._sent.succeed(self._sent_at)
+        return self._sent
+
+    def _mark_sent(self, when: float) -> None:
+        self._sent_at = when
+        self.wire_end_s = when
+        if self._sent is not None:
+            self._sent.succeed(when)
+
+
+class FluidNetwork:
+    """Flows over a machine's resources (module docstring).
+
+    >>> import simpy
+    >>> from simcoll import load_machine
+    >>> env = simpy.Environment()
+    >>> net = FluidNetwork(env, load_machine("ring:4"), contention=True)
+    >>> done = net.transfer(0, 1, 25e6)       # 25 MB over one 25 GB/s NVLink
+    >>> env.run()
+    >>> round(done.value * 1e3, 6)            # 1 ms + α (0.7 µs)
+    1.0007
+    """
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        machine: Machine,
+        *,
+        contention: bool = True,
+        record_utilisation: bool = True,
+        record_timeline: bool = True,
+        timeline: Timeline | None = None,
+    ):
+        self.env = env
+        self.machine = machine
+        self.contention = contention
+        self.record_utilisation = record_utilisation
+        self.record_timeline = record_timeline
+        self.timeline = timeline if timeline is not None else Timeline()
+        self.utilisation = Utilisation()
+        self.resources: list[Resource] = []
+        self._resource_ids: dict[tuple, int] = {}
+        self._routes: dict[tuple[int, int], tuple[float, float, tuple[tuple[Resource, float], ...]]] = {}
+        self._fast: dict[tuple[int, int], tuple[float, float, tuple[tuple[Resource, float], ...], float]] = {}
+        self.max_sharing = 1
+        self._tracks: dict[tuple[int, int], str] = {}
+        self._dirty: dict[int, Resource] = {}
+        self._flush_scheduled = False
+        self._next_flow = 0
+        self.active: dict[int, Flow] = {}
+        self.transfers = 0
+        self.recomputes = 0
+        self._topo = machine.topology
+        self._kinds = {c.name: c.kind for c in machine.topology.components}
+        params = machine.model.network
+        self.host_staging = bool(contention and params is not None and params.host_staging)
+        self.nic_binding = params.nic_binding if (contention and params is not None) else None
+
+    # -- resources and routes --------------------------------------------------------------
+    def _resource(self, key: tuple, name: str, kind: str, capacity_Bps: float, switch=None) -> Resource:
+        rid = self._resource_ids.get(key)
+        if rid is None:
+            rid = self._resource_ids[key] = len(self.resources)
+            self.resources.append(Resource(rid, name, kind, capacity_Bps, switch))
+        return self.resources[rid]
+
+    def _switch_params(self, component: str) -> SwitchParams | None:
+        kind = self._kinds.get(component)
+        if not self.contention or kind not in _SWITCH_KINDS:
+            return None
+        return self.machine.model.switches.get(kind)
+
+    def _hop_resources(self, hop: RouteHop, weight: float) -> list[tuple[Resource, float]]:
+        """The link bundle of ``hop`` and, for switch params with a port
+        bandwidth, the switch's ingress/egress port."""
+        link = self.machine.model.link(hop.type)
+        sw_in, sw_out = self._switch_params(hop.dst), self._switch_params(hop.src)
+        switch = sw_in or sw_out
+        out = [
+            (
+                self._resource(
+                    ("link", hop.src, hop.dst, hop.type),
+                    f"{hop.type} {hop.src}->{hop.dst}",
+                    hop.type,
+                    hop.count * link.bandwidth_Bps,
+                    switch,
+                ),
+                weight,
+            )
+        ]
+        for params, sw, end, direction in ((sw_in, hop.dst, hop.src, "in"), (sw_out, hop.src, hop.dst, "out")):
+            if params is not None and params.port_bandwidth_Bps is not None:
+                name = f"{sw} port {direction} {'from' if direction == 'in' else 'to'} {end}"
+                port = self._resource(
+                    ("port", sw, direction, end), name, "switch_port", hop.count * params.port_bandwidth_Bps, params
+                )
+                out.append((port, weight))
+        return out
+
+    def route(self, src: int, dst: int) -> tuple[float, float, tuple[tuple[Resource, float], ...]]:
+        """``(alpha_s, bandwidth_Bps, ((resource, weight), ...))`` of the route
+        from rank ``src`` to rank ``dst``: α and the standalone bandwidth as in
+        :meth:`Machine.route`, and the resources a flow on it uses (a flow at
+        rate ``r`` puts ``r × weight`` on each)."""
+        key = (src, dst)
+        cached = self._routes.get(key)
+        if cached is not None:
+            return cached
+        if src == dst:
+            raise TopologyError(f"{self.machine.name}: a transfer from rank {src} to itself")
+        route = self.machine.route(src, dst)
+        if route is None:
+            raise TopologyError(f"{self.machine.name}: no route from rank {src} to rank {dst}")
+        hops = self.machine.routes.hops(src, dst)
+        if self.nic_binding is not None and self._topo.node_of(src) != self._topo.node_of(dst):
+            weighted = [(h, 1.0) for h in self._bound_path(src, dst)]
+        else:
+            weighted = self._weights(src, dst, hops, route.bandwidth_Bps)
+        staged_nics = self._non_gpudirect_nics(src, weighted) if self.host_staging else []
+        if staged_nics:
+            weighted = self._staged(src, dst, weighted, staged_nics)
+        merged: dict[int, tuple[Resource, float]] = {}
+        for hop, w in weighted:
+            for res, weight in self._hop_resources(hop, w):
+                prev = merged.get(res.id)
+                merged[res.id] = (res, max(weight, prev[1]) if prev else weight)
+        for res, weight in self._staging_memory(staged_nics):
+            merged[res.id] = (res, weight)
+        resources = tuple(merged.values())
+        bandwidth = route.bandwidth_Bps
+        if self.nic_binding is not None or staged_nics or any(r.kind == "switch_port" for r, _ in resources):
+            bandwidth = min(r.capacity_Bps / w for r, w in resources)
+        info = (route.alpha_s, bandwidth, resources)
+        self._routes[key] = info
+        return info
+
+    def _weights(self, src: int, dst: int, hops, bandwidth_Bps: float) -> list[tuple[RouteHop, float]]:
+        """Each hop's share of a maximum flow of the route DAG (1 on a chain)."""
+        outs: dict[str, int] = {}
+        for h in hops:
+            outs[h.src] = outs.get(h.src, 0) + 1
+        if all(n == 1 for n in outs.values()):
+            return [(h, 1.0) for h in hops]
+        graph = nx.DiGraph()
+        caps = {}
+        for h in hops:
+            c = h.count * self.machine.model.link(h.type).bandwidth_Bps
+            caps[h] = c
+            if graph.has_edge(h.src, h.dst):
+                graph[h.src][h.dst]["capacity"] += c
+            else:
+                graph.add_edge(h.src, h.dst, capacity=c)
+        s, d = self._topo.gpu(src).name, self._topo.gpu(dst).name
+        value, flow = nx.maximum_flow(graph, s, d)
+        out = []
+        for h in hops:
+            carried = flow[h.src][h.dst] * caps[h] / graph[h.src][h.dst]["capacity"]
+            if carried > 0:
+                out.append((h, carried / value))
+        return out
+
+    # -- contention: NIC binding and host staging ------------------------------------------
+    def _node_graph(self) -> nx.DiGraph:
+        if not hasattr(self, "_nodegraph"):
+            g = nx.DiGraph()
+            for h in _all_hops(self.machine):
+                g.add_edge(h.src, h.dst, hop=h)
+            self._nodegraph = g
+        return self._nodegraph
+
+    def _path(self, a: str, b: str, *, avoid_fabric: bool = True) -> list[RouteHop]:
+        """Shortest hop path from component ``a`` to ``b`` that enters no other
+        GPU (and, by default, uses no GPU fabric link)."""
+        g = self._node_graph()
+
+        def ok(u, v, data):
+            if avoid_fabric and data["hop"].type in FABRIC_LINK_TYPES:
+                return None
+            if v != b and self._kinds.get(v) == "gpu":
+                return None
+            return 1
+
+        try:
+            nodes = nx.shortest_path(g, a, b, weight=ok)
+        except nx.NetworkXNoPath:
+            raise TopologyError(f"{self.machine.name}: no path from {a} to {b} for the network model") from None
+        return [g[u][v]["hop"] for u, v in zip(nodes, nodes[1:], strict=False)]
+
+    def nic_of(self, rank: int) -> str:
+        """The NIC rank ``rank`` uses under the model's ``nic_binding`` (HiCCL
+        §2.3): packed ⌊g·N/G⌋, round-robin g mod N, bijective g (G = N)."""
+        node = self._topo.node_of(rank)
+        ranks = self._topo.ranks_of_node(node)
+        nics = sorted((c.name for c in self._topo.components if c.kind == "nic" and c.node == node), key=_natural_key)
+        if not nics:
+            raise TopologyError(f"{self.machine.name}: node {node} has no NIC for nic_binding")
+        g, n_gpus, n_nics = ranks.index(rank), len(ranks), len(nics)
+        if self.nic_binding == "packed":
+            return nics[g * n_nics // n_gpus]
+        if self.nic_binding == "round-robin":
+            return nics[g % n_nics]
+        if n_gpus != n_nics:
+            raise ModelError(
+                f"model {self.machine.model.name!r}: network.nic_binding bijective needs as many NICs as GPUs "
+                f"per node ({n_gpus} GPUs, {n_nics} NICs on node {node})"
+            )
+        return nics[g]
+
+    def _bound_path(self, src: int, dst: int) -> list[RouteHop]:
+        a, b = self.nic_of(src), self.nic_of(dst)
+        s, d = self._topo.gpu(src).name, self._topo.gpu(dst).name
+        return self._path(s, a) + self._path(a, b, avoid_fabric=False) + self._path(b, d)
+
+    def _non_gpudirect_nics(self, src: int, weighted) -> list[tuple[str, float, bool]]:
+        """NICs without GPUDirect RDMA on the route: (name, share of the flow
+        through it, whether it is on the sending node)."""
+        comps = {c.name: c for c in self._topo.components}
+        through: dict[str, float] = {}
+        for hop, w in weighted:
+            c = comps[hop.dst]
+            if c.kind == "nic" and not c.gpudirect:
+                through[c.name] = through.get(c.name, 0.0) + w
+        src_node = self._topo.node_of(src)
+        return [(nic, w, comps[nic].node == src_node) for nic, w in through.items()]
+
+    def _host_cpu(self, nic: str) -> str:
+        g = self._node_graph()
+        node = next(c.node for c in self._topo.components if c.name == nic)
+        cpus = [c.name for c in self._topo.components if c.kind == "cpu" and c.node == node]
+        if not cpus:
+            raise TopologyError(
+                f"{self.machine.name}: NIC {nic} lacks GPUDirect but its node has no CPU to stage through"
+            )
+        und = g.to_undirected(as_view=True)
+        lengths = nx.single_source_shortest_path_length(und, nic)
+        return min(cpus, key=lambda c: (lengths.get(c, math.inf), _natural_key(c)))
+
+    def _staged(self, src: int, dst: int, weighted, nics) -> list[tuple[RouteHop, float]]:
+        """Host staging (TACCL §4.2): traffic through a NIC without GPUDirect
+        goes GPU → CPU (host memory) → NIC on the way out, NIC → CPU → GPU on
+        the way in, adding those PCIe hops to the route."""
+        out = list(weighted)
+        s, d = self._topo.gpu(src).name, self._topo.gpu(dst).name
+        for nic, w, sending in nics:
+            cpu = self._host_cpu(nic)
+            path = self._path(s, cpu) + self._path(cpu, nic) if sending else self._path(nic, cpu) + self._path(cpu, d)
+            out += [(h, w) for h in path]
+        return out
+
+    def _staging_memory(self, nics) -> list[tuple[Resource, float]]:
+        bandwidth = self.machine.model.host_memory_bandwidth_Bps
+        if bandwidth is None or not nics:
+            return []
+        out = []
+        for nic, w, _sending in nics:
+            cpu = self._host_cpu(nic)
+            res = self._resource(("memory", cpu), f"host memory {cpu}", "host_memory", bandwidth)
+            out.append((res, 2.0 * w))  # every byte is written, then read
+        return out
+
+    # -- flows -----------------------------------------------------------------------------
+    def start_flow(
+        self,
+        src: int,
+        dst: int,
+        size_bytes: float,
+        *,
+        cap_Bps: float = math.inf,
+        efficiency: float = 1.0,
+        on_sent: Callable[[Flow], Any] | None = None,
+        on_arrival: Callable[[Flow], Any] | None = None,
+        after_s: float = 0.0,
+        kind: str = "send",
+        track: str | None = None,
+        label: str = "",
+        chunk: int | None = None,
+        tag: Any = None,
+    ) -> Flow:
+        """Callback form of :meth:`transfer` (no SimPy event per message):
+        ``on_sent(flow)`` runs when the last byte leaves the wire,
+        ``on_arrival(flow)`` when it has arrived plus ``after_s`` (e.g. a
+        reduction at the receiver, recorded as its own ``reduce`` row)."""
+        if not size_bytes >= 0 or math.isinf(size_bytes):
+            raise SimcollError(f"transfer {src}->{dst}: size_bytes must be finite and non-negative, got {size_bytes}")
+        if not 0 < efficiency <= 1:
+            raise ModelError(f"transfer {src}->{dst}: protocol efficiency must lie in (0, 1], got {efficiency}")
+        if not cap_Bps > 0:
+            raise ModelError(f"transfer {src}->{dst}: cap_Bps must be positive, got {cap_Bps}")
+        return self.launch(
+            src, dst, size_bytes, cap_Bps, efficiency, on_sent, on_arrival, after_s, kind, track, label, chunk, tag
+        )
+
+    def launch(
+        self,
+        src: int,
+        dst: int,
+        size_bytes: float,
+        cap_Bps: float,
+        efficiency: float,
+        on_sent: Callable[[Flow], Any] | None,
+        on_arrival: Callable[[Flow], Any] | None,
+        after_s: float,
+        kind: str,
+        track: str | None,
+        label: str,
+        chunk: int | None,
+        tag: Any,
+    ) -> Flow:
+        """:meth:`start_flow` with positional arguments and no argument
+        checks, for callers that validated them (the hot path of Algorithm mode)."""
+        info = self._fast.get((src, dst))
+        if info is None:
+            alpha, bandwidth, resources = self.route(src, dst)
+            alone = bandwidth
+            for res, w in resources:
+                share = res.effective_capacity_Bps(1) / w
+                if share < alone:
+                    alone = share
+            info = self._fast[(src, dst)] = (alpha, bandwidth, resources, alone)
+        alpha, bandwidth, resources, alone = info
+        now = self.env.now
+        f = Flow()
+        f.id = fid = self._next_flow
+        self._next_flow = fid + 1
+        f.src = src
+        f.dst = dst
+        f.res = resources
+        f.bound = bandwidth if cap_Bps >= bandwidth else cap_Bps
+        f.remaining = size_bytes / efficiency
+        f.rate = 0.0
+        f.t_last = now
+        f.alpha_s = alpha
+        f.after_s = after_s
+        f.size_bytes = size_bytes
+        f.start_s = now
+        f.wire_end_s = None
+        f.on_sent = on_sent
+        f.on_arrival = on_arrival
+        f.kind = kind
+        f.track = track
+        f.label = label
+        f.chunk = chunk
+        f.tag = tag
+        f.done_event = None
+        self.active[fid] = f
+        self.transfers += 1
+        shared = False
+        for res, _ in resources:
+            flows = res.flows
+            flows[fid] = f
+            if len(flows) > 1:
+                shared = True
+                if len(flows) > self.max_sharing:
+                    self.max_sharing = len(flows)
+        if shared and self.contention:
+            self._mark_dirty(resources)
+            return f
+        # alone on every resource (or the ideal network): no max-min needed
+        rate = alone if self.contention else bandwidth
+        if cap_Bps < rate:
+            rate = cap_Bps
+        self._set_rate(f, rate, now)
+        if self.record_utilisation:
+            for res, w in resources:
+                self._account(res, res.rate + rate * w, now)
+        return f
+
+    def transfer(
+        self,
+        src: int,
+        dst: int,
+        size_bytes: float,
+        *,
+        cap_Bps: float = math.inf,
+        efficiency: float = 1.0,
+        track: str | None = None,
+        label: str = "",
+        chunk: int | None = None,
+        kind: str = "send",
+    ) -> TransferEvent:
+        """Message rank ``src`` → rank ``dst`` of ``size_bytes`` payload bytes:
+        its ``size_bytes / efficiency`` wire bytes flow over the route's
+        resources, sharing them max-min fairly with other flows and capped at
+        ``cap_Bps``; the returned event fires (value: the time) when the last
+        byte has arrived, ``α`` after it left the wire. Records a timeline row
+        (``kind``, ``track`` default ``"src->dst"``)."""
+        event = TransferEvent(self.env)
+
+        def sent(flow: Flow) -> None:
+            event._mark_sent(flow.wire_end_s)
+
+        def arrived(flow: Flow) -> None:
+            event.succeed(self.env.now)
+
+        self.start_flow(
+            src,
+            dst,
+            size_bytes,
+            cap_Bps=cap_Bps,
+            efficiency=efficiency,
+            on_sent=sent,
+            on_arrival=arrived,
+            kind=kind,
+            track=track,
+            label=label,
+            chunk=chunk,
+        )
+        return event
+
+    def record(
+        self,
+        kind: str,
+        track: str,
+        start_s: float,
+        end_s: float,
+        *,
+        src: int = -1,
+        dst: int = -1,
+        chunk: int | None = None,
+        size_bytes: float = 0.0,
+        label: str = "",
+    ) -> None:
+        """Add a timeline row for an executor op (``reduce``, ``copy``,
+        ``launch``, ``wait``...) that is not a network transfer."""
+        if self.record_timeline:
+            self.timeline.add(
+                kind, track, start_s, end_s, src=src, dst=dst, chunk=chunk, size_bytes=size_bytes, label=label
+            )
+
+    # -- internals --------------------------------------------------------------------------
+    def _account(self, res: Resource, total: float, now: float) -> None:
+        """Close the resource's utilisation interval when its total rate changes."""
+        if not res.flows:
+            total = 0.0
+        if total != res.rate or len(res.flows) != res.seg_flows:
+            if self.record_utilisation and res.rate > 0 and now > res.seg_start:
+                self.utilisation.add(
+                    res.id, res.seg_start, now, res.rate, res.effective_capacity_Bps(res.seg_flows), res.seg_flows
+                )
+            res.rate = total
+            res.seg_start = now
+            res.seg_flows = len(res.flows)
+
+    def _set_rate(self, f: Flow, rate: float, now: float) -> None:
+        if f.rate > 0:
+            f.remaining -= f.rate * (now - f.t_last)
+            if f.remaining < 0:
+                f.remaining = 0.0
+        f.t_last = now
+        f.rate = rate
+        if rate <= 0:
+            f.done_event = None
+            return
+        done = simpy.Timeout(self.env, f.remaining / rate, f)
+        f.done_event = done
+        done.callbacks.append(self._on_complete)
+
+    def _mark_dirty(self, resources) -> None:
+        """Queue a max-min recomputation for the components of ``resources``
+        at the end of the current instant: all flows that start or end at one
+        simulated time are settled by one recomputation."""
+        dirty = self._dirty
+        for res, _ in resources:
+            dirty[res.id] = res
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            event = simpy.Timeout(self.env, 0.0)
+            event.callbacks.append(self._flush)
+
+    def _flush(self, _event=None) -> None:
+        self._flush_scheduled = False
+        seeds = [(res, 1.0) for res in self._dirty.values()]
+        self._dirty = {}
+        self._recompute(seeds, self.env.now)
+
+    def _recompute(self, seeds, now: float) -> None:
+        """Max-min fair rates (progressive filling, weighted) on the connected
+        component of flows that share a resource with ``seeds``."""
+        self.recomputes += 1
+        flows: dict[int, Flow] = {}
+        seen: dict[int, Resource] = {}
+        stack = [r for r, _ in seeds]
+        while stack:
+            r = stack.pop()
+            if r.id in seen:
+                continue
+            seen[r.id] = r
+            for fid, f in r.flows.items():
+                if fid not in flows:
+                    flows[fid] = f
+                    stack.extend(res for res, _ in f.res if res.id not in seen)
+        if not flows:
+            if self.record_utilisation:
+                for r in seen.values():
+                    self._account(r, 0.0, now)
+            return
+        if len(flows) == 1:
+            (f,) = flows.values()
+            rate = f.bound
+            for r, w in f.res:
+                share = r.effective_capacity_Bps(1) / w
+                if share < rate:
+                    rate = share
+            new = {f.id: rate}
+        elif len(flows) < _NUMPY_FROM:
+            new = _max_min(flows, seen)
+        else:
+            new = _max_min_numpy(flows, seen)
+        for fid, f in flows.items():
+            if new[fid] != f.rate:
+                self._set_rate(f, new[fid], now)
+        totals = dict.fromkeys(seen, 0.0)
+        for f in flows.values():
+            rate = f.rate
+            for res, w in f.res:
+                totals[res.id] += rate * w
+        if self.record_utilisation:
+            for rid, r in seen.items():
+                self._account(r, totals[rid], now)
+
+    def _on_complete(self, event: simpy.Event) -> None:
+        f = event.value
+        if f.done_event is event:  # else the flow's rate changed since: a stale completion
+            self._complete(f)
+
+    def _on_arrive(self, event: simpy.Event) -> None:
+        self._arrive(event.value)
+
+    def _complete(self, f: Flow) -> None:
+        now = self.env.now
+        del self.active[f.id]
+        f.done_event = None
+        f.wire_end_s = now
+        rate = f.rate
+        others = False
+        for res, _ in f.res:
+            flows = res.flows
+            del flows[f.id]
+            if flows:
+                others = True
+        if others and self.contention:
+            f.rate = 0.0
+            self._mark_dirty(f.res)
+        else:
+            if self.record_utilisation:
+                for res, w in f.res:
+                    self._account(res, res.rate - rate * w, now)
+            f.rate = 0.0
+        if f.on_sent is not None:
+            f.on_sent(f)
+        delay = f.alpha_s + f.after_s
+        if delay > 0:
+            t = simpy.Timeout(self.env, delay, f)
+            t.callbacks.append(self._on_arrive)
+        else:
+            self._arrive(f)
+
+    def _arrive(self, f: Flow) -> None:
+        now = self.env.now
+        if self.record_timeline:
+            arrival = f.wire_end_s + f.alpha_s
+            track = f.track
+            if track is None:
+                track = self._tracks.get((f.src, f.dst))
+                if track is None:
+                    track = self._tracks[(f.src, f.dst)] = f"{f.src}->{f.dst}"
+            chunk = -1 if f.chunk is None else f.chunk
+            append = self.timeline.append
+            append(f.kind, track, f.src, f.dst, chunk, f.size_bytes, f.start_s, arrival if f.after_s else now, f.label)
+            if f.after_s:
+                append("compute", f"rank {f.dst}", f.src, f.dst, chunk, f.size_bytes, arrival, now, f.label)
+        if f.on_arrival is not None:
+            f.on_arrival(f)
+
+    def finish(self) -> None:
+        """Close the open utilisation intervals at the current time."""
+        now = self.env.now
+        for r in self.resources:
+            if r.rate > 0:
+                self._account(r, -1.0, now)
+                r.rate = 0.0
+
+    def resource_names(self) -> list[str]:
+        return [r.name for r in self.resources]
+
+
+def _max_min(flows: dict[int, Flow], resources: dict[int, Resource]) -> dict[int, float]:
+    """Weighted progressive filling: all unfrozen flows rise at one common rate
+    until a flow hits its bound or a resource fills; those freeze; repeat."""
+    residual = {rid: r.effective_capacity_Bps(len(r.flows)) for rid, r in resources.items()}
+    weight_sum = dict.fromkeys(resources, 0.0)
+    on: dict[int, list[tuple[Flow, float]]] = {rid: [] for rid in resources}
+    for f in flows.values():
+        for r, w in f.res:
+            weight_sum[r.id] += w
+            on[r.id].append((f, w))
+    rates: dict[int, float] = {}
+    unfrozen = dict(flows)
+    while unfrozen:
+        level = min(f.bound for f in unfrozen.values())
+        for rid, ws in weight_sum.items():
+            if ws > 0:
+                share = residual[rid] / ws
+                if share < level:
+                    level = share
+        level = max(level, 0.0)
+        limit = level * (1 + _REL_TOL)
+        freeze = [fid for fid, f in unfrozen.items() if f.bound <= limit]
+        for rid, ws in weight_sum.items():
+            if ws > 0 and residual[rid] / ws <= limit:
+                freeze.extend(f.id for f, _ in on[rid] if f.id in unfrozen)
+        for fid in freeze:
+            f = unfrozen.pop(fid, None)
+            if f is None:
+                continue
+            rates[fid] = level
+            for r, w in f.res:
+                residual[r.id] -= level * w
+                weight_sum[r.id] -= w
+                if weight_sum[r.id] < 1e-12:
+                    weight_sum[r.id] = 0.0
+    return rates
+
+
+def _max_min_numpy(flows: dict[int, Flow], resources: dict[int, Resource]) -> dict[int, float]:
+    """:func:`_max_min`, vectorised over a dense flow × resource weight matrix."""
+    flow_list = list(flows.values())
+    local = {rid: i for i, rid in enumerate(resources)}
+    rows, cols, weights = [], [], []
+    for i, f in enumerate(flow_list):
+        for r, w in f.res:
+            rows.append(i)
+            cols.append(local[r.id])
+            weights.append(w)
+    matrix = np.zeros((len(flow_list), len(local)))
+    np.add.at(matrix, (np.array(rows), np.array(cols)), np.array(weights))
+    used = matrix > 0
+    residual = np.array([r.effective_capacity_Bps(len(r.flows)) for r in resources.values()])
+    bound = np.array([f.bound for f in flow_list])
+    rates = np.zeros(len(flow_list))
+    unfrozen = np.ones(len(flow_list), dtype=bool)
+    while unfrozen.any():
+        weight_sum = matrix[unfrozen].sum(axis=0)
+        active = weight_sum > 1e-12
+        share = np.full(len(local), np.inf)
+        share[active] = residual[active] / weight_sum[active]
+        level = max(min(share.min(), bound[unfrozen].min()), 0.0)
+        limit = level * (1 + _REL_TOL)
+        tight = share <= limit
+        newly = unfrozen & ((bound <= limit) | used[:, tight].any(axis=1))
+        rates[newly] = level
+        residual -= level * matrix[newly].sum(axis=0)
+        unfrozen &= ~newly
+    return {f.id: float(rate) for f, rate in zip(flow_list, rates, strict=True)}
+
+
+def _all_hops(machine: Machine) -> list[RouteHop]:
+    from ..topology import directed_pairs
+
+    merged: dict[tuple[str, str, str], int] = {}
+    for link in machine.topology.links:
+        for a, b in directed_pairs(link):
+            merged[(a, b, link.type)] = merged.get((a, b, link.type), 0) + link.count
+    # one hop per (a, b): the fastest type; parallel types between two components are rare
+    best: dict[tuple[str, str], RouteHop] = {}
+    for (a, b, kind), count in merged.items():
+        hop = RouteHop(a, b, kind, count)
+        cap = count * machine.model.link(kind).bandwidth_Bps
+        old = best.get((a, b))
+        if old is None or cap > old.count * machine.model.link(old.type).bandwidth_Bps:
+            best[(a, b)] = hop
+    return list(best.values())
+
+
+def _natural_key(name: str) -> tuple:
+    import re
+
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))

@@ -1,0 +1,171 @@
+"""Algorithm mode (issue 7 item 3) and the results (item 5).
+
+The exactness anchor (DESIGN.md): with no sharing and no contention parameters
+the simulator reproduces the analytic α-β critical path
+(:func:`simcoll.cost.critical_path_time_s`) to a relative error below 1e-9, for
+every classical algorithm and collective on ring, fully-connected and DGX-1
+machines.
+"""
+
+import json
+import math
+
+import pandas as pd
+import pytest
+
+from simcoll import load_machine
+from simcoll.algorithm import Algorithm, Transfer
+from simcoll.algorithms import applicable, generate
+from simcoll.collectives import COLLECTIVES, make_collective
+from simcoll.cost import critical_path_time_s
+from simcoll.errors import AlgorithmError, SimcollError
+from simcoll.simulator import simulate
+from simcoll.simulator.algorithm_mode import simulate_algorithm
+
+SIZE = 1 << 20
+TOPOLOGIES = ["ring:8", "fully-connected:8", "dgx1"]
+
+
+def _cases():
+    cases = []
+    for topo in TOPOLOGIES:
+        machine = load_machine(topo)
+        for coll in COLLECTIVES:
+            for name, algorithm in applicable(machine.topology, coll).items():
+                if not isinstance(algorithm, str):
+                    cases.append(pytest.param(topo, coll, name, id=f"{topo}-{coll}-{name}"))
+    return cases
+
+
+CASES = _cases()
+
+
+def test_every_topology_has_cases():
+    assert {c.values[0] for c in CASES} == set(TOPOLOGIES)
+    assert len(CASES) > 60
+
+
+@pytest.mark.parametrize("topo, coll, name", CASES)
+def test_uncontended_simulation_equals_the_critical_path(topo, coll, name):
+    machine = load_machine(topo)
+    algorithm = applicable(machine.topology, coll)[name]
+    analytic = critical_path_time_s(algorithm, machine, SIZE)
+    ideal = simulate(algorithm, machine, SIZE, contention=False)
+    assert ideal.time_s == pytest.approx(analytic, rel=1e-9)
+    assert ideal.transfers == len(_messages(algorithm))
+    shared = simulate(algorithm, machine, SIZE, contention=True)
+    if shared.stats["max_sharing"] == 1:
+        # one transfer per resource at a time: sharing changes nothing
+        assert shared.time_s == pytest.approx(analytic, rel=1e-9)
+    else:
+        # sharing can only slow transfers down
+        assert shared.time_s >= analytic * (1 - 1e-9)
+
+
+def _messages(algorithm):
+    groups = {(t.step, t.start_s, t.group, t.src, t.dst, t.op) for t in algorithm.transfers if t.group is not None}
+    return [t for t in algorithm.transfers if t.group is None] + list(groups)
+
+
+def test_ring_allreduce_closed_form():
+    # NV-Group eq. (3): 2(P-1)(α + M/(P·B)) + (P-1)·T_R(M/P) on a uniform ring
+    machine = load_machine("ring:8")
+    p, size = 8, 64 << 20
+    link = machine.model.link("nvlink")
+    expected = 2 * (p - 1) * (link.alpha_s + size / p / link.bandwidth_Bps) + (p - 1) * machine.model.reduce_time_s(
+        size / p
+    )
+    result = simulate(generate("ring", machine.topology, "allreduce"), machine, size)
+    assert result.time_s == pytest.approx(expected, rel=1e-9)
+    assert result.algbw_GBps == pytest.approx(size / expected / 1e9)
+    assert result.busbw_GBps == pytest.approx(result.algbw_GBps * 2 * (p - 1) / p)
+
+
+def _timed_algorithm():
+    coll = make_collective("allgather", 2)
+    # a TACCL-style timed schedule whose two chunks form one contiguity group
+    transfers = [
+        Transfer(0, 0, 1, start_s=0.0, end_s=1e-6, group=7),
+        Transfer(1, 1, 0, start_s=0.0, end_s=1e-6),
+    ]
+    return Algorithm("timed", coll, transfers)
+
+
+def test_contiguity_group_is_one_message():
+    machine = load_machine("fully-connected:2")
+    algorithm = _timed_algorithm()
+    result = simulate(algorithm, machine, SIZE)
+    assert result.time_s == pytest.approx(critical_path_time_s(algorithm, machine, SIZE), rel=1e-12)
+    assert result.transfers == 2
+
+
+def test_sharing_slows_direct_alltoall_on_a_switch():
+    # dgx2: 15 flows leave each GPU at once through its 6 NVSwitch links
+    machine = load_machine("dgx2")
+    algorithm = generate("direct", machine.topology, "alltoall")
+    size = 64 << 20
+    ideal = simulate(algorithm, machine, size, contention=False)
+    shared = simulate(algorithm, machine, size)
+    assert ideal.time_s == pytest.approx(critical_path_time_s(algorithm, machine, size), rel=1e-9)
+    assert shared.stats["max_sharing"] > 1
+    # every GPU must push (P-1)/P of its buffer through its 150 GB/s egress
+    bound = 15 / 16 * size / 150e9
+    assert shared.time_s > ideal.time_s
+    assert shared.time_s >= bound
+
+
+def test_reading_a_chunk_before_it_exists_is_an_error():
+    coll = make_collective("broadcast", 3, root=0)
+    bad = Algorithm("bad", coll, [Transfer(0, 1, 2, step=0)])
+    with pytest.raises(AlgorithmError, match="before rank 1 holds the chunk"):
+        simulate(bad, load_machine("fully-connected:3"), SIZE)
+
+
+def test_wall_clock_limit_is_enforced():
+    machine = load_machine("ring:64")
+    algorithm = generate("ring", machine.topology, "allreduce")
+    with pytest.raises(SimcollError, match="wall-clock limit"):
+        simulate_algorithm(algorithm, machine, SIZE, time_limit_s=1e-9)
+
+
+def test_wrong_machine_and_mode_are_errors():
+    algorithm = generate("ring", load_machine("ring:4").topology, "allgather")
+    with pytest.raises(AlgorithmError, match="4 ranks"):
+        simulate(algorithm, load_machine("ring:8"), SIZE)
+    with pytest.raises(SimcollError, match="unknown simulation mode"):
+        simulate(algorithm, load_machine("ring:4"), SIZE, mode="magic")
+
+
+def test_same_inputs_give_bit_identical_results():
+    machine = load_machine("dgx2")
+    algorithm = generate("direct", machine.topology, "alltoall")
+    a, b = simulate(algorithm, machine, 1 << 22), simulate(algorithm, machine, 1 << 22)
+    assert a.time_s == b.time_s
+    pd.testing.assert_frame_equal(a.timeline, b.timeline, check_exact=True)
+    pd.testing.assert_frame_equal(a.utilisation, b.utilisation, check_exact=True)
+
+
+def test_timeline_utilisation_and_trace(tmp_path):
+    machine = load_machine("ring:4")
+    result = simulate(generate("ring", machine.topology, "allreduce"), machine, 4 << 20)
+    tl = result.timeline
+    sends = tl[tl.kind.isin(["copy", "reduce"])]
+    assert len(sends) == result.transfers == 2 * 3 * 4
+    assert (tl.end_s >= tl.start_s).all()
+    assert tl.end_s.max() == pytest.approx(result.time_s)
+    # a ring link carries one chunk at a time: never more than its capacity
+    util = result.utilisation
+    assert (util.rate_Bps <= util.capacity_Bps * (1 + 1e-12)).all()
+    busy = (util.end_s - util.start_s) * util.rate_Bps
+    assert busy.sum() == pytest.approx(sends.bytes.sum(), rel=1e-9)
+    trace = result.to_chrome_trace()
+    xs = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert len(xs) == len(tl) + len(util)
+    assert max(e["ts"] + e["dur"] for e in xs) == pytest.approx(result.time_s * 1e6)
+    names = {e["args"]["name"] for e in trace["traceEvents"] if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert {"0->1", "nvlink gpu0->gpu1"} <= names
+    path = result.save_chrome_trace(tmp_path / "t.json")
+    assert json.loads(path.read_text())["traceEvents"]
+    summary = result.to_dict()
+    assert summary["mode"] == "algorithm" and summary["transfers"] == result.transfers
+    assert math.isclose(summary["busbw_GBps"], result.busbw_GBps)

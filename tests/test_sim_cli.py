@@ -1,0 +1,110 @@
+"""``simcoll simulate`` and the simulator in ``simcoll compare`` (issue 7 item 6)."""
+
+import json
+
+import pytest
+
+from simcoll import load_machine
+from simcoll.algorithms import generate
+from simcoll.cli import main
+from simcoll.compare import compare
+from simcoll.cost import critical_path_time_s
+
+
+@pytest.fixture()
+def ring_file(tmp_path):
+    machine = load_machine("dgx1")
+    algorithm = generate("ring", machine.topology, "allreduce")
+    path = tmp_path / "ring.json"
+    path.write_text(algorithm.to_json())
+    return path, algorithm, machine
+
+
+def _json(capsys, argv):
+    assert main(argv) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_simulate_json_has_the_documented_keys(ring_file, capsys, tmp_path):
+    path, algorithm, machine = ring_file
+    trace = tmp_path / "trace.json"
+    out = _json(capsys, ["simulate", str(path), "-t", "dgx1", "--size", "1MB", "--json", "--trace", str(trace)])
+    assert {"time_s", "algbw_GBps", "busbw_GBps", "transfers"} <= set(out)
+    assert out["mode"] == "algorithm" and out["transfers"] == len(algorithm.transfers)
+    # the DGX-1 ring uses one NVLink pair at a time: simulation = critical path
+    assert out["time_s"] == pytest.approx(critical_path_time_s(algorithm, machine, 1 << 20), rel=1e-9)
+    events = json.loads(trace.read_text())["traceEvents"]
+    assert any(e["ph"] == "X" for e in events)
+
+
+def test_simulate_analytic_prints_the_critical_path(ring_file, capsys):
+    path, algorithm, machine = ring_file
+    out = _json(capsys, ["simulate", str(path), "-t", "dgx1", "--size", "64MB", "--analytic", "--json"])
+    assert out["method"] == "analytic"
+    assert out["time_s"] == critical_path_time_s(algorithm, machine, 64 << 20)
+    assert out["busbw_GBps"] == pytest.approx(out["algbw_GBps"] * 2 * 7 / 8)
+
+
+def test_simulate_text_output(ring_file, capsys):
+    path, _, _ = ring_file
+    assert main(["simulate", str(path), "-t", "dgx1", "--size", "1KB"]) == 0
+    text = capsys.readouterr().out
+    assert "algorithm mode" in text and "busbw" in text
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["-t", "dgx2"], "8 ranks"),
+        (["-t", "dgx1", "--mode", "algorithm", "--size", "zz"], "size"),
+        (["-t", "dgx1", "--analytic", "--trace", "x.json"], "--trace needs a simulation"),
+    ],
+)
+def test_simulate_bad_input_exits_2(ring_file, capsys, extra, message):
+    path, _, _ = ring_file
+    argv = ["simulate", str(path), "--size", "1MB", *extra]
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_compare_simulates_by_default_and_keeps_analytic():
+    machine = load_machine("ring:4")
+    sim, _ = compare(machine, "allgather", [1024, 1 << 24])
+    ana, _ = compare(machine, "allgather", [1024, 1 << 24], method="analytic")
+    assert set(sim["method"]) == {"simulate"} and set(ana["method"]) == {"analytic"}
+    assert list(sim.columns) == list(ana.columns)
+    # ring:4 links are never shared by these algorithms at once: same times
+    assert sim["time_s"].to_numpy() == pytest.approx(ana["time_s"].to_numpy(), rel=1e-9)
+    assert sim.groupby("size_bytes")["best"].sum().eq(1).all()
+
+
+def test_compare_with_program_mode_rows():
+    pytest.importorskip("simcoll.simulator.program_mode")
+    machine = load_machine("ring:4")
+    df, _ = compare(machine, "allgather", [1 << 20], program=True)
+    assert {"simulate", "program"} <= set(df["method"])
+    for _name, rows in df.groupby("algorithm"):
+        if len(rows) == 2:
+            sim = rows[rows.method == "simulate"].time_s.iloc[0]
+            prog = rows[rows.method == "program"].time_s.iloc[0]
+            # the generic model has no executor section, so no tiling: the Program cannot
+            # pipeline below its Algorithm's messages, and its runtime only adds costs
+            assert prog >= sim * (1 - 1e-9)
+    assert not df[df.method == "program"]["best"].any()
+
+
+def test_compare_cli_analytic_flag(capsys):
+    out = _json(capsys, ["compare", "-t", "ring:4", "-c", "allgather", "--sizes", "1KB", "--analytic", "--json"])
+    assert out["method"] == "analytic" and {r["method"] for r in out["rows"]} == {"analytic"}
+    out = _json(capsys, ["compare", "-t", "ring:4", "-c", "allgather", "--sizes", "1KB", "--json"])
+    assert out["method"] == "simulate"
+
+
+def test_simulate_program_mode_lowers_an_algorithm(ring_file, capsys):
+    pytest.importorskip("simcoll.simulator.program_mode")
+    pytest.importorskip("simcoll.compiler")
+    path, algorithm, machine = ring_file
+    out = _json(capsys, ["simulate", str(path), "-t", "dgx1", "--size", "1MB", "--mode", "program", "--json"])
+    assert out["mode"] == "program" and out["transfers"] >= len(algorithm.transfers)
+    # the DGX-1 model's runtime (thread-block cap below a link, kernel launch) only adds time
+    assert out["time_s"] > critical_path_time_s(algorithm, machine, 1 << 20)

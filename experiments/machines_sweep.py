@@ -1,13 +1,14 @@
 """Experiment: the first producers (ring, direct) against the max-flow
 bandwidth bound on every built-in single-node machine, for Allgather,
-ReduceScatter and Allreduce, across buffer sizes (analytic α-β times).
+ReduceScatter and Allreduce, across buffer sizes (simulated times, or the
+analytic α-β critical path with ``--analytic``).
 
 Writes ``<out>/machines_sweep.csv`` (one row per machine, collective,
 algorithm and size) and ``<out>/machines_sweep.png`` (fraction of the bound
 each algorithm reaches at the largest size). ``--fast`` runs a reduced grid,
 as the test suite does.
 
-    python experiments/machines_sweep.py --out out/ [--fast]
+    python experiments/machines_sweep.py --out out/ [--fast] [--analytic]
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from simcoll import builtin_topologies, compare, load_machine
 from simcoll.units import parse_size_range
 
 
-def run(out: Path, fast: bool) -> pd.DataFrame:
+def run(out: Path, fast: bool, method: str = "simulate") -> pd.DataFrame:
     out.mkdir(parents=True, exist_ok=True)
     csv = out / "machines_sweep.csv"
     machines = ["dgx1", "ndv2", "z52"] if fast else builtin_topologies()
@@ -33,7 +34,7 @@ def run(out: Path, fast: bool) -> pd.DataFrame:
         for coll in ("allgather", "reducescatter", "allreduce"):
             if not done.empty and ((done.topology == name) & (done.collective == coll)).any():
                 continue  # resumed: this cell is already on disk
-            df, _ = compare(machine, coll, sizes)
+            df, _ = compare(machine, coll, sizes, method=method)
             frames.append(df)
             pd.concat(frames).to_csv(csv, index=False)  # persist incrementally
     result = pd.concat(frames, ignore_index=True)
@@ -62,8 +63,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("out"))
     parser.add_argument("--fast", action="store_true", help="reduced grid for tests")
+    parser.add_argument("--analytic", action="store_true", help="closed-form alpha-beta times, not the simulator")
     args = parser.parse_args()
-    df = run(args.out, args.fast)
+    df = run(args.out, args.fast, "analytic" if args.analytic else "simulate")
     print(f"wrote {len(df)} rows to {args.out / 'machines_sweep.csv'} and {args.out / 'machines_sweep.png'}")
 
 

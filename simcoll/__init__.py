@@ -48,6 +48,7 @@ from .interop import export_msccl_xml, import_msccl_xml, import_msccl_xml_all, i
 from .machines import Machine, builtin_models, builtin_topologies, load_machine, load_model, load_topology
 from .program import Executor, Instruction, Program, RankProgram, Ref
 from .routes import Routes, bandwidth_relation
+from .simulator import SimulationResult, simulate
 from .topology import Topology
 from .verify import check, verify
 
@@ -72,6 +73,7 @@ __all__ = [
     "Ref",
     "Routes",
     "SimcollError",
+    "SimulationResult",
     "SynthesisError",
     "Topology",
     "TopologyError",
@@ -109,6 +111,7 @@ __all__ = [
     "relation_root",
     "relation_scattered",
     "relation_transpose",
+    "simulate",
     "step_time_s",
     "time_lower_bound_s",
     "verify",

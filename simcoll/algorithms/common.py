@@ -31,7 +31,7 @@ def block_chunks(collective: Collective, owner: int) -> list[int]:
     (SCCL's Scattered relation applied to the Allreduce buffer)."""
     if collective.name == "reducescatter":
         return list(collective.output_layout[owner])
-    return [c for c in range(collective.num_chunks) if c % collective.num_ranks == owner]
+    return list(range(owner, collective.num_chunks, collective.num_ranks))
 
 
 def minimal_rounds(transfers: Iterable[Transfer], topology: Topology, routes: Routes | None = None) -> tuple[int, ...]:

@@ -1,0 +1,297 @@
+"""TACCL's synthesizer end to end (TACCL §5): sketch -> logical topology ->
+stage 1 routing -> stage 2 ordering -> stage 3 contiguity and exact
+scheduling -> a verified, timed :class:`~simcoll.algorithm.Algorithm`.
+
+Chunks: each GPU's data is split into the sketch's ``input_chunkup`` chunks
+(§5.2); one chunk is ``input_size / input_chunkup`` bytes for every
+collective (Allgather: the GPU's input; Alltoall: the block a GPU sends to
+each other GPU; ReduceScatter and Allreduce: the block each GPU owns after
+the ReduceScatter, so the Allreduce buffer is P × ``input_size``, the
+Allgather output it is built from). The nccl-tests size of the result
+(:attr:`TacclResult.size_bytes`) is ``collective.size_chunks`` chunks.
+
+>>> from simcoll import load_machine
+>>> r = taccl_synthesize(load_machine("ndv2*2", "ndv2-taccl"), "ndv2-sk-1", "allgather", time_limit_s=20)
+>>> r.algorithm.schedule, r.status in ("optimal", "feasible")
+('timed', True)
+"""
+
+from __future__ import annotations
+
+import time as _time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ...algorithm import Algorithm, Transfer
+from ...collectives import Collective, canonical_name, make_collective
+from ...cost import algbw_GBps
+from ...errors import SynthesisError
+from ...machines import Machine, load_machine
+from ...verify import check
+from ..sccl import inverse_collective
+from .combining import allreduce_plan, copy_plan, reduce_plan, rename_allgather_sends, reversal_isomorphism
+from .contiguity import Schedule, solve_contiguity
+from .ordering import Plan, heuristic_order
+from .routing import NS, Routing, StageOutcome, solve_routing
+from .sketch import LogicalTopology, Sketch, check_satisfiable, load_sketch, logical_topology
+
+SUPPORTED = ("allgather", "alltoall", "reducescatter", "allreduce")
+
+
+@dataclass(frozen=True)
+class TacclResult:
+    """One TACCL synthesis: ``status`` "optimal" (both MILPs proved optimal),
+    "feasible" (a stage hit its time limit; ``gap`` is stage 3's relative gap,
+    ``routing_gap`` stage 1's) or "heuristic" (stage 3 found nothing in time:
+    the stage-2 greedy schedule is returned). ``time_s`` is total wall time;
+    ``stage_times_s`` splits it; ``predicted_time_s`` is stage 3's objective."""
+
+    status: str
+    collective: str
+    sketch: str
+    topology: str
+    algorithm: Algorithm
+    time_s: float
+    stage_times_s: dict[str, float]
+    predicted_time_s: float
+    chunk_bytes: float
+    size_bytes: float
+    gap: float
+    routing_gap: float
+    stage_status: dict[str, str] = field(default_factory=dict)
+    relaxed_time_s: float = 0.0  # stage 1's objective (bandwidth-relaxed; the largest over its routings)
+
+    @property
+    def algbw_GBps(self) -> float:
+        """Predicted algorithm bandwidth at the sketch's size (nccl-tests)."""
+        return algbw_GBps(self.size_bytes, self.predicted_time_s)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "collective": self.collective,
+            "sketch": self.sketch,
+            "topology": self.topology,
+            "time_s": round(self.time_s, 4),
+            "stage_times_s": {k: round(v, 4) for k, v in self.stage_times_s.items()},
+            "stage_status": dict(self.stage_status),
+            "predicted_time_us": round(self.predicted_time_s * 1e6, 4),
+            "relaxed_time_us": round(self.relaxed_time_s * 1e6, 4),
+            "chunk_bytes": self.chunk_bytes,
+            "size_bytes": self.size_bytes,
+            "algbw_GBps": round(self.algbw_GBps, 4),
+            "gap": None if self.gap != self.gap else round(self.gap, 6),
+            "routing_gap": None if self.routing_gap != self.routing_gap else round(self.routing_gap, 6),
+            "transfers": len(self.algorithm.transfers),
+        }
+
+
+def taccl_collective(name: str, num_ranks: int, chunkup: int) -> Collective:
+    """The collective TACCL synthesizes for ``input_chunkup`` = ``chunkup``."""
+    key = canonical_name(name)
+    if key not in SUPPORTED:
+        raise SynthesisError(f"TACCL synthesis supports {', '.join(SUPPORTED)}; got {name!r}")
+    if key == "allreduce":
+        return make_collective("allreduce", num_ranks, num_ranks * chunkup)
+    return make_collective(key, num_ranks, chunkup)
+
+
+def taccl_synthesize(
+    machine: Machine | str,
+    sketch: Sketch | str | Path | dict,
+    collective: str,
+    *,
+    model: str | None = None,
+    time_limit_s: float = 60.0,
+    input_size_bytes: int | None = None,
+    contiguity: bool = True,
+    paths: str = "auto",
+    gap_limit: float = 1e-3,
+    patience_s: float | None = None,
+    reorder: bool = False,
+    workers: int = 2,
+    progress: Callable[[str], None] | None = None,
+) -> TacclResult:
+    """Synthesize ``collective`` on ``machine`` under ``sketch`` (TACCL §5).
+
+    ``time_limit_s`` applies to each MILP stage separately; on a limit the
+    best feasible solution is kept and its gap reported. A stage also stops
+    once its relative gap is below ``gap_limit`` (Gurobi's default MIPGap is
+    1e-4; 1e-3 here), reported as "feasible" with that gap unless proven,
+    and, with ``patience_s``, once no better solution has come for that long.
+    ``reorder`` lets stage 3 reorder non-IB links and switch ports
+    (:func:`.contiguity.solve_contiguity`; an extension, off as in TACCL).
+    ``input_size_bytes`` overrides the sketch's ``input_size``. ``progress`` receives one line per
+    stage. ``paths`` is stage 1's path pruning (:func:`.routing.candidate_links`);
+    ``"auto"`` takes ``"level"`` when every chunk goes to every rank
+    (Allgather and the Allgathers inside ReduceScatter and Allreduce: relays
+    spread a receiver's switch egress) and ``"shortest"`` otherwise (Alltoall:
+    one destination per chunk, where wider pruning only grows the model).
+    Raises :class:`~simcoll.errors.SynthesisError` on a bad sketch, an
+    unsatisfiable logical topology, or (never expected) a failed verification.
+    """
+    t_all = _time.perf_counter()
+    say = progress or (lambda _msg: None)
+    if isinstance(machine, str):
+        machine = load_machine(machine, model)
+    sk = sketch if isinstance(sketch, Sketch) else load_sketch(sketch)
+    if input_size_bytes is not None:
+        sk = sk.with_changes(input_size_bytes=int(input_size_bytes))
+    p = machine.num_ranks
+    coll = taccl_collective(collective, p, sk.input_chunkup)
+    if paths == "auto":
+        paths = "shortest" if coll.name == "alltoall" else "level"
+    chunk_bytes = sk.input_size_bytes / sk.input_chunkup
+    where = f"sketch {sk.name!r} on {machine.name}"
+    logical = logical_topology(machine, sk)
+    say(
+        f"TACCL {coll.name} on {machine.name} with sketch {sk.name}: {len(logical.links)} logical links, "
+        f"{coll.num_chunks} chunks of {chunk_bytes:.0f} B"
+    )
+
+    routings: list[Routing] = []
+
+    def route(lt: LogicalTopology, base: Collective, label: str) -> Routing:
+        check_satisfiable(lt, base, where)
+        r = solve_routing(
+            lt,
+            base,
+            chunk_bytes,
+            time_limit_s=time_limit_s,
+            workers=workers,
+            paths=paths,
+            gap_limit=gap_limit,
+            patience_s=patience_s,
+        )
+        say(
+            f"  stage 1 routing ({label}): {r.outcome.status}, relaxed time {r.outcome.objective_ns * NS * 1e6:.2f} us, "
+            f"{len(r.sends)} sends, {r.outcome.wall_s:.2f} s"
+        )
+        routings.append(r)
+        return r
+
+    if coll.name in ("allgather", "alltoall"):
+        plan = Plan(tuple(copy_plan(logical, machine, chunk_bytes, route(logical, coll, coll.name).sends)))
+    else:
+        ag = make_collective("allgather", p, sk.input_chunkup)
+        rev = logical.reversed()
+        symmetric = _same_links(rev, logical)
+        pi = None if symmetric else reversal_isomorphism(logical)
+        need_forward = symmetric or pi is not None or coll.name == "allreduce"
+        fwd = route(logical, ag, "allgather") if need_forward else None
+        if symmetric:
+            back_sends = fwd.sends
+        elif pi is not None:
+            back_sends = rename_allgather_sends(fwd.sends, pi)
+            say("  stage 1 routing (reversed allgather): the forward routing renamed (isomorphic reversal)")
+        else:  # ReduceScatter inverts an Allgather routed on the reversed links (its dual, SCCL §3.5)
+            dual = inverse_collective(make_collective("reducescatter", p, sk.input_chunkup))
+            back_sends = route(rev, dual, "reversed allgather").sends
+        if coll.name == "reducescatter":
+            plan = Plan(tuple(reduce_plan(logical, machine, chunk_bytes, back_sends)))
+        else:
+            plan = allreduce_plan(logical, machine, chunk_bytes, back_sends, fwd.sends)
+
+    t2 = _time.perf_counter()
+    ordering = heuristic_order(plan)
+    order_s = _time.perf_counter() - t2
+    say(
+        f"  stage 2 ordering: {len(plan.transfers)} transfers, greedy makespan {ordering.makespan_ns * NS * 1e6:.2f} us, "
+        f"{order_s:.2f} s"
+    )
+    schedule = solve_contiguity(
+        plan,
+        ordering,
+        time_limit_s=time_limit_s,
+        workers=workers,
+        contiguity=contiguity,
+        gap_limit=gap_limit,
+        patience_s=patience_s,
+        reorder=reorder,
+    )
+    say(
+        f"  stage 3 contiguity: {schedule.outcome.status}, time {schedule.makespan_ns * NS * 1e6:.2f} us, "
+        f"{sum(g is not None for g in schedule.group)} chunks sent contiguously, {schedule.outcome.wall_s:.2f} s"
+    )
+
+    algorithm = _algorithm(coll, sk, machine, plan, schedule, chunk_bytes)
+    problems = check(algorithm, machine.topology)
+    if problems:
+        raise SynthesisError(f"TACCL produced an algorithm that fails verification: {problems[0]}")
+    total = _time.perf_counter() - t_all
+    stage_status = {
+        "routing": "optimal" if all(r.outcome.status == "optimal" for r in routings) else "feasible",
+        "contiguity": schedule.outcome.status,
+    }
+    status = (
+        "optimal"
+        if set(stage_status.values()) == {"optimal"}
+        else ("heuristic" if schedule.outcome.status == "heuristic" else "feasible")
+    )
+    routing_gap = max((r.outcome.gap for r in routings), default=0.0)
+    result = TacclResult(
+        status=status,
+        collective=coll.name,
+        sketch=sk.name,
+        topology=machine.name,
+        algorithm=algorithm,
+        time_s=total,
+        stage_times_s={
+            "routing": sum(r.outcome.wall_s for r in routings),
+            "ordering": order_s,
+            "contiguity": schedule.outcome.wall_s,
+        },
+        predicted_time_s=schedule.makespan_ns * NS,
+        chunk_bytes=chunk_bytes,
+        size_bytes=chunk_bytes * coll.size_chunks,
+        gap=schedule.outcome.gap,
+        routing_gap=routing_gap,
+        stage_status=stage_status,
+        relaxed_time_s=max((r.outcome.objective_ns or 0) for r in routings) * NS,
+    )
+    say(
+        f"  verified; predicted {result.predicted_time_s * 1e6:.2f} us = {result.algbw_GBps:.2f} GB/s algbw; "
+        f"total {total:.2f} s"
+    )
+    return result
+
+
+def _same_links(a: LogicalTopology, b: LogicalTopology) -> bool:
+    return a.links == b.links and a.relay == b.relay
+
+
+def _algorithm(
+    coll: Collective, sk: Sketch, machine: Machine, plan: Plan, schedule: Schedule, chunk_bytes: float
+) -> Algorithm:
+    transfers = tuple(
+        Transfer(
+            chunk=t.chunk,
+            src=t.src,
+            dst=t.dst,
+            op=t.op,
+            start_s=schedule.start_ns[i] * NS,
+            end_s=schedule.end_ns[i] * NS,
+            group=schedule.group[i],
+        )
+        for i, t in enumerate(plan.transfers)
+    )
+    return Algorithm(
+        name=f"taccl-{coll.name}-{sk.name}",
+        collective=coll,
+        transfers=tuple(sorted(transfers, key=lambda t: (t.start_s, t.src, t.dst, t.chunk))),
+        topology=machine.name,
+        predicted_time_s=schedule.makespan_ns * NS,
+        metadata={
+            "synthesizer": "taccl",
+            "sketch": sk.name,
+            "chunk_bytes": chunk_bytes,
+            "input_size_bytes": sk.input_size_bytes,
+            "input_chunkup": sk.input_chunkup,
+            "model": machine.model.name,
+        },
+    )
+
+
+__all__ = ["SUPPORTED", "StageOutcome", "TacclResult", "taccl_collective", "taccl_synthesize"]

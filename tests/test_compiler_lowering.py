@@ -147,14 +147,18 @@ def test_contiguity_groups_become_one_message():
     assert sends == [1, 1]
 
 
-def test_same_step_swap_is_staged_through_scratch():
-    # recursive doubling exchanges reduce into slots the same step still reads
+def test_same_step_swap_ping_pongs_between_output_and_scratch():
+    # recursive doubling exchanges reduce into slots the same step still sends: the
+    # reduction stores into a scratch copy of the chunk instead (and back next time),
+    # so every exchange is one send and one rrc, with no staging copy or local reduce
     topo = load_topology("fully-connected:8")
     algo = applicable(topo, "allreduce")["recursive-doubling"]
     program = lower_algorithm(algo, topology=topo)
     assert check(program, topo) == []
-    assert all("stage" not in rp.buffers for rp in program.ranks)  # merged into scratch
+    assert all("stage" not in rp.buffers for rp in program.ranks)
     assert program.ranks[0].buffers.get("scratch", 0) > 0
+    p, steps = 8, 3
+    assert {k: v for k, v in program.instruction_counts().items() if v} == {"send": p * steps, "rrc": p * steps}
 
 
 def test_bad_arguments():

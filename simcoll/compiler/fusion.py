@@ -8,6 +8,17 @@ Peephole rewrites of a receive followed by a send of the same slots:
 - ``rrs``: as ``rrcs`` when the result is never used locally (no other
   instruction reads it before it is overwritten), so it is not stored.
 
+Two options serve Algorithm lowering (:mod:`simcoll.compiler.lower`):
+``live_out`` (the slots whose final contents matter, i.e. the outputs) lets
+a result that is never read again and lies outside it count as dead, so it
+need not be stored (``rrs``, not ``rrcs``); ``fan_out=False`` leaves a
+receive whose result other instructions also read unfused (``recv``/``rrc``
+then separate sends), since those readers would otherwise wait for the
+fused instruction's whole send (a false dependency; in the runtime a fused
+instruction finishes only when its data has arrived, GC3 §6.2); ``prune``
+drops the dependencies of later writers on an ``rrs`` that stem only from
+the store (and the send's read) it no longer does.
+
 A send is fused only when the receive is its sole predecessor (so fusing
 cannot create a cycle), when the user's channels of the two messages agree
 (a fused chain runs on one channel), and when the chain's fused
@@ -73,9 +84,13 @@ class _Chains:
         self.pairs[ra] = (outs, ins)
 
 
-def _slot_uses(idag: InstructionDAG) -> tuple[dict[int, set[int]], dict[int, bool]]:
+def _slot_uses(
+    idag: InstructionDAG, live_out: set[Loc] | frozenset[Loc] | None = None
+) -> tuple[dict[int, set[int]], dict[int, bool]]:
     """For every writing node: the nodes reading its result (before the slot
-    is overwritten), and whether every slot it wrote is overwritten later."""
+    is overwritten), and whether every slot it wrote is dead afterwards:
+    overwritten later, or (with ``live_out``) never overwritten and not in
+    ``live_out``."""
     readers: dict[int, set[int]] = {}
     overwritten: dict[int, bool] = {}
     last: dict[Loc, int] = {}
@@ -93,18 +108,30 @@ def _slot_uses(idag: InstructionDAG) -> tuple[dict[int, set[int]], dict[int, boo
             last[loc] = n.id
         if writes:
             pending[n.id] = len(writes)
+    if live_out is not None:
+        for loc, w in last.items():
+            if loc not in live_out:
+                pending[w] -= 1
     for w, left in pending.items():
         overwritten[w] = left == 0
     return readers, overwritten
 
 
-def fuse(idag: InstructionDAG) -> InstructionDAG:
-    """Rewrite ``idag`` in place with fused instructions; returns it.
+def fuse(
+    idag: InstructionDAG,
+    *,
+    live_out: set[Loc] | frozenset[Loc] | None = None,
+    fan_out: bool = True,
+    prune: bool = False,
+) -> InstructionDAG:
+    """Rewrite ``idag`` in place with fused instructions; returns it. The
+    defaults are GC3's rules; see the module docstring for ``live_out`` and
+    ``fan_out``.
 
     >>> # ring Allreduce on P ranks: P send, P(P-2) rrs, P rrcs, P(P-2) rcs, P recv
     """
     _, rdepth = depths(idag)
-    readers, overwritten = _slot_uses(idag)
+    readers, overwritten = _slot_uses(idag, live_out)
     chains = _Chains(idag)
     nodes = idag.nodes
     for r in sorted(idag.alive(), key=lambda n: (n.pos, n.id)):
@@ -125,6 +152,8 @@ def fuse(idag: InstructionDAG) -> InstructionDAG:
         if not candidates:
             continue
         s = max(candidates, key=lambda n: (rdepth[n.id], -n.pos, -n.id))
+        if not fan_out and not readers.get(r.id, set()) <= {s.id}:
+            continue
         if r.op == "recv":
             r.op = "rcs"
         elif readers.get(r.id, set()) <= {s.id} and overwritten.get(r.id, False):
@@ -132,8 +161,29 @@ def fuse(idag: InstructionDAG) -> InstructionDAG:
         else:
             r.op = "rrcs"
         _merge(idag, r, s)
+        if prune and r.op == "rrs":
+            _unstore(idag, r)
         chains.union(r.recv_edge, r.send_edge, r.rank, r.recv_peer, r.send_peer)
     return idag
+
+
+def _unstore(idag: InstructionDAG, n: Node) -> None:
+    """``n`` became an ``rrs``: it no longer writes its destination, nor
+    does a separate send read it. Successors that waited only to overwrite
+    those slots wait for ``n``'s predecessors instead (keeping the order
+    with earlier writers and readers); those overwriting the slots ``n``
+    reads keep waiting for it."""
+    reads = set(n.reads())
+    preds = set(n.preds)
+    for t in list(n.succs):
+        succ = idag.nodes[t]
+        if reads & set(succ.writes()):
+            continue
+        n.succs.discard(t)
+        succ.preds.discard(n.id)
+        for q in preds:
+            idag.nodes[q].succs.add(t)
+            succ.preds.add(q)
 
 
 def _merge(idag: InstructionDAG, r: Node, s: Node) -> None:

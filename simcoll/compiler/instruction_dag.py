@@ -3,7 +3,8 @@
 A local op becomes one ``copy`` or ``reduce`` instruction. A remote copy
 becomes a ``send`` on the source rank and a ``recv`` on the destination
 rank; a remote reduce a ``send`` and an ``rrc`` (receive, reduce with the
-destination, store into it). The two halves of a remote op are joined by a
+destination, or with the op's ``base`` slot when it has one, and store into
+the destination). The two halves of a remote op are joined by a
 *communication edge*; the Chunk DAG's edges become *processing edges*
 between the instructions on the rank whose slots cause them.
 
@@ -16,8 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..program import Ref
-from .chunk_dag import ChunkDAG
-from .trace import Loc
+from .chunk_dag import ChunkDAG, ChunkEdge
+from .trace import CompileError, Loc, Op
 
 
 @dataclass
@@ -121,6 +122,9 @@ def build_instruction_dag(dag: ChunkDAG, num_ranks: int) -> InstructionDAG:
     for i, op in enumerate(dag.ops):
         src = Ref(op.src.buffer, op.src.index)
         dst = Ref(op.dst.buffer, op.dst.index)
+        base = dst if op.base is None else Ref(op.base.buffer, op.base.index)
+        if op.base is not None and (op.kind != "reduce" or not op.remote or op.base.rank != op.dst.rank):
+            raise CompileError(f"{op.describe()}: only a remote reduce may read its local operand from another slot")
         if not op.remote:
             n = add(rank=op.src.rank, op=op.kind, src=src, dst=dst, count=op.count, pos=i, where=op.where)
             n.tb_hint = op.sendtb if op.sendtb is not None else op.recvtb
@@ -132,7 +136,7 @@ def build_instruction_dag(dag: ChunkDAG, num_ranks: int) -> InstructionDAG:
         r = add(
             rank=op.dst.rank,
             op=kind,
-            src=dst if kind == "rrc" else None,
+            src=base if kind == "rrc" else None,
             dst=dst,
             count=op.count,
             pos=i,
@@ -144,11 +148,38 @@ def build_instruction_dag(dag: ChunkDAG, num_ranks: int) -> InstructionDAG:
         s.send_edge = r.recv_edge = e.id
         at[(i, op.src.rank)] = s.id
         at[(i, op.dst.rank)] = r.id
-    for e in dag.edges:
+    for e in [*dag.edges, *base_edges(dag.ops)]:
         a, b = at[(e.src, e.rank)], at[(e.dst, e.rank)]
+        if a == b:
+            continue
         nodes[a].succs.add(b)
         nodes[b].preds.add(a)
     return InstructionDAG(num_ranks, nodes, comm)
+
+
+def base_edges(ops: list[Op]) -> list[ChunkEdge]:
+    """The Chunk DAG edges through ``base`` slots (which
+    :func:`~simcoll.compiler.chunk_dag.build_chunk_dag` does not see): a
+    true edge from the last writer of a base slot to the op reading it, and
+    a false edge from that op to the next op overwriting the slot."""
+    last_write: dict[Loc, int] = {}
+    readers: dict[Loc, list[int]] = {}
+    edges: dict[tuple[int, int, int], str] = {}
+    for i, op in enumerate(ops):
+        if op.base is not None:
+            for k in range(op.count):
+                loc = Loc(op.base.rank, op.base.buffer, op.base.index + k)
+                w = last_write.get(loc)
+                if w is not None and w != i:
+                    edges[(w, i, loc.rank)] = "true"
+                readers.setdefault(loc, []).append(i)
+        for k in range(op.count):
+            loc = Loc(op.dst.rank, op.dst.buffer, op.dst.index + k)
+            for r in readers.pop(loc, ()):
+                if r != i:
+                    edges.setdefault((r, i, loc.rank), "false")
+            last_write[loc] = i
+    return [ChunkEdge(a, b, r, k) for (a, b, r), k in edges.items()]
 
 
 def depths(idag: InstructionDAG) -> tuple[dict[int, int], dict[int, int]]:

@@ -10,24 +10,51 @@ writes (copy) or reduces into (reduce) the receiver's home.
 
 Step schedules (SCCL §3.3) read the state at the start of a step: a
 transfer whose target slot another transfer of the same step still reads
-is staged through a ``stage`` scratch slot and applied after the step's
-reads. Timed schedules (TACCL) are taken in order of start time, transfers
-starting together forming one step; the transfers of one contiguity
-``group`` with contiguous slots on both sides become one multi-chunk
-message. Finally every output slot not yet holding its chunk gets a local
-copy (e.g. a rank's own Allgather chunk).
+writes a second slot of its chunk in ``scratch`` instead (the next such
+transfer writes the home again: ping-pong, as recursive doubling's
+exchanges need); only when that slot is read too is it staged through a
+``stage`` slot and applied after the step's reads. Timed schedules
+(TACCL) are taken in order of start time, transfers starting together
+forming one step; the transfers of one contiguity ``group`` with
+contiguous slots on both sides become one multi-chunk message. Finally
+every output slot not yet holding its chunk gets a local copy (e.g. a
+rank's own Allgather chunk), on thread blocks of their own.
+
+The Program is lean: a reduction into a slot other than the one holding the
+rank's contribution reads that contribution in place (MSCCL's
+receive-reduce-copy from ``input`` into ``output``, no local copy first);
+sends read a rank's own contribution from ``input``; results that are
+neither read again nor part of the output are not stored (``rrs``); a
+received result that several instructions read is not fused with one of
+its sends (no false wait for that send); and messages a step sends at once
+between one rank pair go on separate channels (see :func:`_lanes`).
 """
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
+from dataclasses import replace
 
 from ..algorithm import Algorithm, Transfer
 from ..costmodel import DEFAULT_FIFO_SLOTS
+from ..errors import VerificationError
 from ..program import PROTOCOLS, Program
 from ..topology import Topology
-from .pipeline import compile_trace
-from .trace import CompileError, Loc, Op, Trace, buffer_sizes, canonical
+from .channels import assign_channels
+from .checks import check_compiled
+from .chunk_dag import build_chunk_dag
+from .dependencies import insert_dependencies
+from .fusion import fuse
+from .instruction_dag import build_instruction_dag
+from .threadblocks import assign_threadblocks
+from .trace import CompileError, Loc, Op, Trace, buffer_sizes, canonical, merge_scratch, replicate
+
+#: Thread blocks ``0 .. copy_threadblocks-1`` of a rank run its final local
+#: copies, one chunk each in turn: blocks of their own, so that the copies
+#: overlap the communication (and one another) instead of queueing on a
+#: communicating thread block.
+FIRST_COPY_THREADBLOCK = 0
 
 
 def algorithm_trace(
@@ -37,14 +64,22 @@ def algorithm_trace(
     protocol: str = "Simple",
     topology: Topology | None = None,
     aggregate: bool = False,
+    max_channels: int = 8,
+    copy_threadblocks: int = 8,
 ) -> Trace:
     """The trace of ``algorithm`` (see the module docstring). With
     ``aggregate``, step-schedule transfers of one step between the same two
-    ranks with contiguous slots also merge into one message."""
+    ranks with contiguous slots also merge into one message. Messages of
+    one step between one rank pair use up to ``max_channels`` channels
+    (:func:`_lanes`). A rank's final local copies run on up to ``copy_threadblocks`` thread
+    blocks of their own."""
     if protocol not in PROTOCOLS:
         raise CompileError(f"protocol {protocol!r} is not one of {PROTOCOLS}")
     if not isinstance(instances, int) or instances < 1:
         raise CompileError(f"instances must be a positive integer, got {instances!r}")
+    for label, value in (("max_channels", max_channels), ("copy_threadblocks", copy_threadblocks)):
+        if not isinstance(value, int) or value < 1:
+            raise CompileError(f"{label} must be a positive integer, got {value!r}")
     coll = algorithm.collective
     p = coll.num_ranks
     buffers = buffer_sizes(coll)
@@ -55,18 +90,21 @@ def algorithm_trace(
             out_index[r].setdefault(c, i)
         for i, c in enumerate(coll.input_layout[r]):
             in_index[r].setdefault(c, i)
-    scratch_home: list[dict[int, int]] = [{} for _ in range(p)]
+    scratch_slots: list[dict[tuple[str, int], int]] = [{} for _ in range(p)]
+
+    def scratch(rank: int, key: tuple[str, int]) -> Loc:
+        slots = scratch_slots[rank]
+        if key not in slots:
+            slots[key] = len(slots)
+            buffers[rank]["scratch"] = len(slots)
+        return Loc(rank, "scratch", slots[key])
 
     def home(rank: int, c: int) -> Loc:
         if c in out_index[rank]:
             return canonical(coll, rank, "output", out_index[rank][c])
         if c in in_index[rank]:
             return canonical(coll, rank, "input", in_index[rank][c])
-        slots = scratch_home[rank]
-        if c not in slots:
-            slots[c] = len(slots)
-            buffers[rank]["scratch"] = len(slots)
-        return Loc(rank, "scratch", slots[c])
+        return scratch(rank, ("home", c))
 
     current: dict[tuple[int, int], Loc] = {}
     for r in range(p):
@@ -92,12 +130,22 @@ def algorithm_trace(
         stage_used: dict[int, int] = defaultdict(int)
         for t in batch:
             target = home(t.dst, t.chunk)
+            if target in read_slots:
+                # the step still sends the slot: write a second slot of the chunk instead
+                # (ping-pong between home and it), as long as that one is not read either
+                alt = scratch(t.dst, ("alt", t.chunk))
+                if alt not in read_slots:
+                    target = alt
+            base = None
             if t.op == "reduce":
                 base = current.get((t.dst, t.chunk))
                 if base is None:
                     raise CompileError(f"{describe(t)}: rank {t.dst} holds no contribution of chunk {t.chunk}")
-                if base != target:
+                if base == target:
+                    base = None
+                elif target in read_slots:
                     pre.append(Op("copy", base, target, where=describe(t)))
+                    base = None
             if target in read_slots:
                 k = stage_used[t.dst]
                 stage_used[t.dst] += 1
@@ -106,18 +154,23 @@ def algorithm_trace(
                 direct.append((Op("copy", reads[id(t)], tmp, where=describe(t)), t.group))
                 finish.append((Op(t.op, tmp, target, where=describe(t)), None))
             else:
-                direct.append((Op(t.op, reads[id(t)], target, where=describe(t)), t.group))
+                direct.append((Op(t.op, reads[id(t)], target, where=describe(t), base=base), t.group))
             current[(t.dst, t.chunk)] = target
         timed = algorithm.schedule == "timed"
         ops += pre
-        ops += _aggregate(direct, by_group=timed, by_pair=aggregate and not timed)
+        ops += _spread(_aggregate(direct, by_group=timed, by_pair=aggregate and not timed))
         ops += [op for op, _ in finish]
+    copies = [0] * p
     for r in range(p):
         for i, c in enumerate(coll.output_layout[r]):
             want = canonical(coll, r, "output", i)
             have = current.get((r, c))
             if have is not None and have != want:
-                ops.append(Op("copy", have, want, where=f"{name}: final copy of chunk {c} on rank {r}"))
+                where = f"{name}: final copy of chunk {c} on rank {r}"
+                tb = FIRST_COPY_THREADBLOCK + copies[r] % copy_threadblocks
+                copies[r] += 1
+                ops.append(Op("copy", have, want, sendtb=tb, where=where))
+    ops = _lanes(ops, max_channels)
     return Trace(
         name=name,
         collective=coll,
@@ -128,6 +181,35 @@ def algorithm_trace(
         topology=topology,
         metadata={"source": "algorithm", "schedule": algorithm.schedule},
     )
+
+
+def _spread(ops: list[Op]) -> list[Op]:
+    """Number the messages of one step between one rank pair 0, 1, ...
+    (kept in ``lane`` for :func:`_lanes`)."""
+    seen: dict[tuple[int, int], int] = defaultdict(int)
+    out = []
+    for op in ops:
+        if op.remote:
+            pair = (op.src.rank, op.dst.rank)
+            op = replace(op, lane=seen[pair])
+            seen[pair] += 1
+        out.append(op)
+    return out
+
+
+def _lanes(ops: list[Op], max_channels: int) -> list[Op]:
+    """Give the k-th message of a step between one rank pair lane ``k mod
+    L`` of ``L`` lanes (L: the most messages of a step on one pair, at most
+    ``max_channels``), so that it only takes channels ``c·L + lane``:
+    messages the Algorithm sends at once travel on separate connections,
+    each with its own thread block (as NCCL gives each of the DGX-1's rings
+    its own channel, SCCL §2.2), instead of queueing on one thread block,
+    each paying its own α and all sharing one block's bandwidth. With one
+    message per pair and step (rings, trees) nothing changes."""
+    lanes = min(max_channels, 1 + max((op.lane for op in ops if op.remote), default=0))
+    if lanes <= 1:
+        return [replace(op, lane=0) for op in ops]
+    return [replace(op, lane=op.lane % lanes, lanes=lanes) if op.remote else op for op in ops]
 
 
 def _steps(algorithm: Algorithm) -> list[list[Transfer]]:
@@ -155,7 +237,8 @@ def _aggregate(items: list[tuple[Op, int | None]], *, by_group: bool, by_pair: b
         if not op.remote or (by_group and group is None):
             key: tuple = ("single", n)
         else:
-            key = (op.kind, op.src.rank, op.dst.rank, op.src.buffer, op.dst.buffer, group if by_group else None)
+            base = None if op.base is None else op.base.buffer
+            key = (op.kind, op.src.rank, op.dst.rank, op.src.buffer, op.dst.buffer, base, group if by_group else None)
         if key not in buckets:
             buckets[key] = []
             order.append(key)
@@ -164,8 +247,12 @@ def _aggregate(items: list[tuple[Op, int | None]], *, by_group: bool, by_pair: b
         run = sorted(buckets[key], key=lambda o: (o.src.index, o.dst.index))
         cur = run[0]
         for op in run[1:]:
-            if op.src.index == cur.src.index + cur.count and op.dst.index == cur.dst.index + cur.count:
-                cur = Op(cur.kind, cur.src, cur.dst, cur.count + op.count, where=cur.where)
+            if (
+                op.src.index == cur.src.index + cur.count
+                and op.dst.index == cur.dst.index + cur.count
+                and (op.base is None or op.base.index == cur.base.index + cur.count)
+            ):
+                cur = replace(cur, count=cur.count + op.count)
             else:
                 out.append(cur)
                 cur = op
@@ -180,6 +267,8 @@ def lower_algorithm(
     protocol: str = "Simple",
     topology: Topology | None = None,
     aggregate: bool = False,
+    max_channels: int = 8,
+    copy_threadblocks: int = 8,
     fusion: bool = True,
     fifo_slots: int = DEFAULT_FIFO_SLOTS,
     verify: bool = True,
@@ -194,5 +283,60 @@ def lower_algorithm(
     >>> program.instruction_counts()["rcs"], program.num_channels
     (16, 2)
     """
-    trace = algorithm_trace(algorithm, instances=instances, protocol=protocol, topology=topology, aggregate=aggregate)
-    return compile_trace(trace, fusion=fusion, fifo_slots=fifo_slots, verify=verify, timings=timings)
+    trace = algorithm_trace(
+        algorithm,
+        instances=instances,
+        protocol=protocol,
+        topology=topology,
+        aggregate=aggregate,
+        max_channels=max_channels,
+        copy_threadblocks=copy_threadblocks,
+    )
+    return compile_lowered(trace, fusion=fusion, fifo_slots=fifo_slots, verify=verify, timings=timings)
+
+
+def output_slots(trace: Trace) -> frozenset[Loc]:
+    """The canonical slots of every rank's output buffer: the only slots
+    whose final contents the postcondition reads."""
+    coll = trace.collective
+    return frozenset(
+        canonical(coll, r, "output", i) for r in range(coll.num_ranks) for i in range(len(coll.output_layout[r]))
+    )
+
+
+def compile_lowered(
+    trace: Trace,
+    *,
+    fusion: bool = True,
+    fifo_slots: int = DEFAULT_FIFO_SLOTS,
+    verify: bool = True,
+    timings: dict[str, float] | None = None,
+) -> Program:
+    """:func:`~simcoll.compiler.pipeline.compile_trace`'s passes with the
+    fusion rules for lowered Algorithms: a result outside the output that
+    is not read again is not stored (``rrs``), and a receive whose result
+    several instructions read is not fused with one of them (``fan_out``
+    off, see :mod:`simcoll.compiler.fusion`), so that the other readers do
+    not wait for that send to arrive."""
+    clock = {} if timings is None else timings
+
+    def timed(name, fn, *args, **kw):
+        t0 = time.perf_counter()
+        out = fn(*args, **kw)
+        clock[name] = clock.get(name, 0.0) + time.perf_counter() - t0
+        return out
+
+    trace = timed("replicate", replicate, trace)
+    trace = timed("merge_scratch", merge_scratch, trace)
+    cdag = timed("chunk_dag", build_chunk_dag, trace)
+    idag = timed("instruction_dag", build_instruction_dag, cdag, trace.num_ranks)
+    if fusion:
+        idag = timed("fusion", fuse, idag, live_out=output_slots(trace), fan_out=False, prune=True)
+    idag = timed("channels", assign_channels, idag)
+    schedule = timed("threadblocks", assign_threadblocks, idag, fifo_slots)
+    program = timed("dependencies", insert_dependencies, idag, schedule, trace)
+    if verify:
+        problems = timed("check", check_compiled, program, trace.topology, fifo_slots)
+        if problems:
+            raise VerificationError([f"{program.name}: {p}" for p in problems])
+    return program

@@ -44,7 +44,9 @@ class Loc(NamedTuple):
 @dataclass(frozen=True)
 class Op:
     """One traced chunk operation: ``copy`` (dst := src) or ``reduce``
-    (dst := dst ⊕ src), on ``count`` chunks. ``channel``/``sendtb``/``recvtb``
+    (dst := dst ⊕ src, or dst := base ⊕ src when a ``base`` slot on the
+    destination rank is given: MSCCL's receive-reduce-copy reading its local
+    operand from one buffer and storing into another), on ``count`` chunks. ``channel``/``sendtb``/``recvtb``
     are the user's scheduling hints (None: the compiler chooses); ``where`` is
     the user's ``file:line``. Replica ``lane`` of ``lanes`` (from
     :func:`replicate`) only uses channels ``c·lanes + lane``."""
@@ -60,6 +62,7 @@ class Op:
     where: str = ""
     lane: int = 0
     lanes: int = 1
+    base: Loc | None = None
 
     @property
     def remote(self) -> bool:
@@ -67,7 +70,8 @@ class Op:
 
     def describe(self) -> str:
         at = f" (at {self.where})" if self.where else ""
-        return f"{self.kind} {self.src.describe(self.count)} -> {self.dst.describe(self.count)}{at}"
+        base = f" with {self.base.describe(self.count)}" if self.base is not None and self.base != self.dst else ""
+        return f"{self.kind} {self.src.describe(self.count)}{base} -> {self.dst.describe(self.count)}{at}"
 
 
 @dataclass
@@ -193,10 +197,23 @@ def replicate(trace: Trace) -> Trace:
         for j in range(s):
             src, part = place(op.src, op.count, s, j)
             dst, _ = place(op.dst, op.count, s, j)
+            base = None if op.base is None else place(op.base, op.count, s, j)[0]
             channel = op.channel
             if s > 1 and channel is not None:
                 channel = channel * s + j
-            ops.append(replace(op, src=src, dst=dst, count=part, channel=channel, split=1, lane=j, lanes=s))
+            ops.append(
+                replace(
+                    op,
+                    src=src,
+                    dst=dst,
+                    base=base,
+                    count=part,
+                    channel=channel,
+                    split=1,
+                    lane=op.lane * s + j,
+                    lanes=op.lanes * s,
+                )
+            )
     buffers = [{b: n * big for b, n in d.items()} for d in trace.buffers]
     return replace(
         trace,
@@ -231,7 +248,10 @@ def merge_scratch(trace: Trace) -> Trace:
         off = offsets[loc.rank].get(loc.buffer)
         return loc if off is None else Loc(loc.rank, "scratch", off + loc.index)
 
-    ops = [replace(op, src=move(op.src), dst=move(op.dst)) for op in trace.ops]
+    ops = [
+        replace(op, src=move(op.src), dst=move(op.dst), base=None if op.base is None else move(op.base))
+        for op in trace.ops
+    ]
     buffers = []
     for d, off in zip(trace.buffers, offsets, strict=True):
         nd = {b: n for b, n in d.items() if b not in off}

@@ -11,18 +11,14 @@ slow for millions of objects, so the process's peak RSS from getrusage).
 Target: ring Allreduce on ring:1024 (about 2.1 million transfers) in at most
 30 s of simulation and under 2 GB.
 
-The registry's ring generator calls ``block_chunks`` (O(chunks)) once per
-transfer, which makes generating the ring:1024 Allreduce cubic (minutes); the
-benchmark builds the identical schedule with the ring module's own step
-builders and a cached block list (checked equal to ``generate`` below 128
-ranks) and reports both.
+The ring case is timed with and without recording the timeline and the
+utilisation (``--no-record`` skips the recorded run).
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
-import importlib
 import resource
 import sys
 import time
@@ -32,30 +28,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from simcoll import load_machine  # noqa: E402
 from simcoll.algorithms import generate  # noqa: E402
-from simcoll.algorithms.common import block_chunks, finish  # noqa: E402
-from simcoll.collectives import make_collective  # noqa: E402
-from simcoll.routes import Routes  # noqa: E402
 from simcoll.simulator.algorithm_mode import simulate_algorithm  # noqa: E402
 
 GB = 1 << 30
-ring_module = importlib.import_module("simcoll.algorithms.ring")  # the module, not the function
 
 
 def peak_rss_MB() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def ring_allreduce_fast(topology):
-    """The ring Allreduce of :func:`simcoll.algorithms.ring.ring_allreduce`
-    with the owner → chunks lists computed once."""
-    p = topology.num_ranks
-    collective = make_collective("allreduce", p, p)
-    routes = Routes(topology)
-    order = list(range(p))  # ring:N's Hamiltonian ring is 0, 1, ..., N-1
-    blocks = {owner: block_chunks(collective, owner) for owner in range(p)}
-    transfers = ring_module._ring_reducescatter_steps(collective, order, blocks.__getitem__)
-    transfers += ring_module._ring_allgather_steps(collective, order, p - 1, blocks.__getitem__)
-    return finish("ring", collective, topology, transfers, routes, ring=order)
 
 
 def run_case(label: str, machine, algorithm, size: int, gen_s: float, record: bool) -> dict:
@@ -90,24 +69,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ranks", type=int, default=1024, help="ring size for the big case (default 1024)")
     parser.add_argument("--skip-ring", action="store_true")
-    parser.add_argument("--record", action="store_true", help="record timeline and utilisation in the ring case")
+    parser.add_argument("--no-record", action="store_true", help="ring case: only the run without recording")
     args = parser.parse_args()
-
-    # the fast builder gives the registry's schedule
-    small = load_machine("ring:16").topology
-    assert ring_allreduce_fast(small).transfers == generate("ring", small, "allreduce").transfers
 
     if not args.skip_ring:
         machine = load_machine(f"ring:{args.ranks}")
         t0 = time.perf_counter()
-        algorithm = ring_allreduce_fast(machine.topology)
+        algorithm = generate("ring", machine.topology, "allreduce")
         gen_s = time.perf_counter() - t0
-        run_case(f"ring:{args.ranks} allreduce ring 1GB", machine, algorithm, GB, gen_s, args.record)
+        for record in (False,) if args.no_record else (False, True):
+            what = "recording" if record else "no recording"
+            run_case(f"ring:{args.ranks} allreduce 1GB, {what}", machine, algorithm, GB, gen_s, record)
         del algorithm
-        p = 128
-        t0 = time.perf_counter()
-        generate("ring", load_machine(f"ring:{p}").topology, "allreduce")
-        print(f"(registry ring generator on ring:{p}: {time.perf_counter() - t0:.2f} s; it grows as P^3)")
 
     for topo, names in (
         ("dgx1", ("ring", "multi-ring", "direct", "hiccl")),

@@ -30,6 +30,7 @@ from collections import defaultdict, deque
 from collections.abc import Iterable
 
 import networkx as nx
+import numpy as np
 
 from .algorithm import Algorithm, BandwidthConstraint, Transfer, constraint_loads
 from .collectives import Collective
@@ -208,7 +209,24 @@ def _check_bandwidth(algorithm: Algorithm, relation: Iterable[BandwidthConstrain
 # Programs
 # ---------------------------------------------------------------------------
 class _Run:
-    """State of one symbolic execution of a Program."""
+    """State of one symbolic execution of a Program.
+
+    Happens-before is tracked with vector clocks (Lamport 1978; Mattern 1989):
+    ``clock[g][h]`` is how many steps of executor ``h`` executor ``g`` knows to
+    have finished, through program order, dependencies and messages, followed
+    transitively across ranks (a step on rank 0 can be ordered after another
+    step on rank 0 only through a message chain via rank 1). An access races
+    with an earlier access to the same slot by another executor unless the
+    accessing executor's clock covers that access's step.
+
+    Clocks are numpy vectors that are never changed in place once shared: a
+    join builds a new vector, so a message or a dependency target keeps a
+    reference (no copy), and an executor's own entry is carried beside the
+    vector rather than bumped on every step. A join costs one vectorised
+    ``maximum`` over the executors, and only dependencies and receives join.
+    Snapshots are kept only for steps that some dependency names, and dropped
+    once every dependent step has joined them.
+    """
 
     def __init__(self, program: Program, problems: list[str]):
         self.program = program
@@ -218,12 +236,24 @@ class _Run:
         self.index = {(r, e.id): i for i, (r, e) in enumerate(self.executors)}
         n = len(self.executors)
         self.pc = [0] * n
-        self.clock = [[0] * n for _ in range(n)]
-        self.step_clock: dict[tuple[int, int], list[int]] = {}
+        longest = max((len(e.instructions) for _, e in self.executors), default=0)
+        dtype = np.uint16 if longest < np.iinfo(np.uint16).max else np.int64
+        zero = np.zeros(n, dtype=dtype)
+        # clock[g][h] for h != g; entry g itself is stale: g's own count is pc[g] (+1 while a step runs)
+        self.clock: list[np.ndarray] = [zero] * n
+        # (executor, step) -> number of steps that depend on it, still to run
+        self.dependents: dict[tuple[int, int], int] = defaultdict(int)
+        for rank, e in self.executors:
+            for ins in e.instructions:
+                for dep_exec, dep_step in ins.deps:
+                    self.dependents[(self.index[(rank, dep_exec)], dep_step)] += 1
+        self.step_clock: dict[tuple[int, int], tuple[np.ndarray, int, int]] = {}
+        # a message: (payload, sender's clock stamp, (sender, step))
         self.fifo: dict[tuple[int, int, int], deque] = defaultdict(deque)
         self.slots: dict[tuple[int, str, int], Value | None] = {}
-        self.last_write: dict[tuple[int, str, int], tuple[int, int, str]] = {}
-        self.reads: dict[tuple[int, str, int], dict[int, tuple[int, str]]] = defaultdict(dict)
+        # slot -> (writer, step); slot -> {reader: step} for reads since that write
+        self.last_write: dict[tuple[int, str, int], tuple[int, int]] = {}
+        self.reads: dict[tuple[int, str, int], dict[int, int]] = defaultdict(dict)
         for rank, layout in enumerate(self.coll.input_layout):
             for i, chunk in enumerate(layout):
                 self.slots[self._canon(rank, "input", i)] = _initial_value(chunk, rank)
@@ -240,21 +270,37 @@ class _Run:
         op = e.instructions[step].op if step < len(e.instructions) else "end"
         return f"rank {rank} executor {e.id} step {step} ({op})"
 
-    # -- memory with race detection -------------------------------------------
-    def _ordered_before(self, g: int, other: int, other_clock: int) -> bool:
-        return other == g or self.clock[g][other] >= other_clock
+    # -- happens-before ---------------------------------------------------------------
+    def _stamp(self, g: int) -> tuple[np.ndarray, int, int]:
+        """Executor ``g``'s clock while it runs step ``pc[g]``: (vector, g, own count)."""
+        return (self.clock[g], g, self.pc[g] + 1)
 
+    def _join(self, g: int, stamp: tuple[np.ndarray, int, int]) -> None:
+        """Executor ``g`` learns everything ``stamp`` knows (a new vector; shared ones stay intact)."""
+        vector, source, own = stamp
+        joined = np.maximum(self.clock[g], vector)
+        if joined[source] < own:
+            joined[source] = own
+        self.clock[g] = joined
+
+    def _ordered_before(self, g: int, other: int, other_step: int) -> bool:
+        """Whether step ``other_step`` of executor ``other`` happened before ``g``'s current step."""
+        return other == g or self.clock[g][other] > other_step
+
+    # -- memory with race detection -------------------------------------------
     def read(self, g: int, rank: int, ref: Ref, count: int) -> list[Value | None]:
         owner = rank if ref.rank is None else ref.rank
+        step = self.pc[g]
         values = []
         for k in range(count):
             slot = self._canon(owner, ref.buffer, ref.index + k)
             w = self.last_write.get(slot)
             if w and not self._ordered_before(g, w[0], w[1]):
                 self.problems.append(
-                    f"{self.where(g)}: reads rank {owner} {ref.buffer}[{ref.index + k}] racing with the write by {w[2]}"
+                    f"{self.where(g)}: reads rank {owner} {ref.buffer}[{ref.index + k}] racing with the write by "
+                    f"{self.where(*w)}"
                 )
-            self.reads[slot][g] = (self.clock[g][g], self.where(g))
+            self.reads[slot][g] = step
             value = self.slots.get(slot)
             if value is None:
                 self.problems.append(
@@ -265,20 +311,23 @@ class _Run:
 
     def write(self, g: int, rank: int, ref: Ref, values: list[Value | None]) -> None:
         owner = rank if ref.rank is None else ref.rank
+        step = self.pc[g]
         for k, value in enumerate(values):
             slot = self._canon(owner, ref.buffer, ref.index + k)
             w = self.last_write.get(slot)
             if w and not self._ordered_before(g, w[0], w[1]):
                 self.problems.append(
-                    f"{self.where(g)}: writes rank {owner} {ref.buffer}[{ref.index + k}] racing with the write by {w[2]}"
+                    f"{self.where(g)}: writes rank {owner} {ref.buffer}[{ref.index + k}] racing with the write by "
+                    f"{self.where(*w)}"
                 )
-            for reader, (clk, label) in self.reads[slot].items():
-                if not self._ordered_before(g, reader, clk):
+            for reader, read_step in self.reads[slot].items():
+                if not self._ordered_before(g, reader, read_step):
                     self.problems.append(
-                        f"{self.where(g)}: overwrites rank {owner} {ref.buffer}[{ref.index + k}] racing with the read by {label}"
+                        f"{self.where(g)}: overwrites rank {owner} {ref.buffer}[{ref.index + k}] racing with the read "
+                        f"by {self.where(reader, read_step)}"
                     )
             self.reads[slot] = {}
-            self.last_write[slot] = (g, self.clock[g][g], self.where(g))
+            self.last_write[slot] = (g, step)
             self.slots[slot] = value
 
     def reduce(self, g: int, a: list[Value | None], b: list[Value | None]) -> list[Value | None]:
@@ -315,24 +364,27 @@ class _Run:
         step = self.pc[g]
         ins = e.instructions[step]
         for dep_exec, dep_step in ins.deps:
-            dep_clock = self.step_clock[(self.index[(rank, dep_exec)], dep_step)]
-            self.clock[g] = [max(a, b) for a, b in zip(self.clock[g], dep_clock, strict=True)]
-        self.clock[g][g] += 1
+            target = (self.index[(rank, dep_exec)], dep_step)
+            self._join(g, self.step_clock[target])
+            self.dependents[target] -= 1
+            if not self.dependents[target]:
+                del self.step_clock[target], self.dependents[target]
         received = None
         if ins.op in RECEIVES:
-            payload, sender_clock, label = self.fifo[self.connection_in(g)].popleft()
-            self.clock[g] = [max(a, b) for a, b in zip(self.clock[g], sender_clock, strict=True)]
+            payload, sender_stamp, sender = self.fifo[self.connection_in(g)].popleft()
+            self._join(g, sender_stamp)
             expected = 0 if ins.op == "wait" else ins.count
             if payload is None and ins.op != "wait" or payload is not None and len(payload) != expected:
                 got = "a signal" if payload is None else f"{len(payload)} chunk(s)"
                 want = "a signal" if ins.op == "wait" else f"{ins.count} chunk(s)"
-                self.problems.append(f"{self.where(g)}: receives {got} from {label} but expects {want}")
+                self.problems.append(f"{self.where(g)}: receives {got} from {self.where(*sender)} but expects {want}")
                 payload = [None] * ins.count if payload is None else (payload + [None] * ins.count)[: ins.count]
             received = payload
         outgoing = self._execute(g, rank, ins, received)
         if ins.op in SENDS:
-            self.fifo[self.connection_out(g)].append((outgoing, list(self.clock[g]), self.where(g)))
-        self.step_clock[(g, step)] = list(self.clock[g])
+            self.fifo[self.connection_out(g)].append((outgoing, self._stamp(g), (g, step)))
+        if (g, step) in self.dependents:
+            self.step_clock[(g, step)] = self._stamp(g)
         self.pc[g] += 1
 
     def _execute(self, g: int, rank: int, ins: Instruction, received):
@@ -392,7 +444,7 @@ def check_program(program: Program, topology: Topology | None = None) -> list[st
         if queue:
             problems.append(
                 f"rank {src} sends {len(queue)} message(s) to rank {dst} on channel {chan} that are never received "
-                f"(first by {queue[0][2]})"
+                f"(first by {run.where(*queue[0][2])})"
             )
     _check_post(coll, run.final, problems)
     return problems

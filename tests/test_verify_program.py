@@ -10,13 +10,17 @@ Program from per-rank buffers and executors.
 from __future__ import annotations
 
 import re
+from collections import defaultdict
+from dataclasses import replace
 
+import networkx as nx
 import pytest
 
 from simcoll.collectives import make_collective
+from simcoll.dsl.examples import alltoall_two_step
 from simcoll.errors import AlgorithmError, VerificationError
 from simcoll.machines import load_topology
-from simcoll.program import Executor, Instruction, Program, RankProgram, Ref
+from simcoll.program import RECEIVES, SENDS, Executor, Instruction, Program, RankProgram, Ref
 from simcoll.topology import topology_from_dict
 from simcoll.verify import check, verify
 
@@ -274,6 +278,102 @@ def test_remote_access_without_signal_is_a_race():
         "rank 1 executor 0 step 0 (copy): overwrites rank 1 scratch[0] "
         "racing with the read by rank 0 executor 0 step 1 (load_reduce)",
     )
+
+
+def relayed_allgather(relay=True, via_dependency=False):
+    """2-rank Allgather whose rank 0 stages its chunk in scratch on executor 0
+    while executor 1 copies it from there into the output. Nothing on rank 0
+    orders the two: executor 0 signals rank 1, rank 1 sends its own chunk only
+    after that signal, and executor 1 copies only after receiving it, so the
+    write happens before the read through rank 1 (with ``via_dependency``,
+    through a dependency between two of rank 1's executors). With
+    ``relay=False`` rank 1 sends without waiting and the copy races."""
+    stage = tb(0, op("copy", ("input", 0), ("scratch", 0)), op("signal"), op("send", ("scratch", 0)), send=1)
+    finish = tb(1, op("recv", dst=("output", 1)), op("copy", ("scratch", 0), ("output", 0)), recv=1)
+    keep = op("copy", ("input", 0), ("output", 1))
+    if via_dependency:
+        rank1 = [
+            tb(0, op("wait"), op("recv", dst=("output", 0)), recv=0),
+            tb(1, op("send", ("input", 0), deps=[(0, 0)] if relay else []), keep, send=0),
+        ]
+    else:
+        handshake = [op("wait"), op("send", ("input", 0))]
+        rank1 = [tb(0, *(handshake if relay else handshake[::-1]), op("recv", dst=("output", 0)), keep, send=0, recv=0)]
+    buffers = [{"input": 1, "output": 2, "scratch": 1}, {"input": 1, "output": 2}]
+    return program(make_collective("allgather", 2), [[stage, finish], rank1], buffers)
+
+
+@pytest.mark.parametrize("via_dependency", [False, True])
+def test_accesses_ordered_only_through_another_rank_do_not_race(via_dependency):
+    """Happens-before is transitive across ranks (Lamport 1978): rank 0's
+    write -> signal to rank 1 -> rank 1's send -> rank 0's receive -> read."""
+    assert check(relayed_allgather(via_dependency=via_dependency)) == []
+
+
+@pytest.mark.parametrize("via_dependency", [False, True])
+def test_accesses_on_one_rank_with_no_ordering_path_race(via_dependency):
+    """The same exchange when rank 1 does not wait for the signal: the copy on
+    rank 0 is unordered with the staging write, although it runs after it."""
+    one_problem(
+        relayed_allgather(relay=False, via_dependency=via_dependency),
+        "rank 0 executor 1 step 1 (copy): reads rank 0 scratch[0] "
+        "racing with the write by rank 0 executor 0 step 0 (copy)",
+    )
+
+
+def happens_before_graph(prog):
+    """The event graph of ``prog`` built independently of the verifier: program
+    order, dependencies, and the k-th send on a connection before its k-th receive."""
+    graph = nx.DiGraph()
+    sends, receives = defaultdict(list), defaultdict(list)
+    for rp in prog.ranks:
+        for e in rp.executors:
+            for s, ins in enumerate(e.instructions):
+                node = (rp.rank, e.id, s)
+                graph.add_node(node)
+                if s:
+                    graph.add_edge((rp.rank, e.id, s - 1), node)
+                for d in ins.deps:
+                    graph.add_edge((rp.rank, *d), node)
+                if ins.op in SENDS:
+                    sends[(rp.rank, e.send_peer, e.channel)].append(node)
+                if ins.op in RECEIVES:
+                    receives[(e.recv_peer, rp.rank, e.channel)].append(node)
+    for connection, senders in sends.items():
+        graph.add_edges_from(zip(senders, receives[connection], strict=False))
+    return graph
+
+
+RACE = re.compile(
+    r"^rank (\d+) executor (\d+) step (\d+) \(\w+\): .* racing with the \w+ by rank (\d+) executor (\d+) step (\d+)"
+)
+
+
+def test_every_reported_race_is_a_pair_unordered_in_the_event_graph():
+    """Drop the dependencies of each instruction of a compiled two-step
+    Alltoall in turn: every race reported must join two steps that no path of
+    the event graph orders, and dropping some dependency must cause one."""
+    base = alltoall_two_step(2, 3)
+    races = 0
+    for r, rp in enumerate(base.ranks):
+        for i, e in enumerate(rp.executors):
+            for s, ins in enumerate(e.instructions):
+                if not ins.deps:
+                    continue
+                steps = list(e.instructions)
+                steps[s] = replace(ins, deps=())
+                executors = list(rp.executors)
+                executors[i] = replace(e, instructions=tuple(steps))
+                ranks = list(base.ranks)
+                ranks[r] = replace(rp, executors=tuple(executors))
+                prog = replace(base, ranks=tuple(ranks))
+                graph = happens_before_graph(prog)
+                for problem in check(prog):
+                    if m := RACE.match(problem):
+                        later, earlier = tuple(map(int, m.groups()[:3])), tuple(map(int, m.groups()[3:]))
+                        assert not nx.has_path(graph, earlier, later), problem
+                        races += 1
+    assert races
 
 
 def test_dependency_cycle_is_a_deadlock():

@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 
 from simcoll.algorithm import Algorithm, Transfer
-from simcoll.algorithms import REGISTRY, applicable
+from simcoll.algorithms import REGISTRY, applicable, generate
 from simcoll.collectives import COLLECTIVES, make_collective
-from simcoll.compiler import check_fifo_bound, lower_algorithm
+from simcoll.compiler import CompileError, Loc, algorithm_trace, check_fifo_bound, compile_trace, lower_algorithm
 from simcoll.machines import load_topology
 from simcoll.synthesis import synthesize
 from simcoll.verify import check
@@ -151,14 +151,17 @@ def test_same_step_swap_ping_pongs_between_output_and_scratch():
     # recursive doubling exchanges reduce into slots the same step still sends: the
     # reduction stores into a scratch copy of the chunk instead (and back next time),
     # so every exchange is one send and one rrc, with no staging copy or local reduce
+    # (nops, which only hold dependencies and move no data, aside)
     topo = load_topology("fully-connected:8")
     algo = applicable(topo, "allreduce")["recursive-doubling"]
-    program = lower_algorithm(algo, topology=topo)
-    assert check(program, topo) == []
-    assert all("stage" not in rp.buffers for rp in program.ranks)
-    assert program.ranks[0].buffers.get("scratch", 0) > 0
     p, steps = 8, 3
-    assert {k: v for k, v in program.instruction_counts().items() if v} == {"send": p * steps, "rrc": p * steps}
+    for share in (True, False):
+        program = lower_algorithm(algo, topology=topo, share_peer_blocks=share)
+        assert check(program, topo) == []
+        assert all("stage" not in rp.buffers for rp in program.ranks)
+        assert program.ranks[0].buffers.get("scratch", 0) > 0
+        moves = {k: v for k, v in program.instruction_counts().items() if v and k != "nop"}
+        assert moves == {"send": p * steps, "rrc": p * steps}
 
 
 def test_bad_arguments():
@@ -168,3 +171,32 @@ def test_bad_arguments():
         lower_algorithm(algo, protocol="Fast")
     with pytest.raises(Exception, match="instances"):
         lower_algorithm(algo, instances=0)
+
+
+@pytest.mark.parametrize("instances", [1, 2])
+@pytest.mark.parametrize("coll, chunks, inplace", [("reducescatter", 1, False), ("allreduce", 4, True)])
+def test_lowering_is_compile_trace_with_the_lowering_fusion_options(instances, coll, chunks, inplace):
+    # one driver: lower_algorithm = algorithm_trace + compile_trace(live_out="output",
+    # fan_out=False, prune=True); the output slots may also be given explicitly, in the
+    # trace's own coordinates (each stands for its replicas; an in-place output is its input)
+    topo = load_topology("ring:4")
+    algo = generate("ring", topo, make_collective(coll, 4, chunks, inplace=inplace))
+    trace = algorithm_trace(algo, topology=topo, instances=instances)
+    lowered = lower_algorithm(algo, topology=topo, instances=instances)
+    options = {"fan_out": False, "prune": True, "share_peer_blocks": False}
+    assert compile_trace(trace, live_out="output", **options) == lowered
+    outputs = [Loc(r, "output", i) for r in range(4) for i in range(len(algo.collective.output_layout[r]))]
+    assert compile_trace(trace, live_out=outputs, **options) == lowered
+    with pytest.raises(CompileError, match="live_out"):
+        compile_trace(trace, live_out="outputs")
+
+
+def test_without_live_out_every_slot_matters_and_partial_sums_are_stored():
+    # a ring ReduceScatter's partial sums land in slots nothing overwrites: with the
+    # outputs as the only live slots they are not stored (rrs), otherwise they are (rrcs)
+    topo = load_topology("ring:4")
+    trace = algorithm_trace(generate("ring", topo, "reducescatter"), topology=topo)
+    lean = compile_trace(trace, live_out="output", fan_out=False, prune=True).instruction_counts()
+    stored = compile_trace(trace, fan_out=False, prune=True).instruction_counts()
+    assert (lean.get("rrs", 0), lean.get("rrcs", 0)) == (8, 0)
+    assert (stored.get("rrs", 0), stored.get("rrcs", 0)) == (0, 8)

@@ -70,6 +70,27 @@ def test_chunk_dag_has_true_and_false_dependencies():
     assert all(e.rank == 1 for e in build_chunk_dag(trace).edges)
 
 
+def test_a_reduce_with_a_base_slot_depends_on_the_base_not_on_its_destination():
+    # MSCCL's rrc from input into output (dst := base + src): the chunk DAG sees the read of
+    # the base slot (a true edge from its writer, a false edge to its next overwrite) and no
+    # read of the destination, whose earlier writer only orders the write (write after write)
+    coll = make_collective("allreduce", 2, 1)
+    trace = trace_of(
+        coll,
+        copy((0, "input", 0), (1, "scratch", 0)),  # 0: writes rank 1 scratch[0], the base
+        copy((1, "input", 0), (1, "output", 0)),  # 1: writes rank 1 output[0], the destination
+        reduce((0, "input", 0), (1, "output", 0), base=Loc(1, "scratch", 0)),  # 2: output := scratch + input
+        copy((1, "input", 0), (1, "scratch", 0)),  # 3: overwrites the base
+        buffers={1: {"scratch": 1}},
+    )
+    edges = {(e.src, e.dst, e.kind) for e in build_chunk_dag(trace).edges}
+    assert (0, 2, "true") in edges and (2, 3, "false") in edges
+    assert (1, 2, "false") in edges and (1, 2, "true") not in edges
+    idag = dag(trace)
+    rrc = next(n for n in idag.nodes if n.op == "rrc")
+    assert {idag.nodes[i].pos for i in rrc.preds} == {0, 1} and {idag.nodes[i].pos for i in rrc.succs} == {3}
+
+
 # -- Instruction DAG --------------------------------------------------------------------
 def test_remote_copy_is_send_and_recv_joined_by_a_communication_edge():
     idag = dag(chain_trace())
@@ -201,6 +222,28 @@ def test_thread_blocks_have_one_peer_each_way_and_follow_the_global_order():
     for n in idag.alive():  # the order respects every edge
         for p in idag.predecessors(n):
             assert position[p] < position[n.id]
+
+
+def exchange_trace():
+    """Ranks 0 and 1 swap a chunk: each rank sends to and receives from the same peer."""
+    coll = make_collective("alltoall", 2, 1)
+    ops = [copy((0, "input", 1), (1, "output", 0)), copy((1, "input", 0), (0, "output", 1))]
+    ops += [copy((r, "input", r), (r, "output", r)) for r in range(2)]
+    return trace_of(coll, *ops)
+
+
+def test_an_unpaired_send_and_receive_with_one_peer_share_a_block_unless_asked_not_to():
+    # GC3 §5.2 / MSCCL XML (send = recv on one thread block) by default; with
+    # share_peer_blocks=False the send and the receive get a thread block each
+    for share, blocks in ((True, 1), (False, 2)):
+        idag = assign_channels(fuse(dag(exchange_trace())))
+        schedule = assign_threadblocks(idag, share_peer_blocks=share)
+        for rank in range(2):
+            comm = [tb for tb in schedule.blocks[rank] if tb.send_peer is not None or tb.recv_peer is not None]
+            assert len(comm) == blocks
+        program = compile_trace(exchange_trace(), share_peer_blocks=share)
+        assert check(program) == []
+        assert [len(rp.executors) for rp in program.ranks] == [blocks] * 2  # the local copies join one
 
 
 def test_global_order_keeps_at_most_fifo_slots_messages_outstanding():

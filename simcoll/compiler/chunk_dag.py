@@ -2,7 +2,8 @@
 
 Nodes are the traced ops; edges are dependencies through buffer slots:
 *true* dependencies (an op reads a slot an earlier op wrote) and *false*
-ones (an op overwrites a slot an earlier op read or wrote). Every edge
+ones (an op overwrites a slot an earlier op read or wrote). A reduce with a
+``base`` slot (dst := base ⊕ src) reads ``base``, not its destination. Every edge
 carries the rank whose slot causes it, so the Instruction DAG can attach it
 to the instructions on that rank.
 """
@@ -38,10 +39,20 @@ class ChunkDAG:
 
 
 def op_accesses(op: Op) -> tuple[list[Loc], list[Loc]]:
-    """(slots read, slots written) by one op; a reduce reads its destination."""
+    """(slots read, slots written) by one op. A reduce also reads its local
+    operand: the ``base`` slots when the op has them (dst := base ⊕ src),
+    else its destination (dst := dst ⊕ src).
+
+    >>> op = Op("reduce", Loc(0, "input", 0), Loc(1, "output", 0), base=Loc(1, "input", 0))
+    >>> op_accesses(op)[0]
+    [Loc(rank=0, buffer='input', index=0), Loc(rank=1, buffer='input', index=0)]
+    """
     src = [Loc(op.src.rank, op.src.buffer, op.src.index + k) for k in range(op.count)]
     dst = [Loc(op.dst.rank, op.dst.buffer, op.dst.index + k) for k in range(op.count)]
-    reads = src + (dst if op.kind == "reduce" else [])
+    reads = list(src)
+    if op.kind == "reduce":
+        local = op.dst if op.base is None else op.base
+        reads += [Loc(local.rank, local.buffer, local.index + k) for k in range(op.count)]
     return reads, dst
 
 

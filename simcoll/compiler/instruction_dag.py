@@ -17,8 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..program import Ref
-from .chunk_dag import ChunkDAG, ChunkEdge
-from .trace import CompileError, Loc, Op
+from .chunk_dag import ChunkDAG
+from .trace import CompileError, Loc
 
 
 @dataclass
@@ -148,38 +148,13 @@ def build_instruction_dag(dag: ChunkDAG, num_ranks: int) -> InstructionDAG:
         s.send_edge = r.recv_edge = e.id
         at[(i, op.src.rank)] = s.id
         at[(i, op.dst.rank)] = r.id
-    for e in [*dag.edges, *base_edges(dag.ops)]:
+    for e in dag.edges:
         a, b = at[(e.src, e.rank)], at[(e.dst, e.rank)]
         if a == b:
             continue
         nodes[a].succs.add(b)
         nodes[b].preds.add(a)
     return InstructionDAG(num_ranks, nodes, comm)
-
-
-def base_edges(ops: list[Op]) -> list[ChunkEdge]:
-    """The Chunk DAG edges through ``base`` slots (which
-    :func:`~simcoll.compiler.chunk_dag.build_chunk_dag` does not see): a
-    true edge from the last writer of a base slot to the op reading it, and
-    a false edge from that op to the next op overwriting the slot."""
-    last_write: dict[Loc, int] = {}
-    readers: dict[Loc, list[int]] = {}
-    edges: dict[tuple[int, int, int], str] = {}
-    for i, op in enumerate(ops):
-        if op.base is not None:
-            for k in range(op.count):
-                loc = Loc(op.base.rank, op.base.buffer, op.base.index + k)
-                w = last_write.get(loc)
-                if w is not None and w != i:
-                    edges[(w, i, loc.rank)] = "true"
-                readers.setdefault(loc, []).append(i)
-        for k in range(op.count):
-            loc = Loc(op.dst.rank, op.dst.buffer, op.dst.index + k)
-            for r in readers.pop(loc, ()):
-                if r != i:
-                    edges.setdefault((r, i, loc.rank), "false")
-            last_write[loc] = i
-    return [ChunkEdge(a, b, r, k) for (a, b, r), k in edges.items()]
 
 
 def depths(idag: InstructionDAG) -> tuple[dict[int, int], dict[int, int]]:

@@ -26,29 +26,26 @@ receive-reduce-copy from ``input`` into ``output``, no local copy first);
 sends read a rank's own contribution from ``input``; results that are
 neither read again nor part of the output are not stored (``rrs``); a
 received result that several instructions read is not fused with one of
-its sends (no false wait for that send); and messages a step sends at once
-between one rank pair go on separate channels (see :func:`_lanes`).
+its sends (no false wait for that send); messages a step sends at once
+between one rank pair go on separate channels (see :func:`_lanes`); and a
+send to and a receive from the same peer run on thread blocks of their own
+(``share_peer_blocks=False``, :mod:`simcoll.compiler.threadblocks`): on one
+block a tree leaf's send of tile t+1 would wait for tile t's result to come
+back, a round trip per tile (1 GB tree Allreduce on dgx1: 341 ms shared,
+59 ms separate in Program mode; never slower elsewhere, see the tests).
 """
 
 from __future__ import annotations
 
-import time
 from collections import defaultdict
 from dataclasses import replace
 
 from ..algorithm import Algorithm, Transfer
 from ..costmodel import DEFAULT_FIFO_SLOTS
-from ..errors import VerificationError
 from ..program import PROTOCOLS, Program
 from ..topology import Topology
-from .channels import assign_channels
-from .checks import check_compiled
-from .chunk_dag import build_chunk_dag
-from .dependencies import insert_dependencies
-from .fusion import fuse
-from .instruction_dag import build_instruction_dag
-from .threadblocks import assign_threadblocks
-from .trace import CompileError, Loc, Op, Trace, buffer_sizes, canonical, merge_scratch, replicate
+from .pipeline import compile_trace
+from .trace import CompileError, Loc, Op, Trace, buffer_sizes, canonical
 
 #: Thread blocks ``0 .. copy_threadblocks-1`` of a rank run its final local
 #: copies, one chunk each in turn: blocks of their own, so that the copies
@@ -270,11 +267,13 @@ def lower_algorithm(
     max_channels: int = 8,
     copy_threadblocks: int = 8,
     fusion: bool = True,
+    share_peer_blocks: bool = False,
     fifo_slots: int = DEFAULT_FIFO_SLOTS,
     verify: bool = True,
     timings: dict[str, float] | None = None,
 ) -> Program:
-    """Lower ``algorithm`` to a checked Program (TACCL §6.2).
+    """Lower ``algorithm`` to a checked Program (TACCL §6.2). The options
+    are :func:`algorithm_trace`'s and :func:`compile_lowered`'s.
 
     >>> from simcoll.algorithms import generate
     >>> from simcoll.machines import load_topology
@@ -292,15 +291,13 @@ def lower_algorithm(
         max_channels=max_channels,
         copy_threadblocks=copy_threadblocks,
     )
-    return compile_lowered(trace, fusion=fusion, fifo_slots=fifo_slots, verify=verify, timings=timings)
-
-
-def output_slots(trace: Trace) -> frozenset[Loc]:
-    """The canonical slots of every rank's output buffer: the only slots
-    whose final contents the postcondition reads."""
-    coll = trace.collective
-    return frozenset(
-        canonical(coll, r, "output", i) for r in range(coll.num_ranks) for i in range(len(coll.output_layout[r]))
+    return compile_lowered(
+        trace,
+        fusion=fusion,
+        share_peer_blocks=share_peer_blocks,
+        fifo_slots=fifo_slots,
+        verify=verify,
+        timings=timings,
     )
 
 
@@ -308,35 +305,27 @@ def compile_lowered(
     trace: Trace,
     *,
     fusion: bool = True,
+    share_peer_blocks: bool = False,
     fifo_slots: int = DEFAULT_FIFO_SLOTS,
     verify: bool = True,
     timings: dict[str, float] | None = None,
 ) -> Program:
-    """:func:`~simcoll.compiler.pipeline.compile_trace`'s passes with the
-    fusion rules for lowered Algorithms: a result outside the output that
-    is not read again is not stored (``rrs``), and a receive whose result
-    several instructions read is not fused with one of them (``fan_out``
-    off, see :mod:`simcoll.compiler.fusion`), so that the other readers do
-    not wait for that send to arrive."""
-    clock = {} if timings is None else timings
-
-    def timed(name, fn, *args, **kw):
-        t0 = time.perf_counter()
-        out = fn(*args, **kw)
-        clock[name] = clock.get(name, 0.0) + time.perf_counter() - t0
-        return out
-
-    trace = timed("replicate", replicate, trace)
-    trace = timed("merge_scratch", merge_scratch, trace)
-    cdag = timed("chunk_dag", build_chunk_dag, trace)
-    idag = timed("instruction_dag", build_instruction_dag, cdag, trace.num_ranks)
-    if fusion:
-        idag = timed("fusion", fuse, idag, live_out=output_slots(trace), fan_out=False, prune=True)
-    idag = timed("channels", assign_channels, idag)
-    schedule = timed("threadblocks", assign_threadblocks, idag, fifo_slots)
-    program = timed("dependencies", insert_dependencies, idag, schedule, trace)
-    if verify:
-        problems = timed("check", check_compiled, program, trace.topology, fifo_slots)
-        if problems:
-            raise VerificationError([f"{program.name}: {p}" for p in problems])
-    return program
+    """:func:`~simcoll.compiler.pipeline.compile_trace` with the fusion
+    rules for lowered Algorithms: a result outside the output that is not
+    read again is not stored (``rrs``; ``live_out="output"``, ``prune``),
+    and a receive whose result several instructions read is not fused with
+    one of them (``fan_out`` off, see :mod:`simcoll.compiler.fusion`), so
+    that the other readers do not wait for that send to arrive. A send to
+    and a receive from one peer share a thread block only with
+    ``share_peer_blocks`` (see the module docstring)."""
+    return compile_trace(
+        trace,
+        fusion=fusion,
+        live_out="output",
+        fan_out=False,
+        prune=True,
+        share_peer_blocks=share_peer_blocks,
+        fifo_slots=fifo_slots,
+        verify=verify,
+        timings=timings,
+    )

@@ -6,7 +6,13 @@ with the bound on outstanding sends per connection (GC3 §6.1).
    instruction's two connections share one (channel assignment made these
    pairings a matching), and so do an unpaired send and receive connection
    with the same peer (as MSCCL's all-pairs XML: ``send = recv``), which
-   saves thread blocks.
+   saves thread blocks. With ``share_peer_blocks=False`` that last sharing
+   is off: such a send and receive get a thread block each. A thread block
+   runs its whole list once per tile (GC3 Fig. 5), so on a shared block the
+   send of tile t+1 waits for the receive of tile t; when that receive
+   depends on the send (a tree's leaf sends its contribution up and
+   receives the result back) every tile makes the round trip before the
+   next one leaves, and tiles do not pipeline.
 2. Instructions are sorted into one global order with a heap, lower
    dependency depth first and higher reverse depth second (GC3 §5.2 steps
    2–4), trace position last.
@@ -68,7 +74,9 @@ def _conns(idag: InstructionDAG, n: Node) -> list[tuple[str, int, int]]:
     return out
 
 
-def _create_blocks(idag: InstructionDAG) -> tuple[list[list[ThreadBlock]], dict[int, ThreadBlock]]:
+def _create_blocks(
+    idag: InstructionDAG, share_peer_blocks: bool = True
+) -> tuple[list[list[ThreadBlock]], dict[int, ThreadBlock]]:
     blocks: list[list[ThreadBlock]] = [[] for _ in range(idag.num_ranks)]
     owner: dict[tuple[int, str, int, int], ThreadBlock] = {}
     by_hint: dict[tuple[int, int], ThreadBlock] = {}
@@ -110,7 +118,7 @@ def _create_blocks(idag: InstructionDAG) -> tuple[list[list[ThreadBlock]], dict[
         owners = {id(owner[(n.rank, *c)]): owner[(n.rank, *c)] for c in conns if (n.rank, *c) in owner}
         if len(owners) > 1:
             raise CompileError(f"rank {n.rank}: an instruction's connections belong to two thread blocks ({n.where})")
-        if not owners and n.tb_hint is None and len(conns) == 1:
+        if share_peer_blocks and not owners and n.tb_hint is None and len(conns) == 1:
             # an unpaired connection shares the block of the opposite, unpaired one with the same peer
             direction, ch, peer = conns[0]
             opposite = owner.get((n.rank, "in" if direction == "out" else "out", ch, peer))
@@ -192,9 +200,11 @@ def _order(idag: InstructionDAG, key, fifo_slots: int) -> list[int] | None:
     return order if len(order) == len(alive) else None
 
 
-def assign_threadblocks(idag: InstructionDAG, fifo_slots: int = DEFAULT_FIFO_SLOTS) -> Schedule:
+def assign_threadblocks(
+    idag: InstructionDAG, fifo_slots: int = DEFAULT_FIFO_SLOTS, *, share_peer_blocks: bool = True
+) -> Schedule:
     """Order the instructions and give each a thread block (see the module
-    docstring). Raises :class:`CompileError` if no order meets the
+    docstring; ``share_peer_blocks`` is its step 1's last rule). Raises :class:`CompileError` if no order meets the
     constraints (neither by GC3's priorities nor in trace order)."""
     if fifo_slots < 1:
         raise CompileError(f"fifo_slots must be >= 1, got {fifo_slots}")
@@ -207,7 +217,7 @@ def assign_threadblocks(idag: InstructionDAG, fifo_slots: int = DEFAULT_FIFO_SLO
             f"cannot order the instructions so that messages match in FIFO order with {fifo_slots} slot(s) "
             "per connection; use fewer outstanding sends per connection or more channels"
         )
-    blocks, block_of = _create_blocks(idag)
+    blocks, block_of = _create_blocks(idag, share_peer_blocks)
     latest: dict[int, int] = {}  # id(tb) -> position of its latest instruction
     for pos, i in enumerate(order):
         n = idag.nodes[i]

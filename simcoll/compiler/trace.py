@@ -261,3 +261,12 @@ def merge_scratch(trace: Trace) -> Trace:
         buffers.append(nd)
     meta = {**trace.metadata, "scratch_offsets": {str(r): o for r, o in enumerate(offsets) if o}}
     return replace(trace, ops=ops, buffers=buffers, metadata=meta)
+
+
+def output_slots(trace: Trace) -> frozenset[Loc]:
+    """The canonical slots of every rank's output buffer: the only slots
+    whose final contents the postcondition reads."""
+    coll = trace.collective
+    return frozenset(
+        canonical(coll, r, "output", i) for r in range(coll.num_ranks) for i in range(len(coll.output_layout[r]))
+    )

@@ -18,7 +18,12 @@ The runtime it models (GC3 §6; NV-Group §4.2.1):
   interpreter's outer tiling loop. Tiles of different phases run on different
   executors at once, so a k-hop chain of T tiles takes (k + T - 1) tile-times
   when uncontended. An instruction with ``count`` n moves n tiles' worth per
-  tile.
+  tile. As in the real interpreter, one executor's steps of tile t+1 come
+  after all its steps of tile t: an executor that sends a tile and later
+  receives something that depends on it (a tree leaf sending up and
+  receiving the result on one thread block) makes every tile wait for the
+  previous one's round trip; lowering avoids such blocks
+  (:mod:`simcoll.compiler.threadblocks`, ``share_peer_blocks``).
 - **Dependencies** ``(executor, step)`` on the same rank wait for that
   executor to finish that step *of the same tile* (the semaphores of Fig. 5).
 - **Per-instruction costs** (``b`` = bytes the instruction moves in this tile):

@@ -34,6 +34,7 @@ def cmd_synth_taccl(args) -> int:
         contiguity=not args.no_contiguity,
         patience_s=args.patience,
         reorder=args.reorder,
+        improve_passes=args.improve_passes,
         progress=progress,
     )
     out = result.to_dict()
@@ -69,6 +70,12 @@ def register(subparsers, add_command) -> None:
     p.add_argument("--no-contiguity", action="store_true", help="stage 3 without contiguity (one chunk per message)")
     p.add_argument(
         "--reorder", action="store_true", help="stage 3 may reorder NVLink/NVSwitch transfers (not in TACCL)"
+    )
+    p.add_argument(
+        "--improve-passes",
+        type=int,
+        default=8,
+        help="forward-backward improvement passes over stage 2's greedy schedule (default 8; 0: TACCL's greedy only)",
     )
     p.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")
     p.add_argument("-o", "--output", help="write the synthesized Algorithm JSON here")

@@ -33,7 +33,7 @@ from ...verify import check
 from ..sccl import inverse_collective
 from .combining import allreduce_plan, copy_plan, reduce_plan, rename_allgather_sends, reversal_isomorphism
 from .contiguity import Schedule, solve_contiguity
-from .ordering import Plan, heuristic_order
+from .ordering import Plan, heuristic_order, improve_order, merged_lower_bound_ns
 from .routing import NS, Routing, StageOutcome, solve_routing
 from .sketch import LogicalTopology, Sketch, check_satisfiable, load_sketch, logical_topology
 
@@ -62,6 +62,7 @@ class TacclResult:
     routing_gap: float
     stage_status: dict[str, str] = field(default_factory=dict)
     relaxed_time_s: float = 0.0  # stage 1's objective (bandwidth-relaxed; the largest over its routings)
+    greedy_time_s: float = 0.0  # stage 2's greedy makespan (B.2), before the forward-backward improvement
 
     @property
     def algbw_GBps(self) -> float:
@@ -79,6 +80,7 @@ class TacclResult:
             "stage_status": dict(self.stage_status),
             "predicted_time_us": round(self.predicted_time_s * 1e6, 4),
             "relaxed_time_us": round(self.relaxed_time_s * 1e6, 4),
+            "greedy_time_us": round(self.greedy_time_s * 1e6, 4),
             "chunk_bytes": self.chunk_bytes,
             "size_bytes": self.size_bytes,
             "algbw_GBps": round(self.algbw_GBps, 4),
@@ -111,6 +113,7 @@ def taccl_synthesize(
     gap_limit: float = 1e-3,
     patience_s: float | None = None,
     reorder: bool = False,
+    improve_passes: int = 8,
     workers: int = 2,
     progress: Callable[[str], None] | None = None,
 ) -> TacclResult:
@@ -123,6 +126,12 @@ def taccl_synthesize(
     and, with ``patience_s``, once no better solution has come for that long.
     ``reorder`` lets stage 3 reorder non-IB links and switch ports
     (:func:`.contiguity.solve_contiguity`; an extension, off as in TACCL).
+    ``improve_passes`` bounds the forward-backward improvement of stage 2's
+    greedy schedule (:func:`.ordering.improve_order`, an extension; 0 keeps
+    TACCL's B.2 greedy orders as they are; stage 3 also runs on the greedy
+    orders, within what is left of its time limit, unless
+    :func:`.ordering.merged_lower_bound_ns` shows contiguity cannot make them
+    win).
     ``input_size_bytes`` overrides the sketch's ``input_size``. ``progress`` receives one line per
     stage. ``paths`` is stage 1's path pruning (:func:`.routing.candidate_links`);
     ``"auto"`` takes ``"level"`` when every chunk goes to every rank
@@ -195,25 +204,48 @@ def taccl_synthesize(
             plan = allreduce_plan(logical, machine, chunk_bytes, back_sends, fwd.sends)
 
     t2 = _time.perf_counter()
-    ordering = heuristic_order(plan)
+    greedy = heuristic_order(plan)
+    ordering = greedy
+    if improve_passes:
+        ordering = improve_order(plan, greedy, max_passes=improve_passes, time_limit_s=time_limit_s)
     order_s = _time.perf_counter() - t2
     say(
-        f"  stage 2 ordering: {len(plan.transfers)} transfers, greedy makespan {ordering.makespan_ns * NS * 1e6:.2f} us, "
-        f"{order_s:.2f} s"
+        f"  stage 2 ordering: {len(plan.transfers)} transfers, greedy makespan {greedy.makespan_ns * NS * 1e6:.2f} us, "
+        f"after forward-backward improvement {ordering.makespan_ns * NS * 1e6:.2f} us, {order_s:.2f} s"
     )
-    schedule = solve_contiguity(
-        plan,
-        ordering,
-        time_limit_s=time_limit_s,
-        workers=workers,
-        contiguity=contiguity,
-        gap_limit=gap_limit,
-        patience_s=patience_s,
-        reorder=reorder,
-    )
+
+    def stage3(orders, limit_s: float) -> Schedule:
+        return solve_contiguity(
+            plan,
+            orders,
+            time_limit_s=limit_s,
+            workers=workers,
+            contiguity=contiguity,
+            gap_limit=gap_limit,
+            patience_s=patience_s,
+            reorder=reorder,
+        )
+
+    schedule = stage3(ordering, time_limit_s)
+    contiguity_s = schedule.outcome.wall_s
+    left_s = time_limit_s - contiguity_s
+    # Improved orders are shorter without contiguity; merging IB chunks may still favour the greedy's.
+    # Solve stage 3 on those too unless a bound shows they cannot win (fixed orders only).
+    if (
+        ordering is not greedy
+        and contiguity
+        and not reorder
+        and left_s > 0
+        and merged_lower_bound_ns(plan, greedy) < schedule.makespan_ns
+    ):
+        alt = stage3(greedy, left_s)
+        contiguity_s += alt.outcome.wall_s
+        say(f"  stage 3 on the greedy orders: {alt.makespan_ns * NS * 1e6:.2f} us, {alt.outcome.wall_s:.2f} s")
+        if alt.makespan_ns < schedule.makespan_ns:
+            schedule = alt
     say(
         f"  stage 3 contiguity: {schedule.outcome.status}, time {schedule.makespan_ns * NS * 1e6:.2f} us, "
-        f"{sum(g is not None for g in schedule.group)} chunks sent contiguously, {schedule.outcome.wall_s:.2f} s"
+        f"{sum(g is not None for g in schedule.group)} chunks sent contiguously, {contiguity_s:.2f} s"
     )
 
     algorithm = _algorithm(coll, sk, machine, plan, schedule, chunk_bytes)
@@ -241,7 +273,7 @@ def taccl_synthesize(
         stage_times_s={
             "routing": sum(r.outcome.wall_s for r in routings),
             "ordering": order_s,
-            "contiguity": schedule.outcome.wall_s,
+            "contiguity": contiguity_s,
         },
         predicted_time_s=schedule.makespan_ns * NS,
         chunk_bytes=chunk_bytes,
@@ -250,6 +282,7 @@ def taccl_synthesize(
         routing_gap=routing_gap,
         stage_status=stage_status,
         relaxed_time_s=max((r.outcome.objective_ns or 0) for r in routings) * NS,
+        greedy_time_s=greedy.makespan_ns * NS,
     )
     say(
         f"  verified; predicted {result.predicted_time_s * 1e6:.2f} us = {result.algbw_GBps:.2f} GB/s algbw; "

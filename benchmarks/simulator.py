@@ -1,8 +1,10 @@
 """Simulator speed (issue 7, "Speed"): Algorithm mode on large schedules.
 
 Prints, per case, the generation time of the Algorithm, the simulation wall
-time (plan + events), transfers per second and peak memory (tracemalloc is too
-slow for millions of objects, so the process's peak RSS from getrusage).
+time (plan + events) and process CPU time (robust on a shared machine),
+transfers per second, peak memory (tracemalloc is too slow for millions of
+objects, so the process's peak RSS from getrusage) and the 1-minute load
+average at the end of the case.
 
     python benchmarks/simulator.py                  # ring:1024 + dgx1, dgx2*2, dgx-a100*16 at 1 GB
     python benchmarks/simulator.py --ranks 256      # a smaller ring
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import os
 import resource
 import sys
 import time
@@ -39,17 +42,20 @@ def peak_rss_MB() -> float:
 
 def run_case(label: str, machine, algorithm, size: int, gen_s: float, record: bool) -> dict:
     gc.collect()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     result = simulate_algorithm(
         algorithm, machine, size, time_limit_s=600, record_timeline=record, record_utilisation=record
     )
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     row = {
         "case": label,
         "transfers": result.transfers,
         "generate_s": gen_s,
         "plan_s": result.stats["plan_s"],
         "simulate_s": wall,
+        "simulate_cpu_s": cpu,
+        "private_messages": result.stats.get("private_messages", 0),
+        "load_average_1min": os.getloadavg()[0],
         "transfers_per_s": result.transfers / wall,
         "sim_time_us": result.time_s * 1e6,
         "busbw_GBps": result.busbw_GBps,
@@ -58,8 +64,9 @@ def run_case(label: str, machine, algorithm, size: int, gen_s: float, record: bo
     }
     print(
         f"{label:<34} {row['transfers']:>9} transfers  generate {gen_s:7.2f} s  simulate {wall:7.2f} s "
-        f"(plan {row['plan_s']:.2f} s)  {row['transfers_per_s']:>9.0f} transfers/s  "
-        f"busbw {row['busbw_GBps']:8.2f} GB/s  max sharing {row['max_sharing']:>3}  peak RSS {row['peak_rss_MB']:.0f} MB",
+        f"(plan {row['plan_s']:.2f} s, cpu {cpu:.2f} s)  {row['transfers_per_s']:>9.0f} transfers/s  "
+        f"busbw {row['busbw_GBps']:8.2f} GB/s  max sharing {row['max_sharing']:>3}  peak RSS {row['peak_rss_MB']:.0f} MB  "
+        f"load {row['load_average_1min']:.2f}",
         flush=True,
     )
     return row

@@ -19,7 +19,7 @@ from simcoll.algorithms import applicable, generate
 from simcoll.collectives import COLLECTIVES, make_collective
 from simcoll.cost import critical_path_time_s
 from simcoll.errors import AlgorithmError, SimcollError
-from simcoll.simulator import simulate
+from simcoll.simulator import algorithm_mode, simulate
 from simcoll.simulator.algorithm_mode import simulate_algorithm
 
 SIZE = 1 << 20
@@ -169,3 +169,81 @@ def test_timeline_utilisation_and_trace(tmp_path):
     summary = result.to_dict()
     assert summary["mode"] == "algorithm" and summary["transfers"] == result.transfers
     assert math.isclose(summary["busbw_GBps"], result.busbw_GBps)
+
+
+# -- private pairs (issue 7 "Speed"): a shortcut that must change nothing ----------------------
+def _canonical(frame: pd.DataFrame) -> pd.DataFrame:
+    frame = frame.copy()
+    for column in frame.columns:
+        if isinstance(frame[column].dtype, pd.CategoricalDtype):
+            frame[column] = frame[column].astype(str)
+    return frame.sort_values(list(frame.columns)).reset_index(drop=True)
+
+
+_PRIVATE_PAIRS = algorithm_mode._private_pairs
+
+
+def _no_private_pairs(routes, contention, record_utilisation):
+    rates, _ = _PRIVATE_PAIRS(routes, contention, record_utilisation)
+    return rates, bytearray(len(routes))
+
+
+PRIVATE_CASES = [
+    ("ring:8", "allreduce", "ring", True),  # every pair private, with reductions
+    ("dgx2*2", "allgather", "bidirectional-ring", True),  # private NVSwitch pairs beside shared IB pairs
+    ("dgx2*2", "allgather", "bidirectional-ring", False),
+    ("dgx1", "allreduce", "multi-ring", True),
+]
+
+
+@pytest.mark.parametrize("topo, coll, name, contention", PRIVATE_CASES)
+def test_private_pairs_give_exactly_what_the_network_gives(monkeypatch, topo, coll, name, contention):
+    # A rank pair whose resources no other pair uses sends its FIFO messages alone,
+    # so computing them directly must equal sending them through the fluid network,
+    # bit for bit: time, timeline rows and utilisation intervals.
+    machine = load_machine(topo)
+    algorithm = applicable(machine.topology, coll)[name]
+    fast = simulate_algorithm(algorithm, machine, SIZE, contention=contention)
+    assert fast.stats["private_messages"] > 0
+    again = simulate_algorithm(algorithm, machine, SIZE, contention=contention)
+    pd.testing.assert_frame_equal(fast.timeline, again.timeline, check_exact=True)  # deterministic, row order too
+    pd.testing.assert_frame_equal(fast.utilisation, again.utilisation, check_exact=True)
+    monkeypatch.setattr(algorithm_mode, "_private_pairs", _no_private_pairs)
+    slow = simulate_algorithm(algorithm, machine, SIZE, contention=contention)
+    assert slow.stats["private_messages"] == 0
+    assert fast.time_s == slow.time_s
+    assert fast.transfers == slow.transfers and fast.stats["max_sharing"] == slow.stats["max_sharing"]
+    pd.testing.assert_frame_equal(_canonical(fast.timeline), _canonical(slow.timeline), check_exact=True)
+    pd.testing.assert_frame_equal(_canonical(fast.utilisation), _canonical(slow.utilisation), check_exact=True)
+    assert fast.utilisation.end_s.is_monotonic_increasing
+
+
+def test_contiguity_groups_on_private_pairs_match_the_network(monkeypatch):
+    machine = load_machine("fully-connected:2")
+    algorithm = _timed_algorithm()
+    fast = simulate_algorithm(algorithm, machine, SIZE)
+    monkeypatch.setattr(algorithm_mode, "_private_pairs", _no_private_pairs)
+    slow = simulate_algorithm(algorithm, machine, SIZE)
+    assert fast.stats["private_messages"] == 2 and fast.time_s == slow.time_s
+    pd.testing.assert_frame_equal(_canonical(fast.timeline), _canonical(slow.timeline), check_exact=True)
+
+
+def test_which_pairs_are_private():
+    # a pair is private when no other pair of the schedule uses any of its resources
+    dgx2 = load_machine("dgx2")
+    alltoall = generate("direct", dgx2.topology, "alltoall")
+    assert simulate_algorithm(alltoall, dgx2, SIZE).stats["private_messages"] == 0
+    # without contention flows never share: all private unless utilisation must sum them
+    ideal = simulate_algorithm(alltoall, dgx2, SIZE, contention=False, record_utilisation=False)
+    assert ideal.stats["private_messages"] == ideal.transfers
+    assert ideal.time_s == pytest.approx(critical_path_time_s(alltoall, dgx2, SIZE), rel=1e-9)
+    assert ideal.utilisation.empty
+
+
+@pytest.mark.parametrize("now, when", [(1.6184533333333332e-06, 5.63216e-06), (0.0, 1e-6), (3e-6, 3e-6), (1e-9, 7.1)])
+def test_delay_to_never_overshoots(now, when):
+    delay = algorithm_mode._delay_to(now, when)
+    assert now + delay <= when
+    # the clock then lies within a factor of 2 of `when`, where `when - clock` is exact
+    clock = now + delay
+    assert clock + (when - clock) == when

@@ -22,8 +22,15 @@ There are no step barriers (k-synchronous steps order the reads; they do not
 synchronise the ranks), exactly as in the analytic critical-path model.
 
 SimPy drives the clock; to simulate millions of transfers, a message is not a
-SimPy process: each costs two scheduled events (wire completion and arrival),
-and readiness is tracked with per-slot counters.
+SimPy process and readiness is tracked with per-slot counters. A rank pair
+whose route resources no other pair of the schedule uses is *private*: its
+messages (FIFO on the pair) are always alone on their resources, so each runs
+at its standalone rate and its wire end is known when it starts; the
+simulator computes it directly and schedules one SimPy event per distinct
+completion time (a ring step of 1024 ranks is one event). Other pairs go
+through :class:`~.network.FluidNetwork` flows (max-min sharing, two events a
+message). Both give the same times, timeline rows and utilisation intervals
+bit for bit (``tests/test_sim_algorithm.py``).
 """
 
 from __future__ import annotations
@@ -271,38 +278,83 @@ def simulate_algorithm(
     del order, slots_sorted, offsets
     arrived = array("i", bytes(4 * num_slots))
     reduce_time = machine.model.reduce_time_s
-    msg_src, msg_dst, msg_chunk, msg_reduce, msg_batch = plan.src, plan.dst, plan.chunk, plan.reduce, plan.batch
+    msg_dst, msg_chunk, msg_reduce, msg_batch = plan.dst, plan.chunk, plan.reduce, plan.batch
     groups, labels, pending = plan.groups, plan.labels, plan.pending
 
     # -- dynamic state ---------------------------------------------------------------------
     env = simpy.Environment()
-    # the timeline is recorded here, compactly (message, start, arrival, done), and
-    # expanded into rows with numpy at the end
     net = FluidNetwork(
         env, machine, contention=contention, record_timeline=False, record_utilisation=record_utilisation
     )
-    rec_msg, rec_start, rec_arrival, rec_done = array("q"), array("d"), array("d"), array("d")
-    for pair in plan.queues:  # fail early on an unroutable pair
-        net.route(*pair)
-    queues = {pair: [q, 0, False] for pair, q in plan.queues.items()}  # queue, head, busy
-    state = [0, 0.0]  # messages landed, last arrival
-    launch = net.launch
+    pairs = list(plan.queues)
+    n_q = len(pairs)
+    q_msgs = [plan.queues[p] for p in pairs]
+    routes = [net.route(*pair) for pair in pairs]  # fails early on an unroutable pair
+    msg_q_np = np.empty(n_msgs, dtype=np.int32)
+    for qi, msgs in enumerate(q_msgs):
+        msg_q_np[msgs] = qi
+    msg_q = array("i", msg_q_np.tobytes())
+    q_alpha = [alpha for alpha, _, _ in routes]
+    q_rate, q_fast = _private_pairs(routes, contention, record_utilisation)
+    q_head = [0] * n_q
+    q_free = [0.0] * n_q  # private pairs: when the wire is free again
+    q_busy = bytearray(n_q)  # shared pairs: a message is on the wire
+    # per message: when it started and left the wire (arrival and completion follow)
+    msg_start = array("d", bytes(8 * n_msgs))
+    msg_wire = array("d", bytes(8 * n_msgs))
+    state = [0, 0.0]  # messages landed, last completion
     inf = math.inf
     after_one = reduce_time(nbytes)
     kinds = ("copy", "reduce")
+    landings: dict[float, list[int]] = {}  # private pairs: completion time -> messages
 
-    def try_start(pair: tuple[int, int]) -> None:
-        entry = queues[pair]
-        if entry[2]:
+    def start_private(qi: int, now: float) -> None:
+        """Send the ready messages at the head of a private pair's queue: the
+        pair alone uses its resources, so each runs at its standalone rate and
+        its wire end is known now; one SimPy event per completion time."""
+        msgs = q_msgs[qi]
+        head = q_head[qi]
+        end = len(msgs)
+        free = q_free[qi]
+        rate = q_rate[qi]
+        alpha = q_alpha[qi]
+        while head < end:
+            m = msgs[head]
+            if pending[m]:
+                break
+            head += 1
+            t0 = free if free > now else now
+            if m in groups:
+                size = nbytes * len(groups[m])
+                after = reduce_time(size) if msg_reduce[m] else 0.0
+            else:
+                size = nbytes
+                after = after_one if msg_reduce[m] else 0.0
+            free = t0 + size / rate
+            msg_start[m] = t0
+            msg_wire[m] = free
+            done = free + (alpha + after)
+            batch = landings.get(done)
+            if batch is None:
+                landings[done] = [m]
+                simpy.Timeout(env, _delay_to(env.now, done), done).callbacks.append(land_private)
+            else:
+                batch.append(m)
+        q_head[qi] = head
+        q_free[qi] = free
+
+    def start_shared(qi: int) -> None:
+        if q_busy[qi]:
             return
-        queue, head = entry[0], entry[1]
-        if head >= len(queue):
+        head = q_head[qi]
+        msgs = q_msgs[qi]
+        if head >= len(msgs):
             return
-        m = queue[head]
+        m = msgs[head]
         if pending[m]:
             return
-        entry[1] = head + 1
-        entry[2] = True
+        q_head[qi] = head + 1
+        q_busy[qi] = 1
         red = msg_reduce[m]
         if m in groups:
             size = nbytes * len(groups[m])
@@ -310,28 +362,10 @@ def simulate_algorithm(
         else:
             size = nbytes
             after = after_one if red else 0.0
-        launch(
-            pair[0],
-            pair[1],
-            size,
-            inf,
-            1.0,
-            sent,
-            landed,
-            after,
-            kinds[red],
-            None,
-            labels[msg_batch[m]],
-            msg_chunk[m],
-            m,
-        )
+        src, dst = pairs[qi]
+        launch(src, dst, size, inf, 1.0, sent, landed, after, kinds[red], None, labels[msg_batch[m]], msg_chunk[m], m)
 
-    def sent(flow: Flow) -> None:
-        pair = (flow.src, flow.dst)
-        queues[pair][2] = False
-        try_start(pair)
-
-    def release(slot: int) -> None:
+    def release(slot: int, now: float) -> None:
         count = arrived[slot] + 1
         arrived[slot] = count
         i = cursor[slot]
@@ -340,29 +374,54 @@ def simulate_algorithm(
             w = w_msg[i]
             pending[w] -= 1
             if not pending[w]:
-                try_start((msg_src[w], msg_dst[w]))
+                qi = msg_q[w]
+                if q_fast[qi]:
+                    start_private(qi, now)
+                else:
+                    start_shared(qi)
             i += 1
         cursor[slot] = i
 
-    def landed(flow: Flow) -> None:
-        m = flow.tag
-        state[0] += 1
-        now = env.now
-        if now > state[1]:
-            state[1] = now
-        if record_timeline:
-            rec_msg.append(m)
-            rec_start.append(flow.start_s)
-            rec_arrival.append(flow.wire_end_s + flow.alpha_s)
-            rec_done.append(now)
+    def complete(m: int, now: float) -> None:
         if m in groups:
             for t in groups[m]:
-                release(t.chunk + t.dst * num_chunks)
+                release(t.chunk + t.dst * num_chunks, now)
         else:
-            release(msg_chunk[m] + msg_dst[m] * num_chunks)
+            release(msg_chunk[m] + msg_dst[m] * num_chunks, now)
 
-    for pair in queues:
-        try_start(pair)
+    def land_private(event: simpy.Event) -> None:
+        now = event.value
+        if env.now != now:  # the clock stopped an ulp short: wait the exact rest
+            simpy.Timeout(env, now - env.now, now).callbacks.append(land_private)
+            return
+        batch = landings.pop(now)
+        state[0] += len(batch)
+        if now > state[1]:
+            state[1] = now
+        for m in batch:
+            complete(m, now)
+
+    def sent(flow: Flow) -> None:
+        qi = msg_q[flow.tag]
+        q_busy[qi] = 0
+        start_shared(qi)
+
+    def landed(flow: Flow) -> None:
+        m = flow.tag
+        now = env.now
+        msg_start[m] = flow.start_s
+        msg_wire[m] = flow.wire_end_s
+        state[0] += 1
+        if now > state[1]:
+            state[1] = now
+        complete(m, now)
+
+    launch = net.launch
+    for qi in range(n_q):
+        if q_fast[qi]:
+            start_private(qi, 0.0)
+        else:
+            start_shared(qi)
     plan_s = time.perf_counter() - wall0
     events = run_with_limit(env, time_limit_s, what=f"simulation of {algorithm.name} on {machine.name}")
     if state[0] != n_msgs:
@@ -372,9 +431,17 @@ def simulate_algorithm(
             f"simulation of {algorithm.name} on {machine.name} stalled: {n_msgs - state[0]} of {n_msgs} messages "
             f"never completed ({detail or 'waiting on the network'})"
         )
+    fast = np.frombuffer(bytes(q_fast), dtype=np.uint8).astype(bool)[msg_q_np] if n_msgs else np.zeros(0, bool)
+    net.transfers += int(fast.sum())
+    start = np.frombuffer(msg_start, dtype=np.float64)
+    wire = np.frombuffer(msg_wire, dtype=np.float64)
+    if record_utilisation and fast.any():
+        _private_utilisation(net, routes, q_rate, q_fast, msg_q_np, fast, start, wire)
     timeline = None
     if record_timeline:
-        timeline = _timeline_frame(plan, rec_msg, rec_start, rec_arrival, rec_done, nbytes)
+        size, after = _sizes(plan, nbytes, reduce_time)
+        alpha = np.array(q_alpha, dtype=np.float64)[msg_q_np]
+        timeline = _timeline_frame(plan, start, wire + alpha, wire + (alpha + after), size)
     return make_result(
         net,
         timeline=timeline,
@@ -385,6 +452,7 @@ def simulate_algorithm(
         time_s=state[1],
         stats={
             "messages": n_msgs,
+            "private_messages": int(fast.sum()),
             "events": events,
             "plan_s": plan_s,
             "wall_s": time.perf_counter() - wall0,
@@ -392,23 +460,100 @@ def simulate_algorithm(
     )
 
 
-def _timeline_frame(plan: _Plan, rec_msg, rec_start, rec_arrival, rec_done, nbytes: float) -> pd.DataFrame:
-    """Timeline rows (:data:`~.results.TIMELINE_COLUMNS`) from the compact record:
-    one row per message (kind = its op, track ``"src->dst"``, label its step),
-    then a ``compute`` row on ``"rank d"`` where a reduction took time."""
-    m = np.frombuffer(rec_msg, dtype=np.int64)
+def _delay_to(now: float, when: float) -> float:
+    """The largest delay ``d`` with ``now + d <= when`` in floating point (SimPy
+    adds the delay to the clock). Where ``now + d`` falls short of ``when``,
+    the clock is then within a factor of 2 of ``when`` and ``when - clock`` is
+    exact (Sterbenz), so a second event lands at exactly ``when``."""
+    delay = when - now
+    while delay > 0 and now + delay > when:
+        delay = math.nextafter(delay, -math.inf)
+    return delay if delay > 0 else 0.0
+
+
+def _private_pairs(routes, contention: bool, record_utilisation: bool) -> tuple[list[float], bytearray]:
+    """Per rank pair: the rate its messages get when alone on their resources
+    (:meth:`FluidNetwork.launch`: the route bandwidth, and with contention the
+    resources' one-flow capacities), and whether the pair is *private*: no
+    other pair of the schedule uses any of its resources, so (messages on a
+    pair being FIFO) each of its messages is always alone and needs no max-min
+    sharing. With ``contention=False`` flows never share, so every pair is
+    private unless utilisation is recorded on a resource several pairs use."""
+    users: dict[int, int] = {}
+    for _, _, resources in routes:
+        for res, _ in resources:
+            users[res.id] = users.get(res.id, 0) + 1
+    rates, private = [], bytearray(len(routes))
+    for qi, (_, bandwidth, resources) in enumerate(routes):
+        rate = bandwidth
+        if contention:
+            for res, w in resources:
+                share = res.effective_capacity_Bps(1) / w
+                if share < rate:
+                    rate = share
+        rates.append(rate)
+        alone = all(users[res.id] == 1 for res, _ in resources)
+        private[qi] = alone or (not contention and not record_utilisation)
+    return rates, private
+
+
+def _sizes(plan: _Plan, nbytes: float, reduce_time) -> tuple[np.ndarray, np.ndarray]:
+    """Per message: payload bytes and the reduction time after arrival."""
+    n = plan.messages
+    size = np.full(n, float(nbytes))
+    is_reduce = np.frombuffer(bytes(plan.reduce), dtype=np.uint8).astype(bool) if n else np.zeros(0, dtype=bool)
+    after = np.where(is_reduce, reduce_time(nbytes), 0.0)
+    for m, group in plan.groups.items():
+        size[m] = nbytes * len(group)
+        after[m] = reduce_time(size[m]) if is_reduce[m] else 0.0
+    return size, after
+
+
+def _private_utilisation(net: FluidNetwork, routes, q_rate, q_fast, msg_q: np.ndarray, fast, start, wire) -> None:
+    """Utilisation rows of the private pairs' messages, as the network would
+    record them: one interval per message and resource it uses, at the
+    message's rate × the resource's weight, with one flow."""
+    rid, ratew, cap, offsets = [], [], [], [0]
+    for qi, (_, _, resources) in enumerate(routes):
+        if q_fast[qi]:
+            for res, w in resources:
+                rid.append(res.id)
+                ratew.append(0.0 + q_rate[qi] * w)
+                cap.append(res.effective_capacity_Bps(1))
+        offsets.append(len(rid))
+    offsets = np.array(offsets, dtype=np.int64)
+    msgs = np.flatnonzero(fast & (wire > start))
+    q = msg_q[msgs]
+    counts = offsets[q + 1] - offsets[q]
+    rows = np.repeat(msgs, counts)
+    first = np.repeat(offsets[q], counts)
+    within = np.arange(len(rows)) - np.repeat(np.cumsum(counts) - counts, counts)
+    idx = first + within
+    net.utilisation.extend(
+        np.array(rid, dtype=np.int32)[idx],
+        start[rows],
+        wire[rows],
+        np.array(ratew, dtype=np.float64)[idx],
+        np.array(cap, dtype=np.float64)[idx],
+        np.ones(len(rows), dtype=np.int32),
+    )
+
+
+def _timeline_frame(plan: _Plan, start, arrival, done, size) -> pd.DataFrame:
+    """Timeline rows (:data:`~.results.TIMELINE_COLUMNS`), in completion order
+    (ties in schedule order): one row per message (kind = its op, track
+    ``"src->dst"``, label its step), then a ``compute`` row on ``"rank d"``
+    where a reduction took time."""
+    m = np.argsort(done, kind="stable")
     n = len(m)
     src = np.frombuffer(plan.src, dtype=np.int32)[m]
     dst = np.frombuffer(plan.dst, dtype=np.int32)[m]
     chunk = np.frombuffer(plan.chunk, dtype=np.int32)[m]
     is_reduce = np.frombuffer(bytes(plan.reduce), dtype=np.uint8)[m].astype(bool) if n else np.zeros(0, dtype=bool)
-    size = np.full(n, float(nbytes))
-    if plan.groups:
-        for j in np.flatnonzero(np.isin(m, np.fromiter(plan.groups, dtype=np.int64, count=len(plan.groups)))):
-            size[j] = nbytes * len(plan.groups[int(m[j])])
-    start = np.frombuffer(rec_start, dtype=np.float64)
-    arrival = np.frombuffer(rec_arrival, dtype=np.float64)
-    done = np.frombuffer(rec_done, dtype=np.float64)
+    size = size[m]
+    start = start[m]
+    arrival = arrival[m]
+    done = done[m]
     label = np.frombuffer(plan.batch, dtype=np.int32)[m]
     num = int(max(src.max(initial=0), dst.max(initial=0))) + 1
     pair_codes, pair_index = np.unique(src.astype(np.int64) * num + dst, return_inverse=True)

@@ -10,7 +10,7 @@ from simpy.core import EmptySchedule
 
 from ..errors import SimcollError
 
-_BATCH = 4096
+_BATCH = 64  # events between wall-clock checks (an event may settle many messages)
 
 
 def run_with_limit(env: simpy.Environment, time_limit_s: float, what: str = "simulation") -> int:

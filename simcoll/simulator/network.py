@@ -168,6 +168,7 @@ class FluidNetwork:
         self._resource_ids: dict[tuple, int] = {}
         self._routes: dict[tuple[int, int], tuple[float, float, tuple[tuple[Resource, float], ...]]] = {}
         self._fast: dict[tuple[int, int], tuple[float, float, tuple[tuple[Resource, float], ...], float]] = {}
+        self._shapes: dict[tuple, list[float]] = {}
         self.max_sharing = 1
         self._tracks: dict[tuple[int, int], str] = {}
         self._dirty: dict[int, Resource] = {}
@@ -261,29 +262,41 @@ class FluidNetwork:
         return info
 
     def _weights(self, src: int, dst: int, hops, bandwidth_Bps: float) -> list[tuple[RouteHop, float]]:
-        """Each hop's share of a maximum flow of the route DAG (1 on a chain)."""
+        """Each hop's share of a maximum flow of the route DAG (1 on a chain).
+
+        The flow is computed on the route's *shape* (components numbered in
+        order of appearance, source 0 and destination 1; hop types and
+        counts), and routes of one shape (every GPU pair of a DGX-2, say)
+        share it: one max-flow per shape instead of one per rank pair."""
         outs: dict[str, int] = {}
         for h in hops:
             outs[h.src] = outs.get(h.src, 0) + 1
         if all(n == 1 for n in outs.values()):
             return [(h, 1.0) for h in hops]
+        index = {self._topo.gpu(src).name: 0, self._topo.gpu(dst).name: 1}
+        for h in hops:
+            index.setdefault(h.src, len(index))
+            index.setdefault(h.dst, len(index))
+        shape = tuple((index[h.src], index[h.dst], h.type, h.count) for h in hops)
+        shares = self._shapes.get(shape)
+        if shares is None:
+            shares = self._shapes[shape] = self._max_flow_shares(shape)
+        return [(h, w) for h, w in zip(hops, shares, strict=True) if w > 0]
+
+    def _max_flow_shares(self, shape: tuple[tuple[int, int, str, int], ...]) -> list[float]:
+        """Per hop of ``shape``, the share of a maximum flow from node 0 to
+        node 1 it carries (parallel hops split their edge's flow by capacity)."""
         graph = nx.DiGraph()
-        caps = {}
-        for h in hops:
-            c = h.count * self.machine.model.link(h.type).bandwidth_Bps
-            caps[h] = c
-            if graph.has_edge(h.src, h.dst):
-                graph[h.src][h.dst]["capacity"] += c
+        caps = []
+        for u, v, kind, count in shape:
+            c = count * self.machine.model.link(kind).bandwidth_Bps
+            caps.append(c)
+            if graph.has_edge(u, v):
+                graph[u][v]["capacity"] += c
             else:
-                graph.add_edge(h.src, h.dst, capacity=c)
-        s, d = self._topo.gpu(src).name, self._topo.gpu(dst).name
-        value, flow = nx.maximum_flow(graph, s, d)
-        out = []
-        for h in hops:
-            carried = flow[h.src][h.dst] * caps[h] / graph[h.src][h.dst]["capacity"]
-            if carried > 0:
-                out.append((h, carried / value))
-        return out
+                graph.add_edge(u, v, capacity=c)
+        value, flow = nx.maximum_flow(graph, 0, 1)
+        return [flow[u][v] * c / graph[u][v]["capacity"] / value for (u, v, _, _), c in zip(shape, caps, strict=True)]
 
     # -- contention: NIC binding and host staging ------------------------------------------
     def _node_graph(self) -> nx.DiGraph:

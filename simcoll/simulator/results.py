@@ -165,6 +165,25 @@ class Utilisation:
         self.capacity_Bps.append(capacity_Bps)
         self.flows.append(flows)
 
+    def extend(self, resource, start_s, end_s, rate_Bps, capacity_Bps, flows) -> None:
+        """Add many intervals at once (numpy arrays of equal length) and keep
+        the rows in order of their end (stable: existing rows first on ties),
+        the order in which a running simulation closes them."""
+        old_end = _np(self.end_s, np.float64)
+        columns = (
+            (self.resource, resource, np.int32),
+            (self.start_s, start_s, np.float64),
+            (self.end_s, end_s, np.float64),
+            (self.rate_Bps, rate_Bps, np.float64),
+            (self.capacity_Bps, capacity_Bps, np.float64),
+            (self.flows, flows, np.int32),
+        )
+        order = np.argsort(np.concatenate([old_end, np.asarray(end_s, dtype=np.float64)]), kind="stable")
+        for column, new, dtype in columns:
+            merged = np.concatenate([_np(column, dtype), np.asarray(new, dtype=dtype)])[order]
+            del column[:]
+            column.frombytes(merged.tobytes())
+
     def to_frame(self, names: list[str]) -> pd.DataFrame:
         return pd.DataFrame(
             {

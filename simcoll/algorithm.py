@@ -81,6 +81,20 @@ def constraint_loads(
     return [(relation[i], n) for i, n in sorted(counts.items())]
 
 
+def messages(batch: Iterable[Transfer]) -> list[list[Transfer]]:
+    """The transfers of one batch grouped into messages: a TACCL contiguity
+    group on one rank pair travels as one message (one α), every other
+    transfer alone; singles first, then groups in order of appearance."""
+    grouped: dict[tuple, list[Transfer]] = {}
+    singles = []
+    for t in batch:
+        if t.group is None:
+            singles.append([t])
+        else:
+            grouped.setdefault((t.group, t.src, t.dst, t.op), []).append(t)
+    return singles + list(grouped.values())
+
+
 @dataclass(frozen=True)
 class Algorithm:
     """A verified-or-not schedule; see the module docstring."""
@@ -178,6 +192,20 @@ class Algorithm:
         for t in self.transfers:
             by_step.setdefault(t.step, []).append(t)
         return {s: tuple(ts) for s, ts in by_step.items()}
+
+    def batches(self) -> list[list[Transfer]]:
+        """The transfers in schedule order, cut into batches: one per step, or
+        one per start time for timed schedules. A batch reads the state before
+        any of its own updates (SCCL §3.3); consumers (analytic cost,
+        simulator, compiler) all read schedules this way."""
+        key = (lambda t: t.step) if self.schedule == "steps" else (lambda t: t.start_s)
+        out: list[list[Transfer]] = []
+        for t in sorted(self.transfers, key=key):
+            if out and key(out[-1][0]) == key(t):
+                out[-1].append(t)
+            else:
+                out.append([t])
+        return out
 
     def with_changes(self, **changes: Any) -> Algorithm:
         return Algorithm(**{**{f.name: getattr(self, f.name) for f in fields(self)}, **changes})

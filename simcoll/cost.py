@@ -22,11 +22,10 @@ by (:attr:`Collective.size_chunks` chunks), so one chunk is
 
 from __future__ import annotations
 
-import itertools
 from collections import defaultdict
 from fractions import Fraction
 
-from .algorithm import Algorithm, Transfer
+from .algorithm import Algorithm, Transfer, messages
 from .collectives import Collective
 from .errors import AlgorithmError, TopologyError
 from .machines import Machine
@@ -48,12 +47,6 @@ def chunk_bytes(collective: Collective, size_bytes: float) -> float:
     return size_bytes / collective.size_chunks
 
 
-def _ordered(algorithm: Algorithm) -> list[Transfer]:
-    if algorithm.schedule == "steps":
-        return sorted(algorithm.transfers, key=lambda t: t.step)
-    return sorted(algorithm.transfers, key=lambda t: t.start_s)
-
-
 def _route(machine: Machine, t: Transfer):
     route = machine.route(t.src, t.dst)
     if route is None:
@@ -70,9 +63,8 @@ def critical_path_time_s(algorithm: Algorithm, machine: Machine, size_bytes: flo
     pair_free: dict[tuple[int, int], float] = defaultdict(float)
     finish = 0.0
     # A batch is one step (or one start time); its updates land after it has read.
-    for _, group in itertools.groupby(_ordered(algorithm), key=lambda t: (t.step, t.start_s)):
-        batch = list(group)
-        for message in _messages(batch):
+    for batch in algorithm.batches():
+        for message in messages(batch):
             first = message[0]
             route = _route(machine, first)
             size = nbytes * len(message)
@@ -121,19 +113,6 @@ def step_time_s(algorithm: Algorithm, machine: Machine, size_bytes: float) -> fl
             slowest = max(slowest, cost)
         total += slowest
     return total
-
-
-def _messages(batch: list[Transfer]) -> list[list[Transfer]]:
-    """Transfers of one batch grouped into messages: a contiguity group on one
-    rank pair travels as one message; everything else alone."""
-    grouped: dict[tuple, list[Transfer]] = {}
-    singles = []
-    for t in batch:
-        if t.group is None:
-            singles.append([t])
-        else:
-            grouped.setdefault((t.group, t.src, t.dst, t.op), []).append(t)
-    return singles + list(grouped.values())
 
 
 def _check_fits(algorithm: Algorithm, machine: Machine) -> None:

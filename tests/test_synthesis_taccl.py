@@ -154,7 +154,7 @@ def test_routing_optimum_equals_brute_force(mini, conn):
     lt = logical_topology(mini, load_sketch(_sketch(conn=conn)))
     coll = make_collective("allgather", 4, 1)
     nbytes = 1 << 20
-    routing = solve_routing(lt, coll, nbytes, paths="level")
+    routing = solve_routing(lt, coll, nbytes, paths="level", gap_limit=0.0)
     per_chunk = [[(c, t) for t in _trees(lt, c, range(4))] for c in range(4)]  # chunk c starts on rank c
     best = min(_relaxed_objective(lt, combo, nbytes) for combo in itertools.product(*per_chunk))
     assert routing.outcome.status == "optimal"
@@ -281,13 +281,16 @@ def test_cli_json(tmp_path):
 def test_switch_hyperedge_policy_counts_connections(policy, links_used):
     """§3.2 Fig. 3 / B.1 eq. 11: three GPUs on a switch; sending a chunk
     directly or around a ring both take two chunk times of egress, so the
-    policy decides: uc-max uses all 6 connections, uc-min a 3-link ring."""
+    policy decides: uc-max uses all 6 connections, uc-min a 3-link ring.
+    The policy's weight (γ) is 1 ns, far below the default relative gap
+    limit, so the solve must be exact (``gap_limit=0``) for the tie-break to
+    be decided."""
     machine = load_machine("fully-connected:3")
     sketch = {
         "intranode_sketch": {"strategy": "switch", "switches": [[0, 1, 2]], "switch_hyperedge_strategy": [policy]},
         "hyperparameters": {"input_size": "1M"},
     }
-    r = taccl_synthesize(machine, sketch, "allgather")
+    r = taccl_synthesize(machine, sketch, "allgather", gap_limit=0.0)
     assert check(r.algorithm, machine.topology) == []
     assert len({(t.src, t.dst) for t in r.algorithm.transfers}) == links_used
 

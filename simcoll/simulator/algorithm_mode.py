@@ -35,7 +35,6 @@ bit for bit (``tests/test_sim_algorithm.py``).
 
 from __future__ import annotations
 
-import itertools
 import math
 import time
 from array import array
@@ -46,32 +45,13 @@ import numpy as np
 import pandas as pd
 import simpy
 
-from ..algorithm import Algorithm, Transfer
+from ..algorithm import Algorithm, Transfer, messages
 from ..cost import chunk_bytes
 from ..errors import AlgorithmError, SimcollError
 from ..machines import Machine
 from .engine import run_with_limit
 from .network import Flow, FluidNetwork
 from .results import TIMELINE_COLUMNS, SimulationResult, make_result
-
-
-def _ordered(algorithm: Algorithm) -> list[Transfer]:
-    if algorithm.schedule == "steps":
-        return sorted(algorithm.transfers, key=lambda t: t.step)
-    return sorted(algorithm.transfers, key=lambda t: t.start_s)
-
-
-def _messages(batch: list[Transfer]) -> list[list[Transfer]]:
-    """A contiguity group on one rank pair is one message; others travel alone
-    (singles first, then groups: the order of :func:`simcoll.cost._messages`)."""
-    grouped: dict[tuple, list[Transfer]] = {}
-    singles = []
-    for t in batch:
-        if t.group is None:
-            singles.append([t])
-        else:
-            grouped.setdefault((t.group, t.src, t.dst, t.op), []).append(t)
-    return singles + list(grouped.values())
 
 
 @dataclass
@@ -172,10 +152,11 @@ def _plan_grouped(algorithm: Algorithm, num_chunks: int, present: np.ndarray) ->
     wait_slot, wait_landed, wait_msg = [], [], []
     queues: dict[tuple[int, int], list[int]] = {}
     keys = []
-    for key, group in itertools.groupby(_ordered(algorithm), key=lambda t: (t.step, t.start_s)):
-        keys.append(key[1] if timed else key[0])
+    for transfers_of_batch in algorithm.batches():
+        first_of_batch = transfers_of_batch[0]
+        keys.append(first_of_batch.start_s if timed else first_of_batch.step)
         writes = []
-        for message in _messages(list(group)):
+        for message in messages(transfers_of_batch):
             m = len(src)
             first = message[0]
             need = 0

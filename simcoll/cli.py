@@ -430,6 +430,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SimcollError as exc:
         print(f"simcoll: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # the reader (e.g. `| head`) has gone: not an error of ours
+        sys.stderr.close()
+        return 0
+    except UnicodeDecodeError as exc:
+        print(f"simcoll: error: an input file is not UTF-8 text ({exc.reason})", file=sys.stderr)
+        return 2
     except OSError as exc:
         print(f"simcoll: error: {exc}", file=sys.stderr)
         return 2

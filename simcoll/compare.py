@@ -92,7 +92,7 @@ def compare(
     coll = make_collective(collective, machine.num_ranks)
     # The cut bound is linear in size (no latency term): compute it once.
     unit_bound_s, _ = time_lower_bound_s(coll, machine, coll.size_chunks)
-    lowered = _lower_all(algorithms) if program else {}
+    lowered = _lower_all(algorithms, machine, skipped) if program else {}
     rows = []
     for size in sizes:
         for name, algorithm in algorithms.items():
@@ -147,12 +147,16 @@ def _simulate(schedule, machine: Machine, size: int, contention: bool, time_limi
             record_utilisation=False,
         )
     else:
-        result = simulate(schedule, machine, size, contention=contention, time_limit_s=time_limit_s)
+        # lowered (and so verified) by _lower_all
+        result = simulate(schedule, machine, size, contention=contention, time_limit_s=time_limit_s, verify=False)
     return result.time_s
 
 
-def _lower_all(algorithms: dict[str, Algorithm]) -> dict[str, object]:
-    """Programs for the algorithms the compiler can lower (others are left out)."""
+def _lower_all(algorithms: dict[str, Algorithm], machine: Machine, skipped: dict[str, str]) -> dict[str, object]:
+    """Programs for the algorithms the compiler can lower for ``machine``;
+    the others go to ``skipped`` with the reason."""
+    from .simulator import lower_for
+
     try:
         from .compiler import lower_algorithm
     except ImportError as exc:
@@ -160,9 +164,9 @@ def _lower_all(algorithms: dict[str, Algorithm]) -> dict[str, object]:
     out = {}
     for name, algorithm in algorithms.items():
         try:
-            out[name] = lower_algorithm(algorithm)
-        except SimcollError:
-            continue
+            out[name] = lower_for(algorithm, machine, lower_algorithm)
+        except SimcollError as exc:
+            skipped[f"{name} (program)"] = f"cannot be lowered: {exc}"
     return out
 
 

@@ -13,10 +13,13 @@ from .errors import AlgorithmError, SimcollError
 
 
 def read_text(path: str | Path) -> str:
+    """The text of ``path`` (UTF-8), or a SimcollError naming the file."""
     try:
-        return Path(path).read_text()
+        return Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise SimcollError(f"{path}: cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise SimcollError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
 
 
 def parse_json(text: str, where: str = "input") -> Any:

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from simcoll.collectives import custom_collective, make_collective
-from simcoll.errors import AlgorithmError
+from simcoll.errors import AlgorithmError, SimcollError
 from simcoll.interop import export_msccl_xml, import_msccl_xml, import_msccl_xml_all
 from simcoll.program import Executor, Instruction, Program, RankProgram, Ref
 from simcoll.verify import check
@@ -400,8 +400,11 @@ def test_not_xml_and_no_algo(tmp_path):
         import_msccl_xml("<algo name='x'")
     with pytest.raises(AlgorithmError, match="no <algo>"):
         import_msccl_xml("<!-- nothing -->")
-    with pytest.raises(AlgorithmError, match="cannot read"):
+    with pytest.raises(SimcollError, match="cannot read"):
         import_msccl_xml(tmp_path / "missing.xml")
+    (tmp_path / "latin1.xml").write_bytes(b"<algo name='\xff'/>")
+    with pytest.raises(SimcollError, match="not UTF-8"):
+        import_msccl_xml(tmp_path / "latin1.xml")
 
 
 def test_custom_postcondition_needs_every_output_slot():

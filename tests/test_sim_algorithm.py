@@ -18,7 +18,7 @@ from simcoll.algorithm import Algorithm, Transfer
 from simcoll.algorithms import applicable, generate
 from simcoll.collectives import COLLECTIVES, make_collective
 from simcoll.cost import critical_path_time_s
-from simcoll.errors import AlgorithmError, SimcollError
+from simcoll.errors import AlgorithmError, SimcollError, VerificationError
 from simcoll.simulator import algorithm_mode, simulate
 from simcoll.simulator.algorithm_mode import simulate_algorithm
 
@@ -118,7 +118,24 @@ def test_reading_a_chunk_before_it_exists_is_an_error():
     coll = make_collective("broadcast", 3, root=0)
     bad = Algorithm("bad", coll, [Transfer(0, 1, 2, step=0)])
     with pytest.raises(AlgorithmError, match="before rank 1 holds the chunk"):
-        simulate(bad, load_machine("fully-connected:3"), SIZE)
+        simulate(bad, load_machine("fully-connected:3"), SIZE, verify=False)
+
+
+def test_an_incorrect_schedule_is_refused_not_timed():
+    """A schedule that does not implement its collective has no meaningful
+    time: ``simulate`` verifies first (``verify=False`` times it anyway)."""
+    machine = load_machine("ring:4")
+    ring = generate("ring", machine.topology, "allgather")
+    truncated = ring.with_changes(transfers=ring.transfers[:-1])
+    with pytest.raises(VerificationError, match="truncated|lacks|missing|never"):
+        simulate(truncated.with_changes(name="truncated"), machine, SIZE)
+    assert simulate(truncated, machine, SIZE, verify=False).time_s > 0
+
+
+def test_size_must_be_positive():
+    machine = load_machine("ring:4")
+    with pytest.raises(SimcollError, match="positive"):
+        simulate(generate("ring", machine.topology, "allgather"), machine, 0)
 
 
 def test_wall_clock_limit_is_enforced():
@@ -130,7 +147,7 @@ def test_wall_clock_limit_is_enforced():
 
 def test_wrong_machine_and_mode_are_errors():
     algorithm = generate("ring", load_machine("ring:4").topology, "allgather")
-    with pytest.raises(AlgorithmError, match="4 ranks"):
+    with pytest.raises(SimcollError, match="4 ranks"):
         simulate(algorithm, load_machine("ring:8"), SIZE)
     with pytest.raises(SimcollError, match="unknown simulation mode"):
         simulate(algorithm, load_machine("ring:4"), SIZE, mode="magic")

@@ -10,6 +10,7 @@ command line.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -43,8 +44,10 @@ def cmd_export(args) -> int:
             raise SimcollError(
                 f"{args.file} is an Algorithm and this installation has no compiler to lower it to a Program"
             ) from None
-        schedule = lower_algorithm(schedule, protocol=args.protocol)
+        schedule = lower_algorithm(schedule, protocol=args.protocol or "Simple")
         lowered = True
+    elif args.protocol and args.protocol != schedule.protocol:
+        schedule = dataclasses.replace(schedule, protocol=args.protocol)
     text = export_msccl_xml(schedule, dialect=args.dialect)
     Path(args.output).write_text(text)
     summary = {
@@ -94,7 +97,11 @@ def register(subparsers, add_command) -> None:
     p.add_argument("file", help="Program JSON, MSCCL XML, or Algorithm / SCCL JSON (lowered first)")
     p.add_argument("--format", default="msccl-xml", choices=FORMATS)
     p.add_argument("--dialect", default=DEFAULT_DIALECT, choices=DIALECTS, help=f"default {DEFAULT_DIALECT}")
-    p.add_argument("--protocol", default="Simple", choices=("Simple", "LL", "LL128"), help="when lowering")
+    p.add_argument(
+        "--protocol",
+        choices=("Simple", "LL", "LL128"),
+        help="protocol to write (default: the Program's; Simple when lowering)",
+    )
     p.add_argument("--index", type=int, help="which <algo> of an XML file holding several")
     p.add_argument("-o", "--output", required=True)
     p = add_command(subparsers, "import", cmd_import, "import MSCCL XML (→ Program JSON) or SCCL JSON (→ Algorithm)")

@@ -58,6 +58,7 @@ from xml.sax.saxutils import quoteattr
 
 from ..collectives import Collective, custom_collective, make_collective
 from ..errors import AlgorithmError, CollectiveError
+from ..fileio import read_text
 from ..program import RECEIVES, SENDS, Executor, Instruction, Program, RankProgram, Ref
 
 DIALECTS = ("classic", "newer")
@@ -116,10 +117,7 @@ def _read(path_or_text: str | Path) -> tuple[str, str]:
     """(text, where) for a path or a literal XML string."""
     if isinstance(path_or_text, Path) or not str(path_or_text).lstrip().startswith("<"):
         path = Path(path_or_text)
-        try:
-            return path.read_text(), str(path)
-        except OSError as exc:
-            raise AlgorithmError(f"{path}: cannot read: {exc.strerror}") from None
+        return read_text(path), str(path)
     return str(path_or_text), "<xml text>"
 
 

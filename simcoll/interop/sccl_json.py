@@ -127,6 +127,9 @@ def _import(data: Any, where: str) -> Algorithm:
             if not isinstance(ch, Mapping) or not {"pre", "post", "addr"} <= set(ch):
                 raise _fail(where, f"{field} needs pre, post and addr")
             addr = _int(ch["addr"], where, f"{field}.addr")
+            for key in ("pre", "post"):
+                if not isinstance(ch[key], list):
+                    raise _fail(where, f"{field}.{key} must be a list of ranks")
             pre = [_int(r, where, f"{field}.pre", 0) for r in ch["pre"]]
             post = [_int(r, where, f"{field}.post", 0) for r in ch["post"]]
             for r in pre + post:
@@ -281,6 +284,8 @@ def _bandwidth(topology: Any, num_ranks: int, where: str) -> tuple[BandwidthCons
         if not isinstance(sw, (list, tuple)) or len(sw) < 3:
             raise _fail(where, f"topology.switches[{i}] must be [srcs, dsts, bandwidth, name]")
         srcs, dsts, bw = sw[0], sw[1], _int(sw[2], where, f"topology.switches[{i}] bandwidth")
+        if not isinstance(srcs, (list, tuple)) or not isinstance(dsts, (list, tuple)):
+            raise _fail(where, f"topology.switches[{i}]: srcs and dsts must be lists of ranks")
         label = str(sw[3]) if len(sw) > 3 else f"switch {i}"
         pairs = frozenset((_int(s, where, "switch src"), _int(d, where, "switch dst")) for s in srcs for d in dsts)
         pairs = frozenset((s, d) for s, d in pairs if s != d)

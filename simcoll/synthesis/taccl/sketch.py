@@ -54,6 +54,7 @@ from typing import Any
 
 from ...collectives import Collective
 from ...errors import SimcollError, SynthesisError
+from ...fileio import read_text
 from ...machines import Machine
 from ...units import parse_size
 
@@ -123,7 +124,7 @@ def load_sketch(spec: str | Path | dict) -> Sketch:
             )
         path = builtin
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_text(path))
     except json.JSONDecodeError as exc:
         raise SynthesisError(f"{path}: not valid JSON: {exc}") from None
     data.setdefault("name", path.stem)

@@ -141,6 +141,8 @@ def taccl_synthesize(
     Raises :class:`~simcoll.errors.SynthesisError` on a bad sketch, an
     unsatisfiable logical topology, or (never expected) a failed verification.
     """
+    if not (isinstance(time_limit_s, (int, float)) and 0 < time_limit_s < float("inf")):
+        raise SynthesisError(f"time_limit_s must be a positive number of seconds, got {time_limit_s!r}")
     t_all = _time.perf_counter()
     say = progress or (lambda _msg: None)
     if isinstance(machine, str):

@@ -23,6 +23,7 @@ def read_text(path: str | Path) -> str:
 
 
 def parse_json(text: str, where: str = "input") -> Any:
+    """``text`` parsed as JSON, or an AlgorithmError naming ``where``."""
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:

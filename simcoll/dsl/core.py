@@ -120,11 +120,11 @@ class DSLProgram:
         fifo_slots: int | None = None,
     ):
         if protocol not in PROTOCOLS:
-            raise DSLError(f"protocol {protocol!r} is not one of {PROTOCOLS}")
+            raise _fail(f"protocol {protocol!r} is not one of {PROTOCOLS}")
         if not isinstance(instances, int) or instances < 1:
-            raise DSLError(f"instances must be a positive integer, got {instances!r}")
+            raise _fail(f"instances must be a positive integer, got {instances!r}")
         if topology is not None and topology.num_ranks != collective.num_ranks:
-            raise DSLError(f"{topology.name} has {topology.num_ranks} ranks but the collective {collective.num_ranks}")
+            raise _fail(f"{topology.name} has {topology.num_ranks} ranks but the collective {collective.num_ranks}")
         self.name = name
         self.collective = collective
         self.protocol = protocol

@@ -14,12 +14,13 @@ from __future__ import annotations
 import math
 
 import pytest
+from program_builders import op, program, tb
 
 from simcoll.collectives import custom_collective, make_collective
 from simcoll.costmodel import model_from_dict
 from simcoll.errors import AlgorithmError, SimcollError, TopologyError
 from simcoll.machines import Machine, load_machine, load_topology
-from simcoll.program import INSTRUCTION_OPS, Executor, Instruction, Program, RankProgram, Ref
+from simcoll.program import INSTRUCTION_OPS
 from simcoll.simulator.program_mode import ProgramDeadlockError, simulate_program
 from simcoll.verify import check
 
@@ -59,24 +60,6 @@ def make_model(
 
 def machine(spec, **model_options):
     return Machine(load_topology(spec), make_model(**model_options))
-
-
-def ref(spec):
-    return None if spec is None else Ref(*spec)
-
-
-def op(name, src=None, dst=None, n=1, deps=(), sources=()):
-    return Instruction(name, ref(src), ref(dst), n, tuple(deps), tuple(ref(s) for s in sources))
-
-
-def tb(eid, *steps, send=None, recv=None, chan=0, kind="threadblock"):
-    return Executor(eid, tuple(steps), send, recv, chan, kind)
-
-
-def program(coll, executors, buffers, **kw):
-    per_rank = buffers if isinstance(buffers, list) else [buffers] * coll.num_ranks
-    ranks = [RankProgram(r, dict(per_rank[r]), tuple(executors[r])) for r in range(coll.num_ranks)]
-    return Program(kw.pop("name", "test"), coll, tuple(ranks), **kw)
 
 
 def close(a, b, rel=1e-9):

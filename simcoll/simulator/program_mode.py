@@ -472,19 +472,14 @@ class _Run:
             if incoming.messages:
                 incoming.messages.popleft()
             else:
-                self.state[key] = f"{where} waits for a message on {incoming.describe()}"
-                ev = self.env.event()
-                incoming.message_waiters.append(ev)
-                begin = self.env.now
-                yield ev
-                self.network.record(
-                    "blocked",
+                yield from self._block(
+                    incoming.message_waiters,
+                    key,
+                    f"{where} waits for a message on {incoming.describe()}",
                     track,
-                    begin,
-                    self.env.now,
-                    src=e.recv_peer,
-                    dst=rank,
-                    label=f"step {step} tile {tile}: message on {incoming.describe()}",
+                    e.recv_peer,
+                    rank,
+                    f"step {step} tile {tile}: message on {incoming.describe()}",
                 )
             if op == "wait" and signal_s > 0:
                 yield self.env.timeout(signal_s)
@@ -540,28 +535,40 @@ class _Run:
         if conn.free > 0:
             conn.free -= 1
         else:
-            self.state[key] = (
+            yield from self._block(
+                conn.slot_waiters,
+                key,
                 f"{where} waits for a free FIFO slot on {conn.describe()} "
-                f"(its {self.costs.fifo_slots} slot(s) hold messages not yet consumed)"
-            )
-            ev = self.env.event()
-            conn.slot_waiters.append(ev)
-            begin = self.env.now
-            yield ev
-            self.network.record(
-                "blocked",
+                f"(its {self.costs.fifo_slots} slot(s) hold messages not yet consumed)",
                 track,
-                begin,
-                self.env.now,
-                src=rank,
-                dst=e.send_peer,
-                label=f"step {step} tile {tile}: free slot on {conn.describe()}",
+                rank,
+                e.send_peer,
+                f"step {step} tile {tile}: free slot on {conn.describe()}",
             )
         yield self._transfer(rank, e.send_peer, size, host, f"{where}: to rank {e.send_peer}")
         if conn.message_waiters:
             conn.message_waiters.popleft().succeed()
         else:
             conn.messages.append(size)
+
+    def _block(
+        self,
+        waiters: deque[simpy.Event],
+        key: tuple[int, int],
+        waiting_for: str,
+        track: str,
+        src: int,
+        dst: int,
+        label: str,
+    ) -> Iterator[simpy.Event]:
+        """Wait in ``waiters`` until woken, saying what for (the deadlock report
+        reads ``self.state``), and record the wait as a ``blocked`` row."""
+        self.state[key] = waiting_for
+        ev = self.env.event()
+        waiters.append(ev)
+        begin = self.env.now
+        yield ev
+        self.network.record("blocked", track, begin, self.env.now, src=src, dst=dst, label=label)
 
     def _release(self, conn: _Connection) -> None:
         if conn.slot_waiters:

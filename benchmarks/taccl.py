@@ -21,9 +21,9 @@ import sys
 import time
 
 from simcoll import load_machine
+from simcoll.analytic import algbw_GBps
 from simcoll.bounds import lower_bounds
 from simcoll.collectives import make_collective
-from simcoll.cost import algbw_GBps
 from simcoll.synthesis.taccl import load_sketch, logical_topology, taccl_synthesize
 
 # (collective, sketch, TACCL Table 2 synthesis time in s; None = not in Table 2)

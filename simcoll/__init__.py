@@ -12,6 +12,14 @@ Quick start::
 from .algorithm import Algorithm, BandwidthConstraint, Transfer
 from .algorithms import REGISTRY as ALGORITHMS
 from .algorithms import applicable, generate
+from .analytic import (
+    algbw_GBps,
+    algorithm_time_s,
+    busbw_GBps,
+    critical_path_time_s,
+    k_synchronous_time_s,
+    step_time_s,
+)
 from .bounds import Bounds, lower_bounds, min_rounds_per_chunk, min_steps, time_lower_bound_s
 from .collectives import (
     Collective,
@@ -24,15 +32,7 @@ from .collectives import (
 )
 from .compare import compare, plot_comparison
 from .compiler import lower_algorithm
-from .cost import (
-    algbw_GBps,
-    algorithm_time_s,
-    busbw_GBps,
-    critical_path_time_s,
-    k_synchronous_time_s,
-    step_time_s,
-)
-from .costmodel import CostModel
+from .cost_model import CostModel
 from .errors import (
     AlgorithmError,
     CollectiveError,

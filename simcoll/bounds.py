@@ -28,8 +28,8 @@ import networkx as nx
 import numpy as np
 from ortools.graph.python import max_flow
 
+from .analytic import chunk_bytes
 from .collectives import Collective, make_collective
-from .cost import chunk_bytes
 from .errors import CollectiveError
 from .machines import Machine
 from .routes import Routes

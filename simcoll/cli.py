@@ -34,7 +34,7 @@ def _print_json(obj) -> None:
 
 # -- topo -----------------------------------------------------------------------
 def cmd_topo_list(args) -> int:
-    from .generators import GENERATORS
+    from .topology_generators import TOPOLOGY_GENERATORS
 
     rows = []
     for name in builtin_topologies():
@@ -44,7 +44,7 @@ def cmd_topo_list(args) -> int:
         _print_json(
             {
                 "builtins": rows,
-                "generators": [u for _, u in GENERATORS.values()],
+                "generators": [u for _, u in TOPOLOGY_GENERATORS.values()],
                 "clusters": ["NODE*N (fat tree)", "NODE*N/rail (per-rail switches)"],
                 "models": builtin_models(),
             }
@@ -52,7 +52,7 @@ def cmd_topo_list(args) -> int:
         return 0
     for row in rows:
         print(f"{row['name']:<12} {row['ranks']:>3} GPUs  {row['description']}")
-    print("generators: " + ", ".join(u for _, u in GENERATORS.values()))
+    print("generators: " + ", ".join(u for _, u in TOPOLOGY_GENERATORS.values()))
     print("clusters:   NODE*N (fat tree), NODE*N/rail (per-rail switches), e.g. dgx-a100*4")
     print("models:     " + ", ".join(builtin_models()))
     return 0

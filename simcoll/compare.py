@@ -9,7 +9,7 @@ size.
   (:func:`simcoll.simulator.simulate`, max-min sharing and the model's
   contention parameters);
 - ``"analytic"``: the closed-form α-β critical path
-  (:func:`simcoll.cost.critical_path_time_s`);
+  (:func:`simcoll.analytic.critical_path_time_s`);
 - ``"program"`` (extra rows with ``program=True``): the Algorithm lowered to a
   Program (:func:`simcoll.compiler.lower_algorithm`) and simulated in Program
   mode, beside its Algorithm-mode row.
@@ -26,9 +26,9 @@ import pandas as pd
 
 from .algorithm import Algorithm
 from .algorithms import applicable
+from .analytic import algbw_GBps, busbw_GBps, critical_path_time_s
 from .bounds import time_lower_bound_s
 from .collectives import canonical_name, make_collective
-from .cost import algbw_GBps, busbw_GBps, critical_path_time_s
 from .errors import SimcollError
 from .machines import Machine
 from .units import format_size

@@ -21,11 +21,11 @@ from pathlib import Path
 
 import networkx as nx
 
-from .costmodel import CostModel, load_model_file
+from .cost_model import CostModel, load_model_file
 from .errors import ModelError, TopologyError
-from .generators import GENERATORS, cluster, generate
 from .routes import Routes
 from .topology import Topology, load_topology_file
+from .topology_generators import TOPOLOGY_GENERATORS, cluster, generate_topology
 
 _CLUSTER_RE = re.compile(r"^(?P<node>[A-Za-z0-9_.-]+)\*(?P<count>\d+)(?:/(?P<fabric>[a-z-]+))?$")
 
@@ -65,12 +65,12 @@ def _load_named_topology(spec: str) -> Topology:
         node = load_topology(match["node"])
         return cluster(node, int(match["count"]), match["fabric"] or "fat-tree")
     if ":" in spec:
-        return generate(spec)
+        return generate_topology(spec)
     path = _data_dir("simcoll.topologies") / f"{spec}.yaml"
     if not path.exists():
         raise TopologyError(
             f"unknown topology {spec!r}: not a file, generator or cluster; built-ins: {', '.join(builtin_topologies())}; "
-            f"generators: {', '.join(GENERATORS)}"
+            f"generators: {', '.join(TOPOLOGY_GENERATORS)}"
         )
     return load_topology_file(path)
 

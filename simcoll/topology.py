@@ -3,7 +3,7 @@
 A topology says *what is connected to what*: GPUs, CPUs and host memory,
 NVSwitch / IB / PCIe switches, PCIe root complexes, NICs, and the links between
 them with their multiplicity. It carries no speeds: those live in a cost model
-(``simcoll.costmodel``), so a what-if study swaps the model, not the machine.
+(``simcoll.cost_model``), so a what-if study swaps the model, not the machine.
 
 YAML schema (``topologies/*.yaml``)::
 

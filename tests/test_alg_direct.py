@@ -7,9 +7,9 @@ import networkx as nx
 import pytest
 
 from simcoll import check, custom_collective, generate, load_topology, make_collective
+from simcoll.analytic import critical_path_time_s
 from simcoll.collectives import COLLECTIVES, ROOTED
-from simcoll.cost import critical_path_time_s
-from simcoll.costmodel import model_from_dict
+from simcoll.cost_model import model_from_dict
 from simcoll.errors import NotApplicableError
 from simcoll.machines import Machine
 from simcoll.routes import Routes

@@ -10,8 +10,8 @@ from simcoll import Algorithm, check, generate, load_topology, make_collective
 from simcoll.algorithms import REGISTRY
 from simcoll.algorithms.hiccl import COLLECTIVES, MULTI_STEP, default_hierarchy, hiccl
 from simcoll.algorithms.hiccl_primitives import Hierarchy, Plan, multicast, nic_binding, reduction, stages
-from simcoll.cost import critical_path_time_s, step_time_s
-from simcoll.costmodel import model_from_dict
+from simcoll.analytic import critical_path_time_s, step_time_s
+from simcoll.cost_model import model_from_dict
 from simcoll.errors import NotApplicableError, SimcollError
 from simcoll.machines import Machine
 from simcoll.routes import Routes

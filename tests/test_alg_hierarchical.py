@@ -7,8 +7,8 @@ import pytest
 
 from simcoll import check, generate, load_machine, load_topology, make_collective
 from simcoll.algorithms import REGISTRY
-from simcoll.cost import critical_path_time_s
-from simcoll.costmodel import model_from_dict
+from simcoll.analytic import critical_path_time_s
+from simcoll.cost_model import model_from_dict
 from simcoll.errors import NotApplicableError, SimcollError
 
 SUPPORTED = {

@@ -22,14 +22,14 @@ from simcoll.algorithms.nvgroup import (
     nvgroup_ring,
     nvlink_groups,
 )
-from simcoll.cost import critical_path_time_s
-from simcoll.costmodel import model_from_dict
+from simcoll.analytic import critical_path_time_s
+from simcoll.cost_model import model_from_dict
 from simcoll.errors import NotApplicableError, SimcollError
-from simcoll.generators import cluster
 from simcoll.machines import Machine
 from simcoll.program import Program
 from simcoll.routes import Routes
 from simcoll.topology import FABRIC_LINK_TYPES
+from simcoll.topology_generators import cluster
 from simcoll.verify import check
 
 COLLECTIVES = ("allreduce", "reducescatter", "allgather")

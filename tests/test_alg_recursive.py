@@ -16,8 +16,8 @@ import pytest
 from simcoll import check, load_topology, make_collective
 from simcoll.algorithms import REGISTRY, bruck, generate, recursive
 from simcoll.algorithms.bruck import bruck_alltoall_blocks
-from simcoll.cost import critical_path_time_s, step_time_s
-from simcoll.costmodel import model_from_dict
+from simcoll.analytic import critical_path_time_s, step_time_s
+from simcoll.cost_model import model_from_dict
 from simcoll.errors import NotApplicableError
 from simcoll.machines import Machine
 

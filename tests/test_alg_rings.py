@@ -6,7 +6,7 @@ Broadcast cost; NV-Group eqs. (1)-(3) for one ring; a bidirectional ring
 halves a ring's bandwidth term; the verifier accepts every schedule on rank
 counts 2-64 and the built-in machines; a clear error where no ring exists.
 
-Size conventions (nccl-tests, :mod:`simcoll.cost`): ``size_bytes`` is the
+Size conventions (nccl-tests, :mod:`simcoll.analytic`): ``size_bytes`` is the
 buffer the collective is named by. For Allgather that is the output, so each
 rank's input is SCCL's L = size_bytes / P; for Broadcast it is the broadcast
 buffer, L = size_bytes; NV-Group's M is ``size_bytes`` throughout.
@@ -20,9 +20,9 @@ import pytest
 from simcoll import check, generate, load_machine, load_topology, make_collective
 from simcoll.algorithms import REGISTRY
 from simcoll.algorithms.ring import find_ring, find_rings
+from simcoll.analytic import critical_path_time_s, k_synchronous_time_s, step_time_s
 from simcoll.cli import main
-from simcoll.cost import critical_path_time_s, k_synchronous_time_s, step_time_s
-from simcoll.costmodel import model_from_dict
+from simcoll.cost_model import model_from_dict
 from simcoll.errors import NotApplicableError
 from simcoll.machines import Machine
 

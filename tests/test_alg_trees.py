@@ -15,9 +15,9 @@ import pytest
 from simcoll import check, load_topology, make_collective
 from simcoll.algorithms import REGISTRY, generate, trees
 from simcoll.algorithms.trees import double_binary_tree_pair, tree_height
+from simcoll.analytic import critical_path_time_s, step_time_s
 from simcoll.collectives import ROOTED
-from simcoll.cost import critical_path_time_s, step_time_s
-from simcoll.costmodel import model_from_dict
+from simcoll.cost_model import model_from_dict
 from simcoll.errors import NotApplicableError
 from simcoll.machines import Machine
 

@@ -5,7 +5,7 @@ P-2 rcs and a recv), reductions read the rank's contribution from ``input``
 in place instead of copying it to ``output`` first, no instruction waits for
 another's send, concurrent messages on one rank pair get their own thread
 blocks, and with no executor costs Program mode then takes exactly the
-Algorithm's analytic critical-path time (``simcoll.cost``)."""
+Algorithm's analytic critical-path time (``simcoll.analytic``)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import pytest
 
 from simcoll.algorithm import Algorithm
 from simcoll.algorithms import applicable, generate
+from simcoll.analytic import critical_path_time_s
 from simcoll.collectives import COLLECTIVES, make_collective
 from simcoll.compiler import lower_algorithm
-from simcoll.cost import critical_path_time_s
-from simcoll.costmodel import model_from_dict
+from simcoll.cost_model import model_from_dict
 from simcoll.machines import Machine, load_machine, load_topology
 from simcoll.simulator import simulate
 from simcoll.verify import check

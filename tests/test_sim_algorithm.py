@@ -2,7 +2,7 @@
 
 The exactness anchor (DESIGN.md): with no sharing and no contention parameters
 the simulator reproduces the analytic α-β critical path
-(:func:`simcoll.cost.critical_path_time_s`) to a relative error below 1e-9, for
+(:func:`simcoll.analytic.critical_path_time_s`) to a relative error below 1e-9, for
 every classical algorithm and collective on ring, fully-connected and DGX-1
 machines.
 """
@@ -16,8 +16,8 @@ import pytest
 from simcoll import load_machine
 from simcoll.algorithm import Algorithm, Transfer
 from simcoll.algorithms import applicable, generate
+from simcoll.analytic import critical_path_time_s
 from simcoll.collectives import COLLECTIVES, make_collective
-from simcoll.cost import critical_path_time_s
 from simcoll.errors import AlgorithmError, SimcollError, VerificationError
 from simcoll.simulator import algorithm_mode, simulate
 from simcoll.simulator.algorithm_mode import simulate_algorithm

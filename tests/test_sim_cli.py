@@ -6,9 +6,9 @@ import pytest
 
 from simcoll import load_machine
 from simcoll.algorithms import generate
+from simcoll.analytic import critical_path_time_s
 from simcoll.cli import main
 from simcoll.compare import compare
-from simcoll.cost import critical_path_time_s
 
 
 @pytest.fixture()

@@ -15,12 +15,12 @@ import pytest
 import simpy
 
 from simcoll import load_machine
-from simcoll.costmodel import model_from_dict
+from simcoll.cost_model import model_from_dict
 from simcoll.errors import ModelError
-from simcoll.generators import cluster
 from simcoll.machines import Machine
 from simcoll.simulator.network import FluidNetwork
 from simcoll.topology import topology_from_dict
+from simcoll.topology_generators import cluster
 
 ALPHA = 1e-6
 BW = 10e9

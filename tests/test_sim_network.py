@@ -10,7 +10,7 @@ import pytest
 import simpy
 
 from simcoll import load_machine
-from simcoll.costmodel import model_from_dict
+from simcoll.cost_model import model_from_dict
 from simcoll.errors import ModelError, SimcollError, TopologyError
 from simcoll.machines import Machine
 from simcoll.simulator.network import FluidNetwork

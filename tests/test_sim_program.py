@@ -17,7 +17,7 @@ import pytest
 from program_builders import op, program, tb
 
 from simcoll.collectives import custom_collective, make_collective
-from simcoll.costmodel import model_from_dict
+from simcoll.cost_model import model_from_dict
 from simcoll.errors import AlgorithmError, SimcollError, TopologyError
 from simcoll.machines import Machine, load_machine, load_topology
 from simcoll.program import INSTRUCTION_OPS
@@ -583,7 +583,7 @@ def test_a_lowered_ring_allreduce_takes_the_algorithms_analytic_time_without_exe
     if not hasattr(compiler, "lower_algorithm"):
         pytest.skip("simcoll.compiler.lower_algorithm is not available")
     from simcoll.algorithms import generate
-    from simcoll.cost import critical_path_time_s
+    from simcoll.analytic import critical_path_time_s
 
     m = load_machine("dgx1")
     m = Machine(m.topology, model_from_dict({k: v for k, v in m.model.raw.items() if k != "executor"}))

@@ -14,14 +14,14 @@ from contextlib import redirect_stderr, redirect_stdout
 import pytest
 
 from simcoll import load_machine
+from simcoll.analytic import critical_path_time_s
 from simcoll.collectives import make_collective
-from simcoll.cost import critical_path_time_s
 from simcoll.errors import SynthesisError
-from simcoll.generators import cluster
 from simcoll.synthesis import taccl_synthesize
 from simcoll.synthesis.taccl import builtin_sketches, load_sketch, logical_topology
 from simcoll.synthesis.taccl.routing import lat_ns, solve_routing
 from simcoll.topology import Component, Link, build_topology
+from simcoll.topology_generators import cluster
 from simcoll.verify import check
 
 

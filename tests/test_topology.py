@@ -4,8 +4,8 @@ import pytest
 
 from simcoll import load_machine, load_topology
 from simcoll.errors import ModelError, TopologyError
-from simcoll.generators import cluster
 from simcoll.topology import topology_from_dict, topology_to_dict
+from simcoll.topology_generators import cluster
 
 
 @pytest.mark.parametrize(

@@ -300,7 +300,7 @@ def nvgroup_ring(topology: Topology, collective: Collective, pipeline: bool = Fa
     bandwidth, t_s and B those of the slowest leader-to-leader route):
     eq. 7 = 2n/B_NV + T_R(n); eq. 8 = (N_nv-1)(t_s + M/(N_nv·B) + T_R(n));
     eq. 9 = (N_nv-1)(t_s + M/(N_nv·B)); eq. 10 = eq. 7 + eq. 8 + eq. 9.
-    :func:`~simcoll.cost.critical_path_time_s` gives exactly the following,
+    :func:`~simcoll.analytic.critical_path_time_s` gives exactly the following,
     with chunk factor P, on a machine whose intra-group pairs all have
     (α_NV, B_NV) and whose ring hops all have (t_s, B), when B_NV ≥ 2B
     (sufficient; it also holds on one Summit node, where B_NV/B = 50/32):

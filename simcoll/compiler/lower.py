@@ -41,7 +41,7 @@ from collections import defaultdict
 from dataclasses import replace
 
 from ..algorithm import Algorithm, Transfer
-from ..costmodel import DEFAULT_FIFO_SLOTS
+from ..cost_model import DEFAULT_FIFO_SLOTS
 from ..program import PROTOCOLS, Program
 from ..topology import Topology
 from .pipeline import compile_trace

@@ -26,7 +26,7 @@ import math
 import time
 from collections.abc import Collection
 
-from ..costmodel import DEFAULT_FIFO_SLOTS
+from ..cost_model import DEFAULT_FIFO_SLOTS
 from ..errors import VerificationError
 from ..program import Program
 from .channels import assign_channels

@@ -36,7 +36,7 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass, field
 
-from ..costmodel import DEFAULT_FIFO_SLOTS
+from ..cost_model import DEFAULT_FIFO_SLOTS
 from .channels import connection_pairs
 from .instruction_dag import InstructionDAG, Node, depths
 from .trace import CompileError

@@ -1,7 +1,7 @@
 """Algorithm mode: simulate an :class:`~simcoll.algorithm.Algorithm` transfer by
 transfer over the fluid network.
 
-Semantics (the same as :func:`simcoll.cost.critical_path_time_s`, so that on an
+Semantics (the same as :func:`simcoll.analytic.critical_path_time_s`, so that on an
 uncontended network both agree to rounding error):
 
 - Transfers are taken in schedule order (by step, or by start time for timed
@@ -46,7 +46,7 @@ import pandas as pd
 import simpy
 
 from ..algorithm import Algorithm, Transfer, messages
-from ..cost import chunk_bytes
+from ..analytic import chunk_bytes
 from ..errors import AlgorithmError, SimcollError
 from ..machines import Machine
 from .engine import run_with_limit
@@ -214,7 +214,7 @@ def simulate_algorithm(
     (nccl-tests naming: one chunk is ``size_bytes / collective.size_chunks``).
 
     With ``contention=False`` every message runs alone at its route's α-β
-    cost and the result equals :func:`simcoll.cost.critical_path_time_s`; with
+    cost and the result equals :func:`simcoll.analytic.critical_path_time_s`; with
     ``contention=True`` messages share the network max-min fairly and the
     model's contention parameters apply (:mod:`simcoll.simulator.network`).
     ``record_timeline`` / ``record_utilisation`` off save time and memory on

@@ -14,7 +14,7 @@ resources with the changed one, so unrelated traffic costs nothing. A flow is
 also capped by ``cap_Bps`` (what its executor can drive) and carries
 ``size / efficiency`` wire bytes (protocol efficiency, e.g. LL = 0.5).
 
-Timing of one message, as in :func:`simcoll.cost.critical_path_time_s`: the
+Timing of one message, as in :func:`simcoll.analytic.critical_path_time_s`: the
 bytes flow first (they occupy the route), then the last byte lands ``α`` later
 (``α`` from :meth:`Machine.route`). Alone on its route a message therefore
 takes ``n / B`` on the wire and arrives at ``α + n / B``.
@@ -44,7 +44,7 @@ import networkx as nx
 import numpy as np
 import simpy
 
-from ..costmodel import SwitchParams
+from ..cost_model import SwitchParams
 from ..errors import ModelError, SimcollError, TopologyError
 from ..machines import Machine
 from ..routes import RouteHop

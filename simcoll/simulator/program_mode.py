@@ -11,7 +11,7 @@ The runtime it models (GC3 §6; NV-Group §4.2.1):
   blocks while all are taken; the receiving instruction frees the slot when it
   has finished with the data. Messages match in FIFO order.
 - **Tiling** (GC3 §6.2, Fig. 6). A chunk is ``size_bytes /
-  collective.size_chunks`` bytes (:func:`simcoll.cost.chunk_bytes`). When it
+  collective.size_chunks`` bytes (:func:`simcoll.analytic.chunk_bytes`). When it
   is larger than a slot (``program.tile_bytes``, else the model's
   ``slot_bytes``), it is cut into tiles of that size (the last one shorter)
   and every executor runs its whole instruction list once per tile: the
@@ -46,7 +46,7 @@ The runtime it models (GC3 §6; NV-Group §4.2.1):
   A send is finished when its data has arrived, not when it has left the
   wire: the thread block fences its writes before raising the peer's flag
   (GC3 Fig. 5, line 23). So consecutive sends of one executor each pay α,
-  which the analytic critical path (:mod:`simcoll.cost`) overlaps with the
+  which the analytic critical path (:mod:`simcoll.analytic`) overlaps with the
   next message on the same rank pair. A fused receive-and-send (rcs, rrs,
   rrcs) holds its incoming slot until its own send has arrived.
 
@@ -109,8 +109,8 @@ from typing import Any
 
 import simpy
 
-from ..cost import chunk_bytes
-from ..costmodel import DEFAULT_FIFO_SLOTS
+from ..analytic import chunk_bytes
+from ..cost_model import DEFAULT_FIFO_SLOTS
 from ..errors import AlgorithmError, TopologyError
 from ..machines import Machine
 from ..program import RECEIVES, REDUCES, SENDS, Executor, Instruction, Program, Ref

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..cost import algbw_GBps
+from ..analytic import algbw_GBps
 from ..errors import SimcollError
 
 #: Columns of :attr:`SimulationResult.timeline`, one row per transfer or executor op.

@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from ...algorithm import Algorithm, Transfer
+from ...analytic import algbw_GBps
 from ...collectives import Collective, canonical_name, make_collective
-from ...cost import algbw_GBps
 from ...errors import SynthesisError
 from ...machines import Machine, load_machine
 from ...verify import check

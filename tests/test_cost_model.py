@@ -3,7 +3,7 @@
 import pytest
 
 from simcoll import load_model
-from simcoll.costmodel import model_from_dict
+from simcoll.cost_model import model_from_dict
 from simcoll.errors import ModelError
 
 

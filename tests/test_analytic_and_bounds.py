@@ -14,8 +14,8 @@ from simcoll import (
     min_rounds_per_chunk,
     min_steps,
 )
-from simcoll.cost import critical_path_time_s, step_time_s
-from simcoll.costmodel import model_from_dict
+from simcoll.analytic import critical_path_time_s, step_time_s
+from simcoll.cost_model import model_from_dict
 from simcoll.machines import Machine
 
 ALPHA, BW, T_R_LAUNCH, T_R_BW = 2e-6, 20e9, 1e-6, 200e9

@@ -86,7 +86,7 @@ def hypercube(dim: int) -> Topology:
     return _generic(f"hypercube:{dim}", n, pairs, description=f"{dim}-dimensional hypercube of {n} GPUs")
 
 
-GENERATORS: dict[str, tuple[Callable[..., Topology], str]] = {
+TOPOLOGY_GENERATORS: dict[str, tuple[Callable[..., Topology], str]] = {
     "ring": (ring, "ring:N"),
     "line": (line, "line:N"),
     "fully-connected": (fully_connected, "fully-connected:N"),
@@ -96,14 +96,14 @@ GENERATORS: dict[str, tuple[Callable[..., Topology], str]] = {
 }
 
 
-def generate(spec: str) -> Topology:
+def generate_topology(spec: str) -> Topology:
     """Build a generated topology from ``NAME:PARAMS`` (e.g. ``torus2d:4x4``)."""
     name, _, params = spec.partition(":")
-    if name not in GENERATORS:
+    if name not in TOPOLOGY_GENERATORS:
         raise TopologyError(
-            f"unknown generator {name!r} in {spec!r}; known: {', '.join(u for _, u in GENERATORS.values())}"
+            f"unknown generator {name!r} in {spec!r}; known: {', '.join(u for _, u in TOPOLOGY_GENERATORS.values())}"
         )
-    func, usage = GENERATORS[name]
+    func, usage = TOPOLOGY_GENERATORS[name]
     if not re.fullmatch(r"\d+(x\d+)*", params):
         raise TopologyError(f"{spec!r}: parameters must be whole numbers, as in {usage}")
     numbers = [int(x) for x in params.split("x")]

@@ -182,3 +182,43 @@ def load_machine(topology: str | Topology, model: str | CostModel | None = None)
         model = topo.default_model or "generic"
     cost = load_model(model) if isinstance(model, str) else model
     return Machine(topo, cost)
+
+
+def as_machine(machine: Machine | str) -> Machine:
+    """The :class:`Machine` a public function was given: a Machine as it is, or a
+    topology spec (module docstring) with that topology's default model.
+
+    Every function that needs a machine (generators, the verifier, costs,
+    bounds, synthesis, the simulator) takes one through this helper, so that
+    they all accept the same argument.
+
+    Parameters
+    ----------
+    machine : Machine or str
+        A machine, or a topology spec such as ``"dgx1"`` or ``"ring:8"``.
+
+    Returns
+    -------
+    Machine
+
+    Raises
+    ------
+    TopologyError
+        When ``machine`` is neither (a bare :class:`Topology` included: wrap it
+        with :func:`load_machine` to say which model prices it).
+
+    Examples
+    --------
+    >>> as_machine("ring:4").num_ranks
+    4
+    """
+    if isinstance(machine, Machine):
+        return machine
+    if isinstance(machine, str):
+        return load_machine(machine)
+    if isinstance(machine, Topology):
+        raise TopologyError(
+            f"expected a Machine or a topology spec, got the Topology {machine.name!r}: "
+            "pass load_machine(topology) (its default model) or Machine(topology, model)"
+        )
+    raise TopologyError(f"expected a Machine or a topology spec, got {type(machine).__name__}")

@@ -43,8 +43,16 @@ from .errors import (
     TopologyError,
     VerificationError,
 )
-from .fileio import load_schedule, load_schedules
-from .interop import export_msccl_xml, import_msccl_xml, import_msccl_xml_all, import_sccl_json
+from .interop import (
+    export_msccl_xml,
+    load_schedule,
+    load_schedules,
+    parse_msccl_xml,
+    read_msccl_xml,
+    read_msccl_xml_all,
+    read_sccl_json,
+    save_schedule,
+)
 from .machines import Machine, builtin_models, builtin_topologies, load_machine, load_model, load_topology
 from .program import Executor, Instruction, Program, RankProgram, Ref
 from .routes import Routes, bandwidth_relation
@@ -92,9 +100,6 @@ __all__ = [
     "export_msccl_xml",
     "custom_collective",
     "generate",
-    "import_msccl_xml",
-    "import_msccl_xml_all",
-    "import_sccl_json",
     "k_synchronous_time_s",
     "load_machine",
     "load_model",
@@ -102,6 +107,11 @@ __all__ = [
     "load_schedules",
     "load_topology",
     "lower_algorithm",
+    "parse_msccl_xml",
+    "read_msccl_xml",
+    "read_msccl_xml_all",
+    "read_sccl_json",
+    "save_schedule",
     "lower_bounds",
     "make_collective",
     "min_rounds_per_chunk",

@@ -28,7 +28,7 @@ from typing import Any
 
 from .collectives import Collective, collective_from_dict, collective_to_dict
 from .errors import AlgorithmError
-from .fileio import parse_json, read_text
+from .files import parse_json, read_text, write_atomic
 
 TRANSFER_OPS = ("copy", "reduce")
 FORMAT_VERSION = 1
@@ -280,14 +280,14 @@ class Algorithm:
 
     @classmethod
     def from_json(cls, text: str) -> Algorithm:
-        return cls.from_dict(parse_json(text))
+        return cls.from_dict(parse_json(text, error=AlgorithmError))
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(self.to_json())
+        write_atomic(path, self.to_json(), error=AlgorithmError)
 
     @classmethod
     def load(cls, path: str | Path) -> Algorithm:
-        return cls.from_json(read_text(path))
+        return cls.from_json(read_text(path, error=AlgorithmError))
 
 
 def steps_from_lists(

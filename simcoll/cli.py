@@ -19,7 +19,7 @@ from .bounds import lower_bounds
 from .collectives import make_collective
 from .compare import DEFAULT_SIZES, compare, plot_comparison
 from .errors import SimcollError
-from .fileio import load_schedules
+from .interop import load_schedules
 from .interop.command import register as register_interop
 from .machines import builtin_models, builtin_topologies, load_machine, load_topology
 from .simulator.command import register as register_simulate

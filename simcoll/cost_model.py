@@ -35,6 +35,7 @@ from typing import Any
 import yaml
 
 from .errors import ModelError
+from .files import load_yaml, write_atomic
 
 
 @dataclass(frozen=True)
@@ -116,6 +117,7 @@ class ExecutorParams:
 
 
 NIC_BINDINGS = ("packed", "round-robin", "bijective")
+PROTOCOLS = ("Simple", "LL", "LL128")
 
 
 @dataclass(frozen=True)
@@ -140,6 +142,15 @@ class NetworkParams:
 
 @dataclass(frozen=True)
 class CostModel:
+    """A validated cost model (module docstring); build it with
+    :func:`model_from_dict` or :func:`simcoll.machines.load_model`.
+
+    ``sources``, ``host_memory_source`` and ``protocol_sources`` keep the
+    provenance of the parameters that have no dataclass of their own, so that
+    :func:`save_model` writes a file as complete as the one read; ``raw`` is the
+    mapping it was built from (not compared).
+    """
+
     name: str
     links: Mapping[str, LinkParams]
     description: str = ""
@@ -149,6 +160,9 @@ class CostModel:
     executor: ExecutorParams | None = None
     network: NetworkParams | None = None
     protocol_efficiency: Mapping[str, float] = field(default_factory=dict)
+    sources: tuple[str, ...] = ()
+    host_memory_source: str | None = None
+    protocol_sources: Mapping[str, str] = field(default_factory=dict)
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def link(self, link_type: str) -> LinkParams:
@@ -225,7 +239,22 @@ def _entry(raw: Any, allowed: set[str], where: str) -> Mapping:
 
 
 def model_from_dict(data: Any, where: str = "<model>") -> CostModel:
-    """Validate a parsed ``models/*.yaml`` description and build a :class:`CostModel`."""
+    """Validate a parsed ``models/*.yaml`` description and build a :class:`CostModel`.
+
+    Each top-level section has its own parser (``_parse_links``,
+    ``_parse_switches``, ...); ``where`` (usually the file) prefixes every
+    error message.
+
+    Examples
+    --------
+    >>> model = model_from_dict({"name": "m", "links": {"nvlink": {"alpha_s": 1e-6, "bandwidth_Bps": 25e9,
+    ...     "source": "NVLink2 25 GB/s per link and direction"}}})
+    >>> model.link("nvlink").beta_s_per_byte
+    4e-11
+    >>> model_from_dict({"name": "m", "links": {"nvlink": {"alpha_s": 0, "bandwidth_Bps": 1}}}, "m.yaml")
+    Traceback (most recent call last):
+    simcoll.errors.ModelError: m.yaml: links.nvlink.source: every parameter set must say where its numbers come from
+    """
     if not isinstance(data, Mapping):
         raise ModelError(f"{where}: expected a mapping at the top level")
     unknown = sorted(set(data) - _TOP)
@@ -234,7 +263,27 @@ def model_from_dict(data: Any, where: str = "<model>") -> CostModel:
     name = data.get("name")
     if not isinstance(name, str) or not name:
         raise ModelError(f"{where}: field 'name' is required")
-    raw_links = data.get("links")
+    host_bw, host_source = _parse_host_memory(data.get("host_memory"), where)
+    protocols, protocol_sources = _parse_protocols(data.get("protocols"), where)
+    return CostModel(
+        name=name,
+        description=str(data.get("description") or ""),
+        links=_parse_links(data.get("links"), where),
+        switches=_parse_switches(data.get("switches"), where),
+        host_memory_bandwidth_Bps=host_bw,
+        compute=_parse_compute(data.get("compute"), where),
+        executor=_parse_executor(data.get("executor"), where),
+        network=_parse_network(data.get("network"), where),
+        protocol_efficiency=protocols,
+        sources=_parse_sources(data.get("sources"), where),
+        host_memory_source=host_source,
+        protocol_sources=protocol_sources,
+        raw=dict(data),
+    )
+
+
+def _parse_links(raw_links: Any, where: str) -> dict[str, LinkParams]:
+    """``links``: α-β parameters per link type (bandwidth or β, not both)."""
     if not isinstance(raw_links, Mapping) or not raw_links:
         raise ModelError(f"{where}: field 'links' must map link types to parameters")
     links = {}
@@ -249,108 +298,221 @@ def model_from_dict(data: Any, where: str = "<model>") -> CostModel:
         else:
             bandwidth = 1.0 / _number(entry, "beta_s_per_byte", here, positive=True)
         links[str(link_type)] = LinkParams(alpha_s=alpha, bandwidth_Bps=bandwidth, source=entry["source"])
+    return links
 
+
+def _parse_switches(raw_switches: Any, where: str) -> dict[str, SwitchParams]:
+    """``switches``: latency, port bandwidth and concurrency efficiency per switch kind."""
+    if raw_switches is not None and not isinstance(raw_switches, Mapping):
+        raise ModelError(f"{where}: switches: expected a mapping from switch kinds to parameters")
     switches = {}
-    for kind, raw in (data.get("switches") or {}).items():
+    for kind, raw in (raw_switches or {}).items():
         here = f"{where}: switches.{kind}"
         entry = _entry(raw, {"latency_s", "port_bandwidth_Bps", "concurrency_efficiency"}, here)
-        points = entry.get("concurrency_efficiency") or []
-        try:
-            points = tuple((int(n), float(e)) for n, e in points)
-        except (TypeError, ValueError):
-            raise ModelError(
-                f"{here}.concurrency_efficiency: expected a list of [connections, efficiency] pairs"
-            ) from None
-        if any(n < 1 or not 0 < e <= 1 for n, e in points) or [n for n, _ in points] != sorted({n for n, _ in points}):
-            raise ModelError(
-                f"{here}.concurrency_efficiency: connections must increase from 1 and efficiencies lie in (0, 1]"
-            )
         switches[str(kind)] = SwitchParams(
             latency_s=_number(entry, "latency_s", here),
             port_bandwidth_Bps=_number(entry, "port_bandwidth_Bps", here, required=False, positive=True),
-            concurrency_efficiency=points,
+            concurrency_efficiency=_efficiency_points(entry.get("concurrency_efficiency") or [], here),
             source=entry["source"],
         )
+    return switches
 
-    host_bw = None
-    if data.get("host_memory") is not None:
-        entry = _entry(data["host_memory"], {"bandwidth_Bps"}, f"{where}: host_memory")
-        host_bw = _number(entry, "bandwidth_Bps", f"{where}: host_memory", positive=True)
 
-    compute = None
-    if data.get("compute") is not None:
-        here = f"{where}: compute"
-        entry = _entry(data["compute"], {"reduce_bandwidth_Bps", "reduce_launch_s"}, here)
-        compute = ComputeParams(
-            reduce_bandwidth_Bps=_number(entry, "reduce_bandwidth_Bps", here, positive=True),
-            reduce_launch_s=_number(entry, "reduce_launch_s", here),
-            source=entry["source"],
+def _efficiency_points(raw: Any, here: str) -> tuple[tuple[int, float], ...]:
+    try:
+        points = tuple((int(n), float(e)) for n, e in raw)
+    except (TypeError, ValueError):
+        raise ModelError(f"{here}.concurrency_efficiency: expected a list of [connections, efficiency] pairs") from None
+    if any(n < 1 or not 0 < e <= 1 for n, e in points) or [n for n, _ in points] != sorted({n for n, _ in points}):
+        raise ModelError(
+            f"{here}.concurrency_efficiency: connections must increase from 1 and efficiencies lie in (0, 1]"
         )
+    return points
 
-    executor = None
-    if data.get("executor") is not None:
-        here = f"{where}: executor"
-        entry = _entry(
-            data["executor"],
-            {"thread_block_bandwidth_Bps", "kernel_launch_s", "fifo_slots", "slot_bytes", "host_signal_s"},
-            here,
-        )
-        slots = _number(entry, "fifo_slots", here, required=False, positive=True)
-        if slots is not None and slots != int(slots):
-            raise ModelError(f"{here}.fifo_slots: must be a positive integer, got {entry['fifo_slots']!r}")
-        executor = ExecutorParams(
-            thread_block_bandwidth_Bps=_number(entry, "thread_block_bandwidth_Bps", here, positive=True),
-            kernel_launch_s=_number(entry, "kernel_launch_s", here),
-            source=entry["source"],
-            fifo_slots=int(slots) if slots is not None else DEFAULT_FIFO_SLOTS,
-            slot_bytes=_number(entry, "slot_bytes", here, required=False, positive=True),
-            host_signal_s=_number(entry, "host_signal_s", here, required=False),
-        )
 
-    network = None
-    if data.get("network") is not None:
-        here = f"{where}: network"
-        entry = _entry(data["network"], {"host_staging", "nic_binding"}, here)
-        staging = entry.get("host_staging", False)
-        if not isinstance(staging, bool):
-            raise ModelError(f"{here}.host_staging: must be true or false, got {staging!r}")
-        binding = entry.get("nic_binding")
-        if binding is not None and binding not in NIC_BINDINGS:
-            raise ModelError(f"{here}.nic_binding: must be one of {', '.join(NIC_BINDINGS)}, got {binding!r}")
-        network = NetworkParams(source=entry["source"], host_staging=staging, nic_binding=binding)
+def _parse_host_memory(raw: Any, where: str) -> tuple[float | None, str | None]:
+    """``host_memory``: (bandwidth, source), or (None, None) when absent."""
+    if raw is None:
+        return None, None
+    here = f"{where}: host_memory"
+    entry = _entry(raw, {"bandwidth_Bps"}, here)
+    return _number(entry, "bandwidth_Bps", here, positive=True), entry["source"]
 
-    protocols = {"Simple": 1.0}
-    for proto, raw in (data.get("protocols") or {}).items():
+
+def _parse_compute(raw: Any, where: str) -> ComputeParams | None:
+    """``compute``: the reduction cost T_R."""
+    if raw is None:
+        return None
+    here = f"{where}: compute"
+    entry = _entry(raw, {"reduce_bandwidth_Bps", "reduce_launch_s"}, here)
+    return ComputeParams(
+        reduce_bandwidth_Bps=_number(entry, "reduce_bandwidth_Bps", here, positive=True),
+        reduce_launch_s=_number(entry, "reduce_launch_s", here),
+        source=entry["source"],
+    )
+
+
+def _parse_executor(raw: Any, where: str) -> ExecutorParams | None:
+    """``executor``: thread-block rate, kernel launch, FIFO slots and tiles."""
+    if raw is None:
+        return None
+    here = f"{where}: executor"
+    entry = _entry(
+        raw, {"thread_block_bandwidth_Bps", "kernel_launch_s", "fifo_slots", "slot_bytes", "host_signal_s"}, here
+    )
+    slots = _number(entry, "fifo_slots", here, required=False, positive=True)
+    if slots is not None and slots != int(slots):
+        raise ModelError(f"{here}.fifo_slots: must be a positive integer, got {entry['fifo_slots']!r}")
+    return ExecutorParams(
+        thread_block_bandwidth_Bps=_number(entry, "thread_block_bandwidth_Bps", here, positive=True),
+        kernel_launch_s=_number(entry, "kernel_launch_s", here),
+        source=entry["source"],
+        fifo_slots=int(slots) if slots is not None else DEFAULT_FIFO_SLOTS,
+        slot_bytes=_number(entry, "slot_bytes", here, required=False, positive=True),
+        host_signal_s=_number(entry, "host_signal_s", here, required=False),
+    )
+
+
+def _parse_network(raw: Any, where: str) -> NetworkParams | None:
+    """``network``: host staging and NIC binding."""
+    if raw is None:
+        return None
+    here = f"{where}: network"
+    entry = _entry(raw, {"host_staging", "nic_binding"}, here)
+    staging = entry.get("host_staging", False)
+    if not isinstance(staging, bool):
+        raise ModelError(f"{here}.host_staging: must be true or false, got {staging!r}")
+    binding = entry.get("nic_binding")
+    if binding is not None and binding not in NIC_BINDINGS:
+        raise ModelError(f"{here}.nic_binding: must be one of {', '.join(NIC_BINDINGS)}, got {binding!r}")
+    return NetworkParams(source=entry["source"], host_staging=staging, nic_binding=binding)
+
+
+def _parse_protocols(raw: Any, where: str) -> tuple[dict[str, float], dict[str, str]]:
+    """``protocols``: (efficiency, source) per protocol; Simple is 1.0 unless given."""
+    if raw is not None and not isinstance(raw, Mapping):
+        raise ModelError(f"{where}: protocols: expected a mapping from protocols to parameters")
+    protocols, sources = {"Simple": 1.0}, {}
+    for proto, entry_raw in (raw or {}).items():
         here = f"{where}: protocols.{proto}"
-        if proto not in ("Simple", "LL", "LL128"):
+        if proto not in PROTOCOLS:
             raise ModelError(f"{here}: protocol must be Simple, LL or LL128")
-        entry = _entry(raw, {"efficiency"}, here)
+        entry = _entry(entry_raw, {"efficiency"}, here)
         eff = _number(entry, "efficiency", here, positive=True)
         if eff > 1:
             raise ModelError(f"{here}.efficiency: must be at most 1, got {eff}")
         protocols[proto] = eff
+        sources[proto] = entry["source"]
+    return protocols, sources
 
-    return CostModel(
-        name=name,
-        description=str(data.get("description") or ""),
-        links=links,
-        switches=switches,
-        host_memory_bandwidth_Bps=host_bw,
-        compute=compute,
-        executor=executor,
-        network=network,
-        protocol_efficiency=protocols,
-        raw=dict(data),
+
+def _parse_sources(raw: Any, where: str) -> tuple[str, ...]:
+    """``sources``: a string or a list of strings."""
+    if raw is None:
+        return ()
+    if isinstance(raw, str):
+        return (raw,)
+    if not isinstance(raw, list):
+        raise ModelError(f"{where}: sources: expected a string or a list of strings")
+    return tuple(str(s) for s in raw)
+
+
+def model_to_dict(model: CostModel) -> dict[str, Any]:
+    """The inverse of :func:`model_from_dict`: ``model_from_dict(model_to_dict(m)) == m``.
+
+    Link speeds are written as ``bandwidth_Bps``; Simple's efficiency is
+    written only when the model states a source for it.
+
+    Examples
+    --------
+    >>> model = model_from_dict({"name": "m", "links": {"pcie": {"alpha_s": 1e-6, "beta_s_per_byte": 1e-10,
+    ...     "source": "PCIe"}}})
+    >>> model_to_dict(model)["links"]
+    {'pcie': {'alpha_s': 1e-06, 'bandwidth_Bps': 10000000000.0, 'source': 'PCIe'}}
+    >>> model_from_dict(model_to_dict(model)) == model
+    True
+    """
+    out: dict[str, Any] = {"name": model.name}
+    if model.description:
+        out["description"] = model.description
+    if model.sources:
+        out["sources"] = list(model.sources)
+    out["links"] = {
+        kind: {"alpha_s": p.alpha_s, "bandwidth_Bps": p.bandwidth_Bps, "source": p.source}
+        for kind, p in model.links.items()
+    }
+    if model.switches:
+        out["switches"] = {kind: _switch_to_dict(p) for kind, p in model.switches.items()}
+    if model.host_memory_bandwidth_Bps is not None:
+        out["host_memory"] = {"bandwidth_Bps": model.host_memory_bandwidth_Bps, "source": model.host_memory_source}
+    if model.compute is not None:
+        out["compute"] = _fields(model.compute)
+    if model.executor is not None:
+        out["executor"] = _fields(model.executor)
+    if model.network is not None:
+        out["network"] = _fields(model.network)
+    protocols = {
+        proto: {"efficiency": eff, "source": model.protocol_sources[proto]}
+        for proto, eff in model.protocol_efficiency.items()
+        if proto in model.protocol_sources
+    }
+    unsourced = sorted(
+        p for p, e in model.protocol_efficiency.items() if p not in protocols and (p, e) != ("Simple", 1)
     )
+    if unsourced:
+        raise ModelError(f"model {model.name!r}: protocol {unsourced[0]} has no source to write")
+    if protocols:
+        out["protocols"] = protocols
+    return out
+
+
+def _switch_to_dict(params: SwitchParams) -> dict[str, Any]:
+    entry: dict[str, Any] = {"latency_s": params.latency_s}
+    if params.port_bandwidth_Bps is not None:
+        entry["port_bandwidth_Bps"] = params.port_bandwidth_Bps
+    if params.concurrency_efficiency:
+        entry["concurrency_efficiency"] = [list(point) for point in params.concurrency_efficiency]
+    entry["source"] = params.source
+    return entry
+
+
+def _fields(params: Any) -> dict[str, Any]:
+    """A parameter dataclass as a mapping, without the optional fields left at None, its source last."""
+    entry = {key: value for key, value in vars(params).items() if value is not None and key != "source"}
+    return {**entry, "source": params.source}
 
 
 def load_model_file(path: str | Path) -> CostModel:
-    """Read and validate one ``models/*.yaml`` file."""
-    path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise ModelError(f"{path}: cannot read: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise ModelError(f"{path}: not valid YAML: {exc}") from None
-    return model_from_dict(data, where=str(path))
+    """Read and validate one ``models/*.yaml`` file (:func:`simcoll.machines.load_model`
+    resolves names too)."""
+    return model_from_dict(load_yaml(path, error=ModelError), where=str(path))
+
+
+def save_model(model: CostModel, path: str | Path) -> None:
+    """Write a cost model as YAML that :func:`simcoll.machines.load_model` reads
+    back to an equal model, atomically (a failed write leaves the old file).
+
+    Parameters
+    ----------
+    model : CostModel
+        The model; every parameter set in it must have a source.
+    path : str or Path
+        The file to write (``.yaml``).
+
+    Raises
+    ------
+    ModelError
+        Naming the file when it cannot be written.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from simcoll.machines import load_model
+    >>> model = load_model("dgx1").with_link("nvlink", bandwidth_Bps=50e9)
+    >>> path = Path(tempfile.mkdtemp()) / "what-if.yaml"
+    >>> save_model(model, path)
+    >>> load_model(str(path)) == model
+    True
+    """
+    text = yaml.safe_dump(model_to_dict(model), sort_keys=False, allow_unicode=True, width=120)
+    write_atomic(path, f"# cost model {model.name}, written by simcoll.cost_model.save_model\n{text}", error=ModelError)

@@ -35,12 +35,34 @@ def _data_dir(package: str) -> Path:
 
 
 def builtin_topologies() -> list[str]:
-    """Names of the topologies shipped in ``topologies/``."""
+    """Names of the topologies shipped in ``topologies/``, sorted.
+
+    Returns
+    -------
+    list of str
+        Each a spec :func:`load_topology` accepts.
+
+    Examples
+    --------
+    >>> "dgx1" in builtin_topologies()
+    True
+    """
     return sorted(p.stem for p in _data_dir("simcoll.topologies").glob("*.yaml"))
 
 
 def builtin_models() -> list[str]:
-    """Names of the cost models shipped in ``models/``."""
+    """Names of the cost models shipped in ``models/``, sorted.
+
+    Returns
+    -------
+    list of str
+        Each a spec :func:`load_model` accepts.
+
+    Examples
+    --------
+    >>> {"dgx1", "generic", "ndv2-taccl"} <= set(builtin_models())
+    True
+    """
     return sorted(p.stem for p in _data_dir("simcoll.models").glob("*.yaml"))
 
 
@@ -50,7 +72,32 @@ def _is_path(spec: str) -> bool:
 
 def load_topology(spec: str) -> Topology:
     """Resolve a topology spec (module docstring) to a validated :class:`Topology`.
-    Files are read every time (they may change); named specs are cached."""
+
+    Files are read every time (they may change); named specs are cached.
+    :func:`simcoll.topology.save_topology` writes a file this reads back.
+
+    Parameters
+    ----------
+    spec : str
+        A built-in name, a generator, a cluster or a YAML file.
+
+    Returns
+    -------
+    Topology
+
+    Raises
+    ------
+    TopologyError
+        Naming the spec, file or field at fault.
+
+    Examples
+    --------
+    >>> load_topology("dgx1").num_ranks, load_topology("ring:4").num_ranks, load_topology("dgx-a100*2").num_ranks
+    (8, 4, 16)
+    >>> load_topology("dgx9")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    simcoll.errors.TopologyError: unknown topology 'dgx9': not a file, generator or cluster; built-ins: ...
+    """
     if not isinstance(spec, str) or not spec:
         raise TopologyError(f"topology spec must be a non-empty string, got {spec!r}")
     if _is_path(spec):
@@ -76,7 +123,29 @@ def _load_named_topology(spec: str) -> Topology:
 
 
 def load_model(spec: str) -> CostModel:
-    """Resolve a built-in model name or a YAML path to a :class:`CostModel`."""
+    """Resolve a built-in model name or a YAML path to a :class:`CostModel`.
+
+    :func:`simcoll.cost_model.save_model` writes a file this reads back.
+
+    Parameters
+    ----------
+    spec : str
+        A built-in name (:func:`builtin_models`) or a YAML file.
+
+    Returns
+    -------
+    CostModel
+
+    Raises
+    ------
+    ModelError
+        Naming the spec, file or field at fault.
+
+    Examples
+    --------
+    >>> load_model("dgx1").link("nvlink").bandwidth_Bps
+    25000000000.0
+    """
     if _is_path(spec):
         return load_model_file(spec)
     return _load_builtin_model(spec)
@@ -175,8 +244,34 @@ class Route:
 
 
 def load_machine(topology: str | Topology, model: str | CostModel | None = None) -> Machine:
-    """A :class:`Machine` from a topology spec and a model spec; without a model,
-    the topology's ``default_model`` (``generic`` if it names none)."""
+    """A :class:`Machine` from a topology and a cost model.
+
+    Parameters
+    ----------
+    topology : str or Topology
+        A topology spec (:func:`load_topology`) or a Topology.
+    model : str or CostModel, optional
+        A model spec (:func:`load_model`) or a CostModel; by default the
+        topology's ``default_model`` (``generic`` if it names none).
+
+    Returns
+    -------
+    Machine
+
+    Raises
+    ------
+    TopologyError, ModelError
+        For a bad spec, or a model that does not cover a link type of the
+        topology.
+
+    Examples
+    --------
+    >>> machine = load_machine("dgx1")
+    >>> machine.num_ranks, machine.model.name
+    (8, 'dgx1')
+    >>> load_machine("ring:4", "ndv2-taccl").model.name
+    'ndv2-taccl'
+    """
     topo = load_topology(topology) if isinstance(topology, str) else topology
     if model is None:
         model = topo.default_model or "generic"

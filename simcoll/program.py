@@ -44,7 +44,7 @@ from typing import Any
 
 from .collectives import Collective, collective_from_dict, collective_to_dict
 from .errors import AlgorithmError
-from .fileio import parse_json, read_text
+from .files import parse_json, read_text, write_atomic
 
 RECEIVES = frozenset({"recv", "rcs", "rrc", "rrs", "rrcs", "wait"})
 SENDS = frozenset({"send", "rcs", "rrs", "rrcs", "signal"})
@@ -370,11 +370,11 @@ class Program:
 
     @classmethod
     def from_json(cls, text: str) -> Program:
-        return cls.from_dict(parse_json(text))
+        return cls.from_dict(parse_json(text, error=AlgorithmError))
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(self.to_json())
+        write_atomic(path, self.to_json(), error=AlgorithmError)
 
     @classmethod
     def load(cls, path: str | Path) -> Program:
-        return cls.from_json(read_text(path))
+        return cls.from_json(read_text(path, error=AlgorithmError))

@@ -41,6 +41,7 @@ import networkx as nx
 import yaml
 
 from .errors import TopologyError
+from .files import load_yaml, write_atomic
 
 COMPONENT_KINDS = (
     "gpu",
@@ -380,15 +381,53 @@ def _link_from_raw(raw: Any, where: str) -> Link:
 
 
 def load_topology_file(path: str | Path) -> Topology:
-    """Read and validate one topology YAML file."""
-    path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise TopologyError(f"{path}: cannot read: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise TopologyError(f"{path}: not valid YAML: {exc}") from None
-    return topology_from_dict(data, where=str(path))
+    """Read and validate one topology YAML file (:func:`simcoll.machines.load_topology`
+    resolves names, generators and clusters too)."""
+    return topology_from_dict(load_yaml(path, error=TopologyError), where=str(path))
+
+
+def save_topology(topology: Topology, path: str | Path) -> None:
+    """Write a topology as YAML that :func:`simcoll.machines.load_topology` reads
+    back to an equal :class:`Topology`, atomically (a failed write leaves the
+    old file).
+
+    Every component is listed with its rank (GPUs) and node; links are written
+    in the compact ``[a, b, type, count]`` form unless directed.
+
+    Parameters
+    ----------
+    topology : Topology
+        The topology, e.g. a generated one or a cluster.
+    path : str or Path
+        The file to write (``.yaml``).
+
+    Raises
+    ------
+    TopologyError
+        Naming the file when it cannot be written.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from simcoll.machines import load_topology
+    >>> cluster = load_topology("ndv2*2/rail")
+    >>> path = Path(tempfile.mkdtemp()) / "cluster.yaml"
+    >>> save_topology(cluster, path)
+    >>> load_topology(str(path)) == cluster
+    True
+    """
+    data = topology_to_dict(topology)
+    parts = {key: data.pop(key) for key in ("components", "links")}
+    parts["links"] = [
+        entry if entry.get("directed") else [*entry["ends"], entry["type"], entry["count"]] for entry in parts["links"]
+    ]
+    # Header fields in block style; one component or link per line.
+    text = "".join(
+        yaml.safe_dump(part, sort_keys=False, allow_unicode=True, width=120, default_flow_style=flow)
+        for part, flow in ((data, False), (parts, None))
+    )
+    header = f"# topology {topology.name}, written by simcoll.topology.save_topology\n"
+    write_atomic(path, header + text, error=TopologyError)
 
 
 def topology_to_dict(topology: Topology) -> dict[str, Any]:

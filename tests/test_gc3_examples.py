@@ -199,6 +199,6 @@ def test_compiled_examples_survive_msccl_xml_export_and_import(build):
     one dependency per step, nops), so they round-trip through the exporter."""
     xml = pytest.importorskip("simcoll.interop.msccl_xml")
     program = build()
-    again = xml.import_msccl_xml(xml.export_msccl_xml(program))
+    again = xml.parse_msccl_xml(xml.export_msccl_xml(program))
     assert check(again) == []
     assert again.instruction_counts() == program.instruction_counts()

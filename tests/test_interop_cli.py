@@ -14,8 +14,7 @@ from test_interop_sccl import allgather_ring3
 
 from simcoll.algorithm import Algorithm
 from simcoll.cli import main
-from simcoll.fileio import load_schedule, load_schedules
-from simcoll.interop import import_msccl_xml, import_sccl_json
+from simcoll.interop import load_schedule, load_schedules, read_msccl_xml, read_sccl_json
 from simcoll.program import Program
 from simcoll.verify import check
 
@@ -64,14 +63,14 @@ def test_import_then_export_round_trip(tmp_path, dialect):
     out_json, out_xml = tmp_path / "p.json", tmp_path / "p.xml"
     assert main(["import", str(src), "-o", str(out_json)]) == 0
     program = Program.load(out_json)
-    assert program == import_msccl_xml(src)
+    assert program == read_msccl_xml(src)
     assert main(["export", str(out_json), "--format", "msccl-xml", "--dialect", dialect, "-o", str(out_xml)]) == 0
-    again = import_msccl_xml(out_xml)
+    again = read_msccl_xml(out_xml)
     assert check(again) == []
     assert again.ranks == program.ranks and again.collective == program.collective
     # export straight from XML too
     assert main(["export", str(src), "-o", str(out_xml)]) == 0
-    assert import_msccl_xml(out_xml) == program
+    assert read_msccl_xml(out_xml) == program
 
 
 @needs_files
@@ -90,7 +89,7 @@ def test_import_sccl_json_writes_an_algorithm(tmp_path):
     src.write_text(json.dumps(allgather_ring3()))
     assert main(["import", str(src), "-o", str(out), "--json"]) == 0
     algo = Algorithm.load(out)
-    assert algo == import_sccl_json(src)
+    assert algo == read_sccl_json(src)
     assert check(algo) == []
 
 
@@ -105,6 +104,6 @@ def test_export_of_an_algorithm_lowers_it(tmp_path, capsys):
     assert main(["export", str(algo_json), "--format", "msccl-xml", "-o", str(out), "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["lowered"] and summary["collective"] == "allreduce"
-    program = import_msccl_xml(out)
+    program = read_msccl_xml(out)
     assert check(program) == []
     assert main(["verify", str(out)]) == 0

@@ -24,7 +24,7 @@ import pytest
 
 from simcoll.collectives import custom_collective, make_collective
 from simcoll.errors import AlgorithmError, SimcollError
-from simcoll.interop import export_msccl_xml, import_msccl_xml, import_msccl_xml_all
+from simcoll.interop import export_msccl_xml, parse_msccl_xml, read_msccl_xml, read_msccl_xml_all
 from simcoll.program import Executor, Instruction, Program, RankProgram, Ref
 from simcoll.verify import check
 
@@ -56,11 +56,11 @@ def _elements(text: str) -> list[list[tuple[str, dict[str, str]]]]:
 @pytest.mark.parametrize("name", FILES)
 def test_real_file_imports_verifies_and_round_trips(name):
     path = XML_DIR / name
-    programs = import_msccl_xml_all(path)
+    programs = read_msccl_xml_all(path)
     assert programs
     for program in programs:
         assert check(program) == [], f"{name}: {check(program)}"
-        again = import_msccl_xml(export_msccl_xml(program))
+        again = parse_msccl_xml(export_msccl_xml(program))
         assert again == program
         # Through Program JSON too.
         assert Program.from_json(program.to_json()) == program
@@ -74,7 +74,7 @@ def test_export_of_real_file_reproduces_every_attribute(name):
     what the other toolchain wrote."""
     path = XML_DIR / name
     original = _elements(path.read_text())
-    exported = [_elements(export_msccl_xml(p))[0] for p in import_msccl_xml_all(path)]
+    exported = [_elements(export_msccl_xml(p))[0] for p in read_msccl_xml_all(path)]
     assert exported == original
 
 
@@ -83,7 +83,7 @@ def test_export_of_real_file_reproduces_every_attribute(name):
 def test_collective_of_real_file(name):
     if name not in FILES:
         pytest.skip(f"{name} absent")
-    assert import_msccl_xml(XML_DIR / name).collective == EXPECTED[name]
+    assert read_msccl_xml(XML_DIR / name).collective == EXPECTED[name]
 
 
 @needs_files
@@ -94,18 +94,18 @@ def test_custom_collective_is_a_broadcast_from_rank_0():
     the inferred one is 'ranks 1 and 2 end with rank 0's chunk', which we also
     write independently here and verify against."""
     intended = custom_collective("allgather_ring", [[0], [], []], [[], [0], [0]])
-    programs = import_msccl_xml_all(XML_DIR / "custom_collective.xml")
+    programs = read_msccl_xml_all(XML_DIR / "custom_collective.xml")
     assert len(programs) == 2
     for program in programs:
         assert program.collective == intended
-        explicit = import_msccl_xml_all(XML_DIR / "custom_collective.xml", collective=intended)
+        explicit = read_msccl_xml_all(XML_DIR / "custom_collective.xml", collective=intended)
         assert all(check(p) == [] for p in explicit)
     direct, chain = programs
     assert {e.channel for r in direct.ranks for e in r.executors} == {0, 1}
     assert chain.ranks[1].executors[1].instructions[0].deps == ((0, 0),)
     with pytest.raises(AlgorithmError, match="holds 2 <algo> elements"):
-        import_msccl_xml(XML_DIR / "custom_collective.xml")
-    assert import_msccl_xml(XML_DIR / "custom_collective.xml", index=1) == chain
+        read_msccl_xml(XML_DIR / "custom_collective.xml")
+    assert read_msccl_xml(XML_DIR / "custom_collective.xml", index=1) == chain
 
 
 @needs_files
@@ -116,7 +116,7 @@ def test_ring_allreduce_fused_counts(name, channels):
     forwards once (rrcs), forwards P-2 reduced chunks (rcs) and receives the
     last (r). The a100 file spreads P logical rings... whose total is the same
     per rank: the counts are the formulas times P ranks."""
-    program = import_msccl_xml(XML_DIR / name)
+    program = read_msccl_xml(XML_DIR / name)
     p = program.num_ranks
     assert program.num_channels == channels
     assert program.instruction_counts() == {"send": p, "rrs": p * (p - 2), "rrcs": p, "rcs": p * (p - 2), "recv": p}
@@ -129,16 +129,16 @@ def test_newer_dialect_round_trip(name):
     reducescatter; re-importing gives the program with those fields set."""
     if name not in FILES:
         pytest.skip(f"{name} absent")
-    program = import_msccl_xml(XML_DIR / name)
+    program = read_msccl_xml(XML_DIR / name)
     text = export_msccl_xml(program, dialect="newer")
     head = ET.fromstring(text).attrib
     assert {"minBytes", "maxBytes", "inplace", "outofplace"} <= set(head)
     assert head["outofplace"] == str(int(not program.collective.inplace))
-    again = import_msccl_xml(text)
+    again = parse_msccl_xml(text)
     assert again == dataclasses.replace(
         program, min_bytes=0, max_bytes=2**63 - 1, outofplace=not program.collective.inplace
     )
-    assert import_msccl_xml(export_msccl_xml(again, dialect="newer")) == again
+    assert parse_msccl_xml(export_msccl_xml(again, dialect="newer")) == again
     assert check(again) == []
 
 
@@ -176,10 +176,10 @@ def test_several_dependencies_become_nops():
     assert [s["type"] for s in tb2] == ["nop", "s", "nop"]
     assert [(s["depid"], s["deps"]) for s in tb2] == [("3", "0"), ("0", "0"), ("0", "0")]
     assert [s["hasdep"] for s in steps[:6]] == ["1", "0", "0", "0", "0", "1"]
-    again = import_msccl_xml(text)
+    again = parse_msccl_xml(text)
     assert check(again) == []
     assert again.instruction_counts() == {"copy": 4, "recv": 2, "send": 2, "nop": 4}
-    assert import_msccl_xml(export_msccl_xml(again)) == again
+    assert parse_msccl_xml(export_msccl_xml(again)) == again
 
 
 def test_executor_ids_are_renumbered_and_dependencies_follow():
@@ -206,7 +206,7 @@ def test_executor_ids_are_renumbered_and_dependencies_follow():
         ),
     )
     assert check(renamed) == []
-    assert import_msccl_xml(export_msccl_xml(renamed)) == program
+    assert parse_msccl_xml(export_msccl_xml(renamed)) == program
 
 
 def test_named_scratch_buffers_are_laid_out_in_scratch():
@@ -231,7 +231,7 @@ def test_named_scratch_buffers_are_laid_out_in_scratch():
     assert check(program) == []
     text = export_msccl_xml(program)
     assert ET.fromstring(text).find("gpu").attrib["s_chunks"] == "5"
-    again = import_msccl_xml(text)
+    again = parse_msccl_xml(text)
     assert again.ranks[0].executors[0].instructions[0].dst == Ref("scratch", 4)
     assert check(again) == []
 
@@ -248,7 +248,7 @@ def test_runtime_fields_round_trip_through_xml_and_json():
     )
     head = ET.fromstring(export_msccl_xml(program)).attrib
     assert (head["nchunksperloop"], head["nchannels"], head["minBytes"], head["redop"]) == ("2", "3", "1024", "sum")
-    assert import_msccl_xml(export_msccl_xml(program)) == program
+    assert parse_msccl_xml(export_msccl_xml(program)) == program
     # nchunksperloop fixes a built-in collective's chunk factor (P·C = 2 here).
     with pytest.raises(AlgorithmError, match="chunks_per_loop=4 contradicts"):
         export_msccl_xml(dataclasses.replace(program, chunks_per_loop=4))
@@ -261,7 +261,7 @@ def test_runtime_fields_round_trip_through_xml_and_json():
     with pytest.raises(AlgorithmError, match="max_bytes"):
         dataclasses.replace(program, max_bytes=10)
     with pytest.raises(AlgorithmError, match="declared_channels 1 is below the 2 channels used"):
-        import_msccl_xml(
+        parse_msccl_xml(
             export_msccl_xml(dataclasses.replace(program, chunks_per_loop=None))
             .replace('chan="0"', 'chan="1"', 1)
             .replace('nchannels="3"', 'nchannels="1"')
@@ -310,8 +310,8 @@ def test_reduce_scatter_spelling_per_dialect():
     assert check(program) == []
     classic, newer = export_msccl_xml(program), export_msccl_xml(program, dialect="newer")
     assert 'coll="reduce_scatter"' in classic and 'coll="reducescatter"' in newer
-    assert import_msccl_xml(classic) == program
-    assert import_msccl_xml(newer).collective == coll
+    assert parse_msccl_xml(classic) == program
+    assert parse_msccl_xml(newer).collective == coll
 
 
 # -- malformed input ------------------------------------------------------------------------
@@ -361,14 +361,14 @@ def test_malformed_xml_names_file_and_element(tmp_path, kwargs, message):
     path = tmp_path / "bad.xml"
     path.write_text(_xml(**kwargs))
     with pytest.raises(AlgorithmError, match=message) as info:
-        import_msccl_xml(path)
+        read_msccl_xml(path)
     assert str(info.value).startswith(f"{path}:")
 
 
 def test_the_well_formed_template_is_valid_but_incomplete():
     """The template above is a valid import (so each malformed variant fails
     for its own reason); it only moves one chunk, which the verifier reports."""
-    program = import_msccl_xml(_xml())
+    program = parse_msccl_xml(_xml())
     problems = check(program)
     assert problems and all("never arrives" in p for p in problems)
 
@@ -388,8 +388,8 @@ def test_waited_step_without_hasdep_is_rejected():
         "</tb></gpu></algo>"
     )
     with pytest.raises(AlgorithmError, match="hasdep=0"):
-        import_msccl_xml(text)
-    fixed = import_msccl_xml(
+        parse_msccl_xml(text)
+    fixed = parse_msccl_xml(
         text.replace('deps="-1" hasdep="0"/></tb><tb id="1"', 'deps="-1" hasdep="1"/></tb><tb id="1"')
     )
     assert fixed.ranks[0].executors[1].instructions[0].deps == ((0, 0),)
@@ -397,20 +397,20 @@ def test_waited_step_without_hasdep_is_rejected():
 
 def test_not_xml_and_no_algo(tmp_path):
     with pytest.raises(AlgorithmError, match="not well-formed XML"):
-        import_msccl_xml("<algo name='x'")
+        parse_msccl_xml("<algo name='x'")
     with pytest.raises(AlgorithmError, match="no <algo>"):
-        import_msccl_xml("<!-- nothing -->")
+        parse_msccl_xml("<!-- nothing -->")
     with pytest.raises(SimcollError, match="cannot read"):
-        import_msccl_xml(tmp_path / "missing.xml")
+        read_msccl_xml(tmp_path / "missing.xml")
     (tmp_path / "latin1.xml").write_bytes(b"<algo name='\xff'/>")
     with pytest.raises(SimcollError, match="not UTF-8"):
-        import_msccl_xml(tmp_path / "latin1.xml")
+        read_msccl_xml(tmp_path / "latin1.xml")
 
 
 def test_custom_postcondition_needs_every_output_slot():
     text = _xml(head=HEAD.replace('coll="allgather"', 'coll="custom"'))
     with pytest.raises(AlgorithmError, match=r"rank 0 output\[0\] never receives data"):
-        import_msccl_xml(text)
+        parse_msccl_xml(text)
 
 
 # -- programs from the compiler --------------------------------------------------------------
@@ -478,7 +478,7 @@ def test_compiled_gc3_programs_export_and_reimport(label):
     same (chunk, rank) pairs up to chunk numbering."""
     program = _gc3_examples()[label]()
     assert check(program) == []
-    again = import_msccl_xml(export_msccl_xml(program))
+    again = parse_msccl_xml(export_msccl_xml(program))
     assert check(again) == []
     assert _runtime_view(again) == _runtime_view(program)
     if program.collective.name == "alltonext":
@@ -486,7 +486,7 @@ def test_compiled_gc3_programs_export_and_reimport(label):
         assert [len(x) for x in again.collective.output_layout] == [len(x) for x in program.collective.output_layout]
     else:
         assert again.collective == program.collective
-        newer = import_msccl_xml(export_msccl_xml(program, dialect="newer"))
+        newer = parse_msccl_xml(export_msccl_xml(program, dialect="newer"))
         assert _runtime_view(newer) == _runtime_view(program) and check(newer) == []
 
 
@@ -515,7 +515,7 @@ def test_lowered_classical_algorithms_export(name, collective, root):
     topology = load_topology("fully-connected:4")
     algorithm = generate(name, topology, collective, root=root or 0)
     program = compiler.lower_algorithm(algorithm)
-    again = import_msccl_xml(export_msccl_xml(program))
+    again = parse_msccl_xml(export_msccl_xml(program))
     assert check(again) == [] and again.collective == program.collective
     assert _runtime_view(again) == _runtime_view(program)
 
@@ -538,7 +538,7 @@ def test_custom_combining_postcondition_is_inferred():
     )
     text = export_msccl_xml(unknown)
     assert 'coll="custom"' in text
-    again = import_msccl_xml(text)
+    again = parse_msccl_xml(text)
     assert again.collective.combining and not again.collective.builtin
     assert (again.collective.pre, again.collective.post) == (allreduce.pre, allreduce.post)
     assert check(again) == []

@@ -18,8 +18,7 @@ import pytest
 
 from simcoll.collectives import make_collective
 from simcoll.errors import AlgorithmError
-from simcoll.fileio import load_schedule
-from simcoll.interop import import_sccl_json
+from simcoll.interop import algorithm_from_sccl_dict, load_schedule, parse_sccl_json, read_sccl_json
 from simcoll.machines import load_topology
 from simcoll.verify import check
 
@@ -98,7 +97,7 @@ def allreduce_ring3() -> dict:
 
 @pytest.mark.parametrize("tag", ["sccl_type", "msccl_type"])
 def test_allgather_imports_and_verifies(tag):
-    algo = import_sccl_json(allgather_ring3(tag))
+    algo = algorithm_from_sccl_dict(allgather_ring3(tag))
     assert algo.collective == make_collective("allgather", P)
     assert algo.rounds_per_step == (1, 1)
     assert [(t.chunk, t.src, t.dst, t.step, t.op) for t in algo.transfers][:3] == [
@@ -111,7 +110,7 @@ def test_allgather_imports_and_verifies(tag):
 
 
 def test_allreduce_reductions_and_copies_follow_sccls_run_semantics():
-    algo = import_sccl_json(allreduce_ring3())
+    algo = algorithm_from_sccl_dict(allreduce_ring3())
     assert algo.collective == make_collective("allreduce", P, P)
     ops = [[t.op for t in algo.transfers if t.step == s] for s in range(4)]
     assert ops == [["reduce"] * P, ["reduce"] * P, ["copy"] * P, ["copy"] * P]
@@ -122,18 +121,18 @@ def test_bandwidth_relation_comes_from_the_links():
     """A send over a pair the link matrix gives no bandwidth is reported."""
     data = allgather_ring3()
     data["topology"]["links"] = [[0, 0, 1], [0, 0, 1], [1, 1, 0]]  # no 0->1 (links[1][0] = 0)
-    problems = check(import_sccl_json(data))
+    problems = check(algorithm_from_sccl_dict(data))
     assert any("no bandwidth between rank 0 and rank 1" in p for p in problems)
     data = allgather_ring3()
     data["steps"][0]["sends"].append([0, 0, 1])  # twice over 0->1 in a one-round step
-    problems = check(import_sccl_json(data))
+    problems = check(algorithm_from_sccl_dict(data))
     assert any("exceed" in p for p in problems)
 
 
 def test_incomplete_algorithm_is_reported_by_the_verifier():
     data = allgather_ring3()
     data["steps"] = data["steps"][:1]
-    problems = check(import_sccl_json(data))
+    problems = check(algorithm_from_sccl_dict(data))
     assert any("never arrives" in p for p in problems)
 
 
@@ -141,7 +140,7 @@ def test_maps_alone_define_the_collective():
     """Without collective chunks, input_map/output_map are the pre- and postcondition."""
     data = allgather_ring3()
     del data["collective"]
-    algo = import_sccl_json(data)
+    algo = algorithm_from_sccl_dict(data)
     assert algo.collective.pre == make_collective("allgather", P).pre
     assert algo.collective.post == make_collective("allgather", P).post
     assert check(algo) == []
@@ -150,7 +149,7 @@ def test_maps_alone_define_the_collective():
 def test_unknown_collective_name_becomes_custom():
     data = allgather_ring3()
     data["collective"]["name"] = "Gossip"
-    algo = import_sccl_json(data)
+    algo = algorithm_from_sccl_dict(data)
     assert not algo.collective.builtin and algo.collective.name == "Gossip"
     assert check(algo) == []
 
@@ -158,8 +157,8 @@ def test_unknown_collective_name_becomes_custom():
 def test_load_schedule_reads_sccl_json(tmp_path):
     path = tmp_path / "ag.sccl.json"
     path.write_text(json.dumps(allgather_ring3()))
-    assert load_schedule(path) == import_sccl_json(path)
-    assert import_sccl_json(json.dumps(allgather_ring3())) == import_sccl_json(path)
+    assert load_schedule(path) == read_sccl_json(path)
+    assert parse_sccl_json(json.dumps(allgather_ring3())) == read_sccl_json(path)
 
 
 @pytest.mark.parametrize(
@@ -180,13 +179,13 @@ def test_malformed_input_names_the_field(mutate, message):
     data = allgather_ring3()
     mutate(data)
     with pytest.raises(AlgorithmError, match=message):
-        import_sccl_json(data)
+        algorithm_from_sccl_dict(data)
 
 
 def test_not_an_sccl_algorithm(tmp_path):
     with pytest.raises(AlgorithmError, match="not an SCCL algorithm"):
-        import_sccl_json({"format": "simcoll.algorithm"})
+        algorithm_from_sccl_dict({"format": "simcoll.algorithm"})
     path = tmp_path / "broken.json"
     path.write_text("{not json")
     with pytest.raises(AlgorithmError, match="not valid JSON"):
-        import_sccl_json(path)
+        read_sccl_json(path)

@@ -16,8 +16,8 @@ from pathlib import Path
 
 from ..algorithm import Algorithm
 from ..errors import AlgorithmError, SimcollError
-from ..fileio import load_schedules
 from .msccl_xml import DEFAULT_DIALECT, DIALECTS, export_msccl_xml
+from .schedules import load_schedules
 
 FORMATS = ("msccl-xml",)
 

@@ -41,8 +41,8 @@ into the output buffers (each input slot a contribution; contributions reduced
 together are one chunk of a combining collective), and every output slot must
 receive data; pass ``collective=`` to check against a known one instead.
 
->>> program = import_msccl_xml("allreduce_ring.xml")          # doctest: +SKIP
->>> import_msccl_xml(export_msccl_xml(program)) == program     # doctest: +SKIP
+>>> program = read_msccl_xml("allreduce_ring.xml")            # doctest: +SKIP
+>>> parse_msccl_xml(export_msccl_xml(program)) == program      # doctest: +SKIP
 True
 """
 
@@ -58,7 +58,7 @@ from xml.sax.saxutils import quoteattr
 
 from ..collectives import Collective, custom_collective, make_collective
 from ..errors import AlgorithmError, CollectiveError
-from ..fileio import read_text
+from ..files import read_text, write_atomic
 from ..program import RECEIVES, SENDS, Executor, Instruction, Program, RankProgram, Ref
 
 DIALECTS = ("classic", "newer")
@@ -111,14 +111,6 @@ class _Node:
     attrs: dict[str, str]
     line: int
     children: list[_Node] = field(default_factory=list)
-
-
-def _read(path_or_text: str | Path) -> tuple[str, str]:
-    """(text, where) for a path or a literal XML string."""
-    if isinstance(path_or_text, Path) or not str(path_or_text).lstrip().startswith("<"):
-        path = Path(path_or_text)
-        return read_text(path), str(path)
-    return str(path_or_text), "<xml text>"
 
 
 def _parse(text: str, where: str) -> list[_Node]:
@@ -185,15 +177,56 @@ class _Context:
 # ---------------------------------------------------------------------------
 # Import
 # ---------------------------------------------------------------------------
-def import_msccl_xml_all(path_or_text: str | Path, *, collective: Collective | None = None) -> list[Program]:
-    """Every ``<algo>`` of an MSCCL XML file (or XML text), as Programs, in file order.
+def read_msccl_xml_all(path: str | Path, *, collective: Collective | None = None) -> list[Program]:
+    """Every ``<algo>`` of an MSCCL XML file, as Programs, in file order.
 
-    Raises :class:`AlgorithmError` naming the file, line and element for
-    unknown step types, buffers or collectives, missing or malformed
-    attributes, and references to thread blocks, steps or buffer slots that do
-    not exist.
+    Parameters
+    ----------
+    path : str or Path
+        The file.
+    collective : Collective, optional
+        Overrides the collective the file implies (see :func:`parse_msccl_xml`).
+
+    Raises
+    ------
+    AlgorithmError
+        Naming the file, line and element (see :func:`parse_msccl_xml_all`).
+
+    Examples
+    --------
+    >>> read_msccl_xml_all("missing.xml")
+    Traceback (most recent call last):
+    simcoll.errors.AlgorithmError: missing.xml: cannot read: No such file or directory
     """
-    return _import_text(*_read(path_or_text), collective)
+    return _import_text(read_text(path, error=AlgorithmError), str(path), collective)
+
+
+def parse_msccl_xml_all(text: str, where: str = "<xml text>", *, collective: Collective | None = None) -> list[Program]:
+    """Every ``<algo>`` of MSCCL XML text, as Programs, in order.
+
+    Parameters
+    ----------
+    text : str
+        The XML.
+    where : str
+        What the text is (a file name), the prefix of error messages.
+    collective : Collective, optional
+        Overrides the collective the XML implies (see :func:`parse_msccl_xml`).
+
+    Raises
+    ------
+    AlgorithmError
+        Naming ``where``, the line and the element for unknown step types,
+        buffers or collectives, missing or malformed attributes, and
+        references to thread blocks, steps or buffer slots that do not exist.
+
+    Examples
+    --------
+    >>> parse_msccl_xml_all("<!-- nothing -->")
+    Traceback (most recent call last):
+    simcoll.errors.AlgorithmError: <xml text>: no <algo> element
+    """
+    return _import_text(text, where, collective)
 
 
 def _import_text(text: str, where: str, collective: Collective | None) -> list[Program]:
@@ -209,17 +242,66 @@ def _import_text(text: str, where: str, collective: Collective | None) -> list[P
     return [_import_algo(ctx, node, collective) for node in algos]
 
 
-def import_msccl_xml(
-    path_or_text: str | Path, *, index: int | None = None, collective: Collective | None = None
+def read_msccl_xml(path: str | Path, *, index: int | None = None, collective: Collective | None = None) -> Program:
+    """The Program of an MSCCL XML file (GC3-IR).
+
+    Parameters
+    ----------
+    path : str or Path
+        The file.
+    index : int, optional
+        Which ``<algo>`` of a file holding several (else use
+        :func:`read_msccl_xml_all`).
+    collective : Collective, optional
+        Overrides the collective the file implies (see :func:`parse_msccl_xml`).
+
+    Raises
+    ------
+    AlgorithmError
+        Naming the file, line and element.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from simcoll import lower_algorithm, make_collective
+    >>> from simcoll.algorithm import steps_from_lists
+    >>> swap = steps_from_lists("swap", make_collective("allgather", 2, 1), [[(0, 0, 1, "copy"), (1, 1, 0, "copy")]])
+    >>> program = lower_algorithm(swap)
+    >>> path = Path(tempfile.mkdtemp()) / "ring.xml"
+    >>> _ = path.write_text(export_msccl_xml(program))
+    >>> again = read_msccl_xml(path)             # all but the Program's metadata
+    >>> (again.ranks, again.collective) == (program.ranks, program.collective)
+    True
+    """
+    return _pick(_import_text(read_text(path, error=AlgorithmError), str(path), collective), index, str(path))
+
+
+def parse_msccl_xml(
+    text: str, where: str = "<xml text>", *, index: int | None = None, collective: Collective | None = None
 ) -> Program:
-    """The Program of an MSCCL XML file (GC3-IR) or XML text.
+    """The Program of MSCCL XML text (GC3-IR).
 
-    A file holding several ``<algo>`` elements needs ``index`` (or use
-    :func:`import_msccl_xml_all`). ``collective`` overrides the one the file
-    implies (useful for ``coll="custom"``, whose postcondition the XML does
-    not state).
+    Parameters
+    ----------
+    text : str
+        The XML.
+    where : str
+        What the text is (a file name), the prefix of error messages.
+    index : int, optional
+        Which ``<algo>`` of text holding several (else use
+        :func:`parse_msccl_xml_all`).
+    collective : Collective, optional
+        Overrides the collective the XML implies (useful for
+        ``coll="custom"``, whose postcondition the XML does not state).
 
-    >>> p = import_msccl_xml('''<algo name="x" proto="Simple" nchannels="1" nchunksperloop="1" ngpus="2"
+    Raises
+    ------
+    AlgorithmError
+        Naming ``where``, the line and the element.
+
+    Examples
+    --------
+    >>> p = parse_msccl_xml('''<algo name="x" proto="Simple" nchannels="1" nchunksperloop="1" ngpus="2"
     ...   coll="custom" inplace="0">
     ...  <gpu id="0" i_chunks="1" o_chunks="0" s_chunks="0"><tb id="0" send="1" recv="-1" chan="0">
     ...   <step s="0" type="s" srcbuf="i" srcoff="0" dstbuf="o" dstoff="0" cnt="1" depid="-1" deps="-1" hasdep="0"/>
@@ -230,8 +312,10 @@ def import_msccl_xml(
     >>> p.instruction_counts()
     {'send': 1, 'recv': 1}
     """
-    text, where = _read(path_or_text)
-    programs = _import_text(text, where, collective)
+    return _pick(_import_text(text, where, collective), index, where)
+
+
+def _pick(programs: list[Program], index: int | None, where: str) -> Program:
     if index is None:
         if len(programs) > 1:
             raise AlgorithmError(
@@ -652,6 +736,32 @@ def export_msccl_xml(program: Program, dialect: str = DEFAULT_DIALECT) -> str:
         lines.append("  </gpu>")
     lines.append("</algo>")
     return "\n".join(lines) + "\n"
+
+
+def write_msccl_xml(program: Program, path: str | Path, dialect: str = DEFAULT_DIALECT) -> None:
+    """Write :func:`export_msccl_xml` of ``program`` to ``path``, atomically
+    (:func:`simcoll.files.write_atomic`: a failed write leaves the old file).
+
+    Raises
+    ------
+    AlgorithmError
+        For what MSCCL XML cannot express (:func:`export_msccl_xml`), or naming
+        the file when it cannot be written.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from simcoll import lower_algorithm, make_collective
+    >>> from simcoll.algorithm import steps_from_lists
+    >>> swap = steps_from_lists("swap", make_collective("allgather", 2, 1), [[(0, 0, 1, "copy"), (1, 1, 0, "copy")]])
+    >>> program = lower_algorithm(swap)
+    >>> path = Path(tempfile.mkdtemp()) / "ring.xml"
+    >>> write_msccl_xml(program, path)
+    >>> again = read_msccl_xml(path)             # all but the Program's metadata
+    >>> (again.ranks, again.collective) == (program.ranks, program.collective)
+    True
+    """
+    write_atomic(path, export_msccl_xml(program, dialect), error=AlgorithmError)
 
 
 def _chunks_per_loop(collective: Collective, ranks: Sequence[RankProgram]) -> int:

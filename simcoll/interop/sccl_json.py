@@ -43,13 +43,21 @@ from typing import Any
 from ..algorithm import Algorithm, BandwidthConstraint, Transfer
 from ..collectives import COLLECTIVES, Collective, canonical_name, custom_collective, make_collective
 from ..errors import AlgorithmError, CollectiveError, SimcollError
-from ..fileio import parse_json, read_text
+from ..files import parse_json, read_text
 
 _TYPE_KEYS = ("sccl_type", "msccl_type")
 
 
 def is_sccl_json(data: Any) -> bool:
-    """Whether decoded JSON looks like an SCCL/msccl-tools algorithm."""
+    """Whether decoded JSON has the shape of an SCCL/msccl-tools algorithm:
+    tagged ``"sccl_type"``/``"msccl_type": "algorithm"``, or holding
+    ``steps``, ``input_map`` and ``output_map``.
+
+    Examples
+    --------
+    >>> is_sccl_json({"msccl_type": "algorithm"}), is_sccl_json({"format": "simcoll.algorithm"})
+    (True, False)
+    """
     if not isinstance(data, Mapping):
         return False
     if any(data.get(k) == "algorithm" for k in _TYPE_KEYS):
@@ -57,12 +65,74 @@ def is_sccl_json(data: Any) -> bool:
     return {"steps", "input_map", "output_map"} <= set(data)
 
 
-def import_sccl_json(path_or_data: str | Path | Mapping[str, Any]) -> Algorithm:
-    """An :class:`Algorithm` from SCCL synthesizer JSON (a path, JSON text or decoded data).
+def read_sccl_json(path: str | Path) -> Algorithm:
+    """The :class:`Algorithm` of an SCCL synthesizer JSON file.
 
-    Raises :class:`AlgorithmError` naming the field for malformed input.
+    Parameters
+    ----------
+    path : str or Path
+        The file.
 
-    >>> algo = import_sccl_json({"sccl_type": "algorithm", "name": "ag",
+    Raises
+    ------
+    AlgorithmError
+        Naming the file and the field for unreadable or malformed input.
+
+    Examples
+    --------
+    >>> import json, tempfile
+    >>> path = Path(tempfile.mkdtemp()) / "ag.json"
+    >>> _ = path.write_text(json.dumps({"sccl_type": "algorithm", "input_map": {"0": [0], "1": [1]},
+    ...     "output_map": {"0": [0, 1], "1": [0, 1]},
+    ...     "steps": [{"rounds": 1, "sends": [[0, 0, 1], [1, 1, 0]]}]}))
+    >>> algo = read_sccl_json(path)
+    >>> algo.collective.num_ranks, len(algo.transfers)
+    (2, 2)
+    """
+    return parse_sccl_json(read_text(path, error=AlgorithmError), str(path))
+
+
+def parse_sccl_json(text: str, where: str = "SCCL JSON") -> Algorithm:
+    """The :class:`Algorithm` of SCCL synthesizer JSON text.
+
+    Parameters
+    ----------
+    text : str
+        The JSON text.
+    where : str
+        What the text is (a file name), the prefix of error messages.
+
+    Raises
+    ------
+    AlgorithmError
+        Naming ``where`` and the field for malformed input.
+
+    Examples
+    --------
+    >>> parse_sccl_json('{"steps": [], "input_map": {"0": [0]}, "output_map": {"0": [0]}}').num_ranks
+    1
+    """
+    return algorithm_from_sccl_dict(parse_json(text, where, error=AlgorithmError), where)
+
+
+def algorithm_from_sccl_dict(data: Mapping[str, Any], where: str = "SCCL JSON") -> Algorithm:
+    """An :class:`Algorithm` from decoded SCCL synthesizer JSON.
+
+    Parameters
+    ----------
+    data : Mapping
+        The decoded JSON object.
+    where : str
+        What the data came from, the prefix of error messages.
+
+    Raises
+    ------
+    AlgorithmError
+        Naming ``where`` and the field for malformed input.
+
+    Examples
+    --------
+    >>> algo = algorithm_from_sccl_dict({"sccl_type": "algorithm", "name": "ag",
     ...     "input_map": {"0": [0], "1": [1]}, "output_map": {"0": [0, 1], "1": [0, 1]},
     ...     "steps": [{"sccl_type": "step", "rounds": 1, "sends": [[0, 0, 1], [1, 1, 0]]}],
     ...     "collective": {"sccl_type": "collective", "name": "Allgather", "nodes": 2,
@@ -71,16 +141,6 @@ def import_sccl_json(path_or_data: str | Path | Mapping[str, Any]) -> Algorithm:
     >>> algo.collective.name, len(algo.transfers)
     ('allgather', 2)
     """
-    if isinstance(path_or_data, Mapping):
-        data, where = path_or_data, "SCCL JSON"
-    else:
-        text = str(path_or_data)
-        if isinstance(path_or_data, Path) or not text.lstrip().startswith("{"):
-            where = str(path_or_data)
-            data = parse_json(read_text(path_or_data), where)
-        else:
-            where = "SCCL JSON"
-            data = parse_json(text, where)
     try:
         return _import(data, where)
     except SimcollError as exc:

@@ -20,7 +20,7 @@ from ..units import format_size, parse_size
 
 def cmd_simulate(args) -> int:
     from ..analytic import algbw_GBps, busbw_GBps, critical_path_time_s
-    from ..fileio import load_schedule
+    from ..interop import load_schedule
     from ..machines import load_machine
     from . import simulate
 

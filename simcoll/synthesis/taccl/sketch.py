@@ -54,7 +54,7 @@ from typing import Any
 
 from ...collectives import Collective
 from ...errors import SimcollError, SynthesisError
-from ...fileio import read_text
+from ...files import read_text
 from ...machines import Machine
 from ...units import parse_size
 

@@ -1,0 +1,269 @@
+"""Reading and writing files: the few helpers every simcoll format uses.
+
+Reading a file and parsing text are separate verbs, as in networkx
+(``read_graphml`` reads a path, ``parse_graphml`` parses a string):
+:func:`read_text` reads, :func:`parse_json` and :func:`parse_yaml` parse,
+:func:`load_yaml` does both. Writing goes through :func:`atomic_output` (or
+:func:`write_atomic`), which writes a temporary file next to the target and
+renames it into place only once it is complete, so an interrupted or failed
+save leaves the previous file as it was (POSIX ``rename(2)`` replaces a file
+atomically within one file system; ``os.replace`` is Python's portable form).
+
+Every helper raises ``error`` (a :class:`~simcoll.errors.SimcollError`
+subclass the caller chooses, so that a topology file's fault is a
+``TopologyError``) with a one-line message naming the file. This module
+imports nothing else from simcoll, so any module may use it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any
+
+import yaml
+
+from .errors import SimcollError
+
+
+def read_text(path: str | Path, *, error: type[SimcollError] = SimcollError) -> str:
+    """The text of a UTF-8 file.
+
+    Parameters
+    ----------
+    path : str or Path
+        The file to read.
+    error : type
+        The :class:`SimcollError` subclass to raise.
+
+    Returns
+    -------
+    str
+
+    Raises
+    ------
+    SimcollError
+        (``error``) naming the file when it cannot be read or is not UTF-8.
+
+    Examples
+    --------
+    >>> read_text("/nonexistent/a.json")
+    Traceback (most recent call last):
+    simcoll.errors.SimcollError: /nonexistent/a.json: cannot read: No such file or directory
+    """
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise error(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise error(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
+
+
+def parse_json(text: str, where: str = "input", *, error: type[SimcollError] = SimcollError) -> Any:
+    """``text`` parsed as JSON.
+
+    Parameters
+    ----------
+    text : str
+        JSON text.
+    where : str
+        What the text is (usually its file), the prefix of error messages.
+    error : type
+        The :class:`SimcollError` subclass to raise.
+
+    Raises
+    ------
+    SimcollError
+        (``error``) naming ``where`` and the position of a syntax error.
+
+    Examples
+    --------
+    >>> parse_json('{"a": [1, 2]}')
+    {'a': [1, 2]}
+    >>> parse_json('{"a": ', "x.json")
+    Traceback (most recent call last):
+    simcoll.errors.SimcollError: x.json: not valid JSON: Expecting value: line 1 column 7 (char 6)
+    """
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise error(f"{where}: not valid JSON: {exc}") from None
+
+
+def parse_yaml(text: str, where: str = "input", *, error: type[SimcollError] = SimcollError) -> Any:
+    """``text`` parsed as YAML (``yaml.safe_load``: plain data, no Python objects).
+
+    Parameters
+    ----------
+    text : str
+        YAML text.
+    where : str
+        What the text is (usually its file), the prefix of error messages.
+    error : type
+        The :class:`SimcollError` subclass to raise.
+
+    Raises
+    ------
+    SimcollError
+        (``error``) naming ``where`` and the position of a syntax error.
+
+    Examples
+    --------
+    >>> parse_yaml("name: ring\\ngpus: 4")
+    {'name': 'ring', 'gpus': 4}
+    >>> parse_yaml("a: [1", "t.yaml")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    simcoll.errors.SimcollError: t.yaml: not valid YAML: ...
+    """
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        message = " ".join(str(exc).split())
+        raise error(f"{where}: not valid YAML: {message}") from None
+
+
+def load_yaml(path: str | Path, *, error: type[SimcollError] = SimcollError) -> Any:
+    """The data of a YAML file: :func:`read_text` then :func:`parse_yaml`.
+
+    Parameters
+    ----------
+    path : str or Path
+        The file to read.
+    error : type
+        The :class:`SimcollError` subclass to raise.
+
+    Raises
+    ------
+    SimcollError
+        (``error``) naming the file when it cannot be read or parsed.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> path = Path(tempfile.mkdtemp()) / "t.yaml"
+    >>> write_atomic(path, "name: ring\\n")
+    >>> load_yaml(path)
+    {'name': 'ring'}
+    """
+    return parse_yaml(read_text(path, error=error), str(path), error=error)
+
+
+@contextmanager
+def atomic_output(path: str | Path, mode: str = "w", *, error: type[SimcollError] = SimcollError) -> Iterator[IO]:
+    """A file to write ``path`` through, put in place only when complete.
+
+    The data goes to a new temporary file in the target's directory (so the
+    final rename stays within one file system); when the ``with`` block ends
+    normally the file is flushed, ``fsync``-ed and renamed over ``path``
+    (``os.replace``), keeping an existing file's permission bits. When the
+    block raises, the temporary file is removed and ``path`` is left as it
+    was.
+
+    Parameters
+    ----------
+    path : str or Path
+        The file to write.
+    mode : {"w", "wb"}
+        Text (UTF-8) or binary.
+    error : type
+        The :class:`SimcollError` subclass to raise.
+
+    Yields
+    ------
+    file object
+
+    Raises
+    ------
+    SimcollError
+        (``error``) ``"<path>: cannot write: <reason>"`` for an operating
+        system error (no such directory, disk full, file too large ...);
+        other exceptions raised in the block propagate unchanged.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> path = Path(tempfile.mkdtemp()) / "out.txt"
+    >>> with atomic_output(path) as f:
+    ...     _ = f.write("complete")
+    >>> path.read_text()
+    'complete'
+    >>> with atomic_output(path) as f:
+    ...     _ = f.write("half")
+    ...     raise RuntimeError("interrupted")
+    Traceback (most recent call last):
+    RuntimeError: interrupted
+    >>> path.read_text(), sorted(p.name for p in path.parent.iterdir())
+    ('complete', ['out.txt'])
+    """
+    if mode not in ("w", "wb"):
+        raise ValueError(f"atomic_output: mode must be 'w' or 'wb', got {mode!r}")
+    target = Path(path)
+    try:
+        fd, temp = _create_temp(target)
+    except OSError as exc:
+        raise error(f"{path}: cannot write: {exc.strerror or exc}") from None
+    try:
+        with os.fdopen(fd, mode, **({"encoding": "utf-8"} if mode == "w" else {})) as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        if target.exists():
+            shutil.copymode(target, temp)
+        os.replace(temp, target)
+    except BaseException as exc:
+        try:
+            os.unlink(temp)
+        except FileNotFoundError:
+            pass
+        if isinstance(exc, OSError):
+            raise error(f"{path}: cannot write: {exc.strerror or exc}") from None
+        raise
+
+
+def _create_temp(target: Path) -> tuple[int, Path]:
+    """A new file ``.<name>.<random>.tmp`` beside ``target``, created with the
+    permissions a new file gets (0666 less the umask), as an open descriptor."""
+    while True:
+        temp = target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp")
+        try:
+            return os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), temp
+        except FileExistsError:
+            continue
+
+
+def write_atomic(path: str | Path, data: str | bytes, *, error: type[SimcollError] = SimcollError) -> None:
+    """Write ``data`` (text as UTF-8, or bytes) to ``path`` through :func:`atomic_output`.
+
+    Parameters
+    ----------
+    path : str or Path
+        The file to write.
+    data : str or bytes
+        Its whole content.
+    error : type
+        The :class:`SimcollError` subclass to raise.
+
+    Raises
+    ------
+    SimcollError
+        (``error``) naming the file when it cannot be written; the previous
+        file, if any, is then unchanged.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> path = Path(tempfile.mkdtemp()) / "out.json"
+    >>> write_atomic(path, '{"a": 1}')
+    >>> path.read_text()
+    '{"a": 1}'
+    >>> write_atomic("/nonexistent/out.json", "{}")
+    Traceback (most recent call last):
+    simcoll.errors.SimcollError: /nonexistent/out.json: cannot write: No such file or directory
+    """
+    with atomic_output(path, "wb" if isinstance(data, bytes) else "w", error=error) as handle:
+        handle.write(data)

@@ -20,6 +20,7 @@ from . import bruck as _bruck
 from . import direct as _direct
 from . import hiccl as _hiccl
 from . import hierarchical as _hierarchical
+from . import nccl as _nccl
 from . import nvgroup as _nvgroup
 from . import recursive as _recursive
 from . import ring as _ring
@@ -29,7 +30,7 @@ from .registry import Generator, Option
 from .ring import find_ring, ring, ring_allgather, ring_allreduce, ring_reducescatter
 
 #: Every family module, in the order ``simcoll algo list`` shows them.
-FAMILIES = (_ring, _trees, _recursive, _bruck, _direct, _hierarchical, _nvgroup, _hiccl)
+FAMILIES = (_ring, _trees, _recursive, _bruck, _direct, _hierarchical, _nvgroup, _hiccl, _nccl)
 
 REGISTRY: dict[str, Generator] = {g.name: g for family in FAMILIES for g in family.GENERATORS}
 

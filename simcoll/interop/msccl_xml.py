@@ -39,7 +39,9 @@ inferred (the one rank that never receives, or never sends). ``custom``
 collectives state no postcondition: it is inferred as what the program delivers
 into the output buffers (each input slot a contribution; contributions reduced
 together are one chunk of a combining collective), and every output slot must
-receive data; pass ``collective=`` to check against a known one instead.
+receive data; pass ``collective=`` to check against a known one instead. In
+place (``inplace="1"``, e.g. msccl-tools' AllToNext forward program) the same
+inference runs with output and input aliased as the verifier aliases them.
 
 >>> program = read_msccl_xml("allreduce_ring.xml")            # doctest: +SKIP
 >>> parse_msccl_xml(export_msccl_xml(program)) == program      # doctest: +SKIP
@@ -51,7 +53,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict, deque
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from xml.parsers import expat
 from xml.sax.saxutils import quoteattr
@@ -500,9 +502,7 @@ def _collective(
     ctx: _Context, node: _Node, coll: str, ngpus: int, nchunks: int, inplace: bool, ranks: Sequence[RankProgram]
 ) -> Collective:
     if coll == "custom":
-        if inplace:
-            raise ctx.error(node, 'coll="custom" with inplace="1" is not supported (pass an explicit collective)')
-        return _infer_custom(ctx, node, ranks)
+        return _infer_custom(ctx, node, ranks, inplace)
     name = _COLL_FROM_XML.get(coll)
     if name is None:
         known = ", ".join(sorted({*_COLL_FROM_XML, "custom"}))
@@ -531,14 +531,39 @@ def _infer_root(ctx: _Context, node: _Node, name: str, ranks: Sequence[RankProgr
     return candidates[0]
 
 
-def _infer_custom(ctx: _Context, node: _Node, ranks: Sequence[RankProgram]) -> Collective:
+def _infer_custom(ctx: _Context, node: _Node, ranks: Sequence[RankProgram], inplace: bool = False) -> Collective:
     """Precondition: input slot k of rank r holds its own contribution (an
     *atom*). A dependency-respecting run tracks each slot's value as a set of
     atoms; atoms reduced together are contributions of one chunk. Chunks are
     numbered by their first atom, rank-major. Postcondition: the chunk each
     output slot ends with; every output slot must be filled. The verifier then
-    checks the rest (e.g. that every reduction has all its contributions)."""
-    atoms = [(r.rank, k) for r in ranks for k in range(r.buffers["input"])]
+    checks the rest (e.g. that every reduction has all its contributions).
+
+    In place (``inplace="1"``), input and output are one buffer, aliased as
+    :meth:`Collective.inplace_alias` says (the verifier's view): where the
+    XML gives a rank no output chunks (msccl-tools' in-place form), its output
+    is its input buffer as the program leaves it. A rank with no input chunks
+    contributes nothing, as out of place (the XML cannot say that its data
+    lies inside its output buffer, as an in-place Allgather's does: its
+    unwritten output slots are then reported as never receiving data)."""
+    name = node.attrs.get("name") or "custom"
+    sizes = {r.rank: (r.buffers["input"], r.buffers["output"]) for r in ranks}
+    if inplace:
+        sizes = {rank: (n_in, n_out or n_in) for rank, (n_in, n_out) in sizes.items()}
+    aliases = {r.rank: None for r in ranks}
+    if inplace:
+        probe = Collective(
+            name=name,
+            num_ranks=len(ranks),
+            chunk_factor=1,
+            num_chunks=0,
+            input_layout=tuple((0,) * sizes[r.rank][0] for r in ranks),
+            output_layout=tuple((0,) * sizes[r.rank][1] for r in ranks),
+            combining=False,
+            inplace=True,
+        )
+        aliases = {r.rank: probe.inplace_alias(r.rank) for r in ranks}
+    atoms = [(r.rank, k) for r in ranks for k in range(sizes[r.rank][0])]
     parent = {a: a for a in atoms}
 
     def find(a):
@@ -555,26 +580,53 @@ def _infer_custom(ctx: _Context, node: _Node, ranks: Sequence[RankProgram]) -> C
             parent[find(atom)] = first
         return x | y
 
-    slots: dict[tuple[int, str, int], frozenset | None] = {(r, "input", k): frozenset({(r, k)}) for r, k in atoms}
+    slots = _AliasedSlots(aliases)
+    for r, k in atoms:
+        slots[(r, "input", k)] = frozenset({(r, k)})
     combining = _run(ctx, node, ranks, slots, combine)
     chunk_of: dict[tuple[int, int], int] = {}
     for atom in atoms:  # rank-major order: a chunk is numbered by its first atom
         chunk_of.setdefault(find(atom), len(chunk_of))
-    inputs = [tuple(chunk_of[find((r.rank, k))] for k in range(r.buffers["input"])) for r in ranks]
+    inputs = [tuple(chunk_of[find((r.rank, k))] for k in range(sizes[r.rank][0])) for r in ranks]
     outputs = []
     for r in ranks:
         layout = []
-        for k in range(r.buffers["output"]):
+        for k in range(sizes[r.rank][1]):
             value = slots.get((r.rank, "output", k))
             if not value:
                 raise ctx.error(node, f'coll="custom": rank {r.rank} output[{k}] never receives data')
             layout.append(chunk_of[find(next(iter(value)))])
         outputs.append(tuple(layout))
-    name = node.attrs.get("name") or "custom"
     try:
-        return custom_collective(name, inputs, outputs, combining=combining)
+        collective = custom_collective(name, inputs, outputs, combining=combining)
     except CollectiveError as exc:
         raise ctx.error(node, f"inferred postcondition is not a collective: {exc}") from None
+    return replace(collective, inplace=True) if inplace else collective
+
+
+class _AliasedSlots(dict):
+    """Symbolic buffer slots keyed ``(rank, buffer, index)``, with a rank's
+    aliased buffer (in-place collectives) mapped onto the buffer it lives in."""
+
+    def __init__(self, aliases: dict[int, tuple[str, str, int] | None]):
+        super().__init__()
+        self.aliases = aliases
+
+    def _key(self, key: tuple[int, str, int]) -> tuple[int, str, int]:
+        rank, buffer, index = key
+        alias = self.aliases.get(rank)
+        if alias and buffer == alias[0]:
+            return (rank, alias[1], alias[2] + index)
+        return key
+
+    def __setitem__(self, key, value) -> None:
+        super().__setitem__(self._key(key), value)
+
+    def __getitem__(self, key):
+        return super().__getitem__(self._key(key))
+
+    def get(self, key, default=None):
+        return super().get(self._key(key), default)
 
 
 def _run(ctx: _Context, node: _Node, ranks: Sequence[RankProgram], slots: dict, combine) -> bool:

@@ -1,0 +1,215 @@
+"""NCCL's algorithms, built the way NCCL builds them.
+
+``nccl-ring``: NCCL's ring channels. NCCL's graph search (``src/graph/search.cc``,
+pattern ``NCCL_TOPO_PATTERN_RING``) gives every channel one ring; on more than
+one node each channel's intra-node path enters a node through a network card and
+leaves it through a network card next to its last GPU, so the rings of
+different channels use different NICs ("rail-aligned" rings on DGX-class
+nodes, where every GPU has its own NIC; NCCL docs, "NCCL_CROSS_NIC"). Inside a
+node the path runs over NVLink / NVSwitch (or PCIe where there is nothing
+else).
+
+Here, channel ``c`` of a multi-node ring is anchored on rail ``a = c mod G`` (G
+GPUs per node): it enters node 0 at local GPU ``a`` and leaves it from local
+GPU ``b``, the GPU that shares ``a``'s nearest NIC switch (else the next GPU);
+the next node is entered at local GPU ``b`` - the same rail - and left from
+another GPU, and so on round the nodes, so every inter-node hop joins two GPUs
+with the same local index and so the same rail, and on each node the channels
+leave from different GPUs and so through different NICs. With an even number of
+nodes the path alternates between ``a`` and ``b``; with an odd number a third
+GPU closes the cycle. On one node, the channels are the edge-disjoint rings of
+:func:`~simcoll.algorithms.ring.find_rings`.
+
+Every channel runs NCCL's ring algorithm on its share of the buffer (chunks
+dealt round-robin over the channels): ReduceScatter then Allgather for
+Allreduce, the pipelined chain from (or to) the root for Broadcast and Reduce.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import networkx as nx
+
+from ..algorithm import Algorithm
+from ..collectives import Collective
+from ..errors import NotApplicableError
+from ..routes import Routes
+from ..topology import FABRIC_LINK_TYPES, Topology
+from .common import finish, hamiltonian_path, require, require_routes
+from .registry import Generator, Option, positive_int
+from .ring import SEARCH_TIME_LIMIT_S, _rings_transfers, find_rings
+
+NCCL_RING_COLLECTIVES = ("allreduce", "allgather", "reducescatter", "broadcast", "reduce")
+
+#: Channels when neither the option nor the machine says otherwise: NCCL opens
+#: at least as many channels as a DGX node has NICs (8) for its rings.
+DEFAULT_CHANNELS = 8
+
+
+# -- NICs ---------------------------------------------------------------------------
+def nearest_nics(topology: Topology, rank: int) -> list[str]:
+    """The NICs of ``rank``'s node at the fewest hops from its GPU over
+    non-GPU-fabric links (PCIe and host links), NIC of rail = local index first."""
+    node = topology.node_of(rank)
+    gpu = topology.gpu(rank).name
+    graph = nx.Graph()
+    for link in topology.links:
+        if link.type in FABRIC_LINK_TYPES:
+            continue
+        a, b = topology.component(link.src), topology.component(link.dst)
+        if a.node == node and b.node == node:
+            graph.add_edge(a.name, b.name)
+    if gpu not in graph:
+        return []
+    dist = nx.single_source_shortest_path_length(graph, gpu)
+    nics = [c for c in topology.components if c.kind == "nic" and c.node == node and c.name in dist]
+    if not nics:
+        return []
+    best = min(dist[c.name] for c in nics)
+    local = topology.ranks_of_node(node).index(rank)
+    near = [c for c in nics if dist[c.name] == best]
+    return [
+        c.name for c in sorted(near, key=lambda c: (c.rail != local, c.rail if c.rail is not None else 1 << 30, c.name))
+    ]
+
+
+def _partner(topology: Topology, node_ranks: Sequence[int], local: int) -> int:
+    """Local index of the GPU that shares GPU ``local``'s nearest NICs (its PCIe
+    switch on a DGX), else the next GPU."""
+    g = len(node_ranks)
+    mine = set(nearest_nics(topology, node_ranks[local]))
+    if mine:
+        for step in range(1, g):
+            other = (local + step) % g
+            if set(nearest_nics(topology, node_ranks[other])) == mine:
+                return other
+    return (local + 1) % g
+
+
+# -- ring construction ------------------------------------------------------------
+def _node_path(routes: Routes, ranks: Sequence[int], entry: int, exit_: int) -> list[int] | None:
+    """A path through every rank of ``ranks`` from ``entry`` to ``exit_`` over
+    direct routes, most direct links first."""
+    members = set(ranks)
+    if len(ranks) == 1:
+        return [entry] if entry == exit_ else None
+
+    def neighbours(r: int) -> list[int]:
+        near = [d for d in ranks if d != r and routes.connected(r, d)]
+        return sorted(near, key=lambda d: (d == exit_, -routes.direct_links(r, d), (d - r) % (max(members) + 1)))
+
+    return hamiltonian_path(
+        entry,
+        neighbours,
+        len(ranks),
+        close=lambda last, _start: last == exit_,
+        time_limit_s=SEARCH_TIME_LIMIT_S,
+        what="intra-node path",
+    )
+
+
+def _endpoints(num_nodes: int, g: int, a: int, b: int) -> list[int] | None:
+    """Local index at which each node is entered; node j is left from the
+    entry index of node j+1 (cyclically), so every inter-node hop stays on one rail."""
+    if num_nodes % 2 == 0:
+        return [a if j % 2 == 0 else b for j in range(num_nodes)]
+    if g < 3:
+        return None
+    # a + 2 keeps the third GPUs of different channels apart (a permutation of the rails)
+    third = next((a + k) % g for k in range(2, g + 2) if (a + k) % g not in (a, b))
+    return [a, b, third] + [a if j % 2 == 0 else b for j in range(num_nodes - 3)]
+
+
+def nccl_rings(topology: Topology, channels: int, routes: Routes | None = None) -> list[list[int]]:
+    """The rank order of each of ``channels`` NCCL ring channels (module docstring)."""
+    routes = routes or Routes(topology)
+    nodes = topology.nodes
+    if len(nodes) == 1:
+        rings = find_rings(topology, routes, limit=channels)
+        return [rings[c % len(rings)] for c in range(channels)]
+    per_node = [topology.ranks_of_node(n) for n in nodes]
+    g = len(per_node[0])
+    if any(len(r) != g for r in per_node):
+        raise NotApplicableError(f"nccl-ring: {topology.name} has nodes with different GPU counts")
+    rings = []
+    for c in range(channels):
+        a = c % g
+        if g == 1:
+            rings.append([r[0] for r in per_node])
+            continue
+        b = _partner(topology, per_node[0], a)
+        entries = _endpoints(len(nodes), g, a, b)
+        if entries is None:
+            raise NotApplicableError(
+                f"nccl-ring: {topology.name} has {len(nodes)} nodes of {g} GPUs; a rail-aligned ring over an odd "
+                "number of nodes needs at least 3 GPUs per node"
+            )
+        order: list[int] = []
+        for j, ranks in enumerate(per_node):
+            entry, exit_ = ranks[entries[j]], ranks[entries[(j + 1) % len(nodes)]]
+            path = _node_path(routes, ranks, entry, exit_)
+            if path is None:
+                raise NotApplicableError(
+                    f"nccl-ring: no path through node {nodes[j]} of {topology.name} from rank {entry} to rank {exit_}"
+                )
+            order += path
+        rings.append(order)
+    return rings
+
+
+def nccl_ring(topology: Topology, collective: Collective, channels: int | None = None) -> Algorithm:
+    """NCCL's ring algorithm over ``channels`` ring channels (module docstring).
+
+    Per channel, the ring algorithm's cost (NV-Group eqs. 1-3) on that
+    channel's share of the buffer; the channels run at once.
+
+    Options: ``channels`` (default: the largest count up to
+    :data:`DEFAULT_CHANNELS` that divides the chunk factor, per P for
+    Allreduce; every channel gets an equal share of chunks).
+
+    >>> from simcoll import load_topology, make_collective
+    >>> a = nccl_ring(load_topology("dgx-a100*2"), make_collective("allgather", 16, 8))
+    >>> len(a.metadata["rings"])
+    8
+    """
+    require(collective, topology, NCCL_RING_COLLECTIVES, "nccl-ring")
+    p = collective.num_ranks
+    per_channel = p if collective.name == "allreduce" else 1
+    if channels is not None and (not isinstance(channels, int) or channels < 1):
+        raise NotApplicableError(f"nccl-ring: option channels must be a positive integer, got {channels!r}")
+    most = collective.chunk_factor // per_channel
+    if channels is None:
+        channels = max(k for k in range(1, max(1, min(DEFAULT_CHANNELS, most)) + 1) if most % k == 0)
+    if channels > most or collective.chunk_factor % (channels * per_channel):
+        need = f"{channels * per_channel}" + (" (P per channel)" if per_channel > 1 else "")
+        raise NotApplicableError(
+            f"nccl-ring: {channels} channels need a chunk factor that is a multiple of {need}, got {collective.chunk_factor}"
+        )
+    routes = Routes(topology)
+    rings = nccl_rings(topology, channels, routes)
+    transfers = _rings_transfers(collective, rings)
+    require_routes("nccl-ring", topology, routes, transfers)
+    return finish("nccl-ring", collective, topology, transfers, routes, rings=rings, channels=channels)
+
+
+def _nccl_ring_chunks(collective: str, num_ranks: int) -> int:
+    """One chunk per channel (one per block of each channel for Allreduce)."""
+    return DEFAULT_CHANNELS * num_ranks if collective == "allreduce" else DEFAULT_CHANNELS
+
+
+GENERATORS = (
+    Generator(
+        "nccl-ring",
+        nccl_ring,
+        NCCL_RING_COLLECTIVES,
+        "NCCL's ring channels: one ring per channel, across nodes entering and leaving each node on the same "
+        "rail through the NIC next to its GPUs (rail-aligned)",
+        {
+            "channels": Option(
+                f"number of ring channels (default {DEFAULT_CHANNELS}, at most one per chunk)", positive_int
+            )
+        },
+        chunks=_nccl_ring_chunks,
+    ),
+)

@@ -20,7 +20,7 @@ import os
 import shutil
 import subprocess
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +29,7 @@ from simcoll.errors import SimcollError
 
 from . import reference
 from .errors import InterpreterDeadlockError
-from .table import InstructionTable
+from .table import PROTOCOL_CODES, InstructionTable, protocol_code
 
 CSRC = Path(__file__).with_name("csrc")
 CORE_HEADER = CSRC / "interp_core.h"
@@ -48,6 +48,7 @@ class ScTable(ctypes.Structure):
         *((name, ctypes.c_longlong) for name in ("chunk_elems", "tile_elems", "num_tiles", "spin_limit")),
         *((name, ctypes.c_int) for name in ("num_ranks", "num_buffers", "num_executors", "exec_base", "dtype")),
         ("elem_bytes", ctypes.c_int),
+        ("protocol", ctypes.c_int),
     ]
 
 
@@ -131,11 +132,23 @@ def tiling(table: InstructionTable, elems: int, elem_bytes: int) -> tuple[int, i
     return tile, -(-elems // tile)
 
 
+def fifo_bytes(table: InstructionTable, connection: int, tile_elems: int, elem_bytes: int) -> int:
+    """Bytes of a connection's FIFO: ``slots × max_count`` pieces of a tile,
+    each ``tile × elem_bytes`` (Simple) or its 8-byte LL lines, 4 data bytes
+    each (interp_core.h)."""
+    slots, max_count = (int(v) for v in table.connections[connection][5:7])
+    piece = tile_elems * elem_bytes
+    if protocol_code(table) == PROTOCOL_CODES["LL"]:
+        piece = -(-piece // 4) * 8
+    return slots * max_count * piece
+
+
 @dataclass
 class _Keep:
     """Arrays the C side points into, kept alive for the run."""
 
     arrays: list
+    fifos: list = field(default_factory=list)
 
 
 def _pointer(a: np.ndarray) -> int:
@@ -156,7 +169,8 @@ def prepare(table: InstructionTable, buffers: reference.Buffers) -> tuple[ScTabl
         for b, a in enumerate(row):
             bufs[r * len(table.buffer_names) + b] = _pointer(a) if a is not None and a.size else _pointer(dummy)
     conns = table.connections
-    fifos = [np.zeros(max(1, int(c[5]) * int(c[6]) * tile * width), dtype=np.uint8) for c in conns]
+    # 8-byte aligned (LL lines are 64-bit words)
+    fifos = [np.zeros(-(-max(8, fifo_bytes(table, c, tile, width)) // 8), dtype=np.uint64) for c in range(len(conns))]
     fifo_ptrs = np.array([_pointer(f) for f in fifos] or [0], dtype=np.uintp)
     counters = [np.zeros(max(1, n), dtype=np.uint64) for n in (table.num_executors, len(conns), len(conns))]
     status = np.zeros(STATUS_HEADER + STATUS_WORDS * table.num_executors, dtype=np.int32)
@@ -177,8 +191,9 @@ def prepare(table: InstructionTable, buffers: reference.Buffers) -> tuple[ScTabl
         0,
         code,
         width,
+        protocol_code(table),
     )
-    return t, _Keep(keep), status
+    return t, _Keep(keep, fifos), status
 
 
 def describe_status(table: InstructionTable, status: np.ndarray) -> list[str]:

@@ -27,8 +27,8 @@ from simcoll.program import Program
 
 from . import reference
 from .errors import GpuUnavailableError, InterpreterDeadlockError
-from .host import CORE_HEADER, KERNEL_SOURCE, STATUS_HEADER, STATUS_WORDS, describe_status, tiling
-from .table import InstructionTable, to_table
+from .host import CORE_HEADER, KERNEL_SOURCE, STATUS_HEADER, STATUS_WORDS, ScTable, describe_status, fifo_bytes, tiling
+from .table import InstructionTable, protocol_code, to_table
 
 KERNEL_NAME = "sc_interp_kernel"
 
@@ -66,6 +66,13 @@ def _cupy() -> Any:
     if count < 1:
         raise GpuUnavailableError("no CUDA device found")
     return cupy
+
+
+def device_name(device: int = 0) -> str:
+    """The CUDA device's name (e.g. ``"NVIDIA H100 80GB HBM3"``)."""
+    cupy = _cupy()
+    name = cupy.cuda.runtime.getDeviceProperties(device)["name"]
+    return name.decode() if isinstance(name, bytes) else str(name)
 
 
 @dataclass(frozen=True)
@@ -195,7 +202,7 @@ def run(
         tails = cupy.zeros(max(1, len(conns)), dtype=cupy.uint64)
     for c, row in enumerate(conns):
         with cupy.cuda.Device(rank_device[int(row[1])]):  # the receiver's memory
-            fifos.append(cupy.zeros(max(1, int(row[5]) * int(row[6]) * tile * width), dtype=cupy.uint8))
+            fifos.append(cupy.zeros(-(-max(8, fifo_bytes(table, c, tile, width)) // 8), dtype=cupy.uint64))
             fifo_ptrs[c] = fifos[-1].data.ptr
     keep += [fifos, heads, tails, dev_bufs]
     for d in devices:
@@ -217,18 +224,23 @@ def run(
                 blocks=len(mine),
             )
 
+    for d in devices:
+        with cupy.cuda.Device(d):
+            a = per_dev[d]["arrays"]
+            pointers = [a[k].data.ptr for k in ("executors", "instructions", "deps", "sources", "connections")]
+            pointers += [per_dev[d][k].data.ptr for k in ("bufs", "fifos", "steps")] + [heads.data.ptr, tails.data.ptr]
+            # the ScTable descriptor (same layout as the host driver's, LP64), copied to the device
+            descriptor = ScTable(
+                *pointers, per_dev[d]["status"].data.ptr,
+                elems, tile, tiles, int(timeout_s * 2e9),
+                table.num_ranks, nb, table.num_executors, per_dev[d]["base"], code, width, protocol_code(table),
+            )  # fmt: skip
+            # passed by value as one structured scalar (CuPy >= 13 packs a NumPy structured scalar as one
+            # kernel parameter; numpy mirrors the ctypes layout, offsets and padding included)
+            per_dev[d]["descriptor"] = np.frombuffer(bytes(descriptor), dtype=np.dtype(ScTable))[0]
+
     def launch(d: int, state: dict[str, Any]) -> None:
-        a = state["arrays"]
-        # ScTable by value: pointer fields, then int64 fields, then int32 fields (interp_core.h)
-        params = (
-            a["executors"], a["instructions"], a["deps"], a["sources"], a["connections"],
-            state["bufs"], state["fifos"], state["steps"], heads, tails,
-            state["status"],
-            np.int64(elems), np.int64(tile), np.int64(tiles), np.int64(int(timeout_s * 2e9)),
-            np.int32(table.num_ranks), np.int32(nb), np.int32(table.num_executors), np.int32(state["base"]),
-            np.int32(code), np.int32(width),
-        )  # fmt: skip
-        state["kernel"]((max(1, state["blocks"]),), (threads,), params)
+        state["kernel"]((max(1, state["blocks"]),), (threads,), (state["descriptor"],))
 
     def reset() -> None:
         for d in devices:
@@ -237,6 +249,8 @@ def run(
                 per_dev[d]["status"].fill(0)
         heads.fill(0)
         tails.fill(0)
+        for f in fifos:  # LL flags restart at 1 with the counters (interp_core.h)
+            f.fill(0)
 
     times: list[float] = []
     for i in range(warmup + iters + 1):

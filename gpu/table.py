@@ -52,6 +52,15 @@ LIMITS_FILE = Path(__file__).with_name("limits.yaml")
 #: Op codes: the position in :data:`simcoll.program.INSTRUCTION_OPS`.
 OP_CODES: dict[str, int] = {name: code for code, name in enumerate(INSTRUCTION_OPS)}
 KIND_CODES: dict[str, int] = {"threadblock": 0, "host": 1}
+#: Protocols the interpreter core implements (``SC_PROTO_*`` in interp_core.h).
+#: LL128 runs with the Simple code path (its lines need 128-byte stores that
+#: only a warp can issue together).
+PROTOCOL_CODES: dict[str, int] = {"Simple": 0, "LL": 1}
+
+
+def protocol_code(table: InstructionTable) -> int:
+    """The interpreter's protocol code of a table (Simple for LL128)."""
+    return PROTOCOL_CODES.get(str(table.attributes.get("protocol", "Simple")), PROTOCOL_CODES["Simple"])
 
 EXECUTOR_COLUMNS = ("rank", "id", "channel", "kind", "send_peer", "recv_peer", "send_conn", "recv_conn", "first", "count")
 INSTRUCTION_COLUMNS = (
@@ -462,12 +471,14 @@ __all__ = [
     "INSTRUCTION_COLUMNS",
     "KIND_CODES",
     "OP_CODES",
+    "PROTOCOL_CODES",
     "SOURCE_COLUMNS",
     "STANDARD_BUFFERS",
     "InstructionTable",
     "TableLimits",
     "column",
     "default_limits",
+    "protocol_code",
     "to_program",
     "to_table",
 ]

@@ -4,6 +4,7 @@ kernel compiling with nvcc for sm_80 and sm_90 without register spills."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 
@@ -15,6 +16,7 @@ from simcoll.gpu.table import to_table
 
 from simcoll.algorithms import applicable
 from simcoll.compiler import lower_algorithm
+from simcoll.errors import SimcollError
 from simcoll.machines import load_topology
 from tests.test_gpu_table import ring2
 
@@ -95,4 +97,30 @@ def test_kernel_compiles_with_nvcc_without_spills(tmp_path, arch):
     proc = subprocess.run([nvcc, "-cubin", f"-arch={arch}", "-Xptxas", "-v", "-o", str(tmp_path / "k.cubin"),
                            str(src)], capture_output=True, text=True, timeout=300)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    assert "0 bytes spill stores, 0 bytes spill loads" in proc.stderr
+    assert_no_spills(proc.stderr)
+
+
+def assert_no_spills(log: str) -> None:
+    """Every function in a ``-Xptxas -v`` log reports zero spill stores and loads."""
+    spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
+    assert spills and all(int(a) == 0 and int(b) == 0 for a, b in spills), log
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_kernel_compiles_with_nvrtc_without_spills(arch):
+    from simcoll.gpu import nvrtc
+
+    if not nvrtc.nvrtc_available():
+        pytest.skip("NVRTC is not installed (cuda-bindings and nvidia-cuda-nvrtc-cu12)")
+    result = nvrtc.compile_source(runner.table_source(to_table(ring2())), arch)
+    assert result.cubin[:4] == b"\x7fELF" and f"for '{arch}'" in result.log
+    assert_no_spills(result.log)
+
+
+def test_nvrtc_reports_a_compile_error_with_its_log():
+    from simcoll.gpu import nvrtc
+
+    if not nvrtc.nvrtc_available():
+        pytest.skip("NVRTC is not installed")
+    with pytest.raises(SimcollError, match="could not compile.*undefined"):
+        nvrtc.compile_source("extern \"C\" __global__ void k() { undefined_name(); }")

@@ -13,6 +13,16 @@
  * slot, the receiver advances heads[c] after it is done with one (Simple
  * protocol). Flags are published with release stores and read with acquire
  * loads (the SC_* memory-ordering helpers below).
+ *
+ * LL protocol (NCCL's low-latency protocol; NVIDIA/nccl issue #281): a slot
+ * holds 8-byte lines, each 4 bytes of data (one 32-bit or two 16-bit
+ * elements) and a 4-byte flag, written with one 64-bit store. The flag is the
+ * message's sequence number on its connection (1, 2, ...), so the receiver
+ * polls every line until its flag matches and needs no tail counter; the
+ * data and its flag cannot be seen apart. Each piece (chunk) of a message
+ * starts on a line boundary: ceil(tile_elems * elem_bytes / 4) lines. Slots
+ * are reused with higher sequence numbers, so a stale line never matches;
+ * a driver that restarts the counters must zero the FIFOs.
  */
 #ifndef SIMCOLL_INTERP_CORE_H
 #define SIMCOLL_INTERP_CORE_H
@@ -95,6 +105,10 @@ typedef unsigned short sc_u16;
 #define SC_DT_FLOAT16 1
 #define SC_DT_BFLOAT16 2
 
+/* ---- protocols (simcoll.gpu.table.PROTOCOL_CODES) ------------------------ */
+#define SC_PROTO_SIMPLE 0
+#define SC_PROTO_LL 1
+
 /* ---- status words: status[0] = abort flag; per executor 4 words --------- */
 #define SC_STATUS_HEADER 1
 #define SC_STATUS_WORDS 4 /* state, step, tile, argument */
@@ -113,7 +127,7 @@ struct ScTable {
   sc_u64 *tails;      /* [num_connections], advanced by the sender */
   int *status;        /* [SC_STATUS_HEADER + SC_STATUS_WORDS * num_executors] */
   sc_i64 chunk_elems, tile_elems, num_tiles, spin_limit;
-  int num_ranks, num_buffers, num_executors, exec_base, dtype, elem_bytes;
+  int num_ranks, num_buffers, num_executors, exec_base, dtype, elem_bytes, protocol;
 };
 
 /* ---- memory ordering and thread cooperation ---------------------------- */
@@ -131,6 +145,9 @@ __device__ inline void sc_store_release(sc_u64 *p, sc_u64 v) {
   *(volatile sc_u64 *)p = v;
 }
 __device__ inline int sc_load_flag(int *p) { return *(volatile int *)p; }
+/* LL lines: data and flag in one 64-bit word, so no ordering is needed */
+__device__ inline sc_u64 sc_load_line(const sc_u64 *p) { return *(volatile const sc_u64 *)p; }
+__device__ inline void sc_store_line(sc_u64 *p, sc_u64 v) { *(volatile sc_u64 *)p = v; }
 __device__ inline void sc_store_flag(int *p, int v) { *(volatile int *)p = v; }
 #define SC_PAUSE() ((void)0)
 #else
@@ -140,6 +157,8 @@ __device__ inline void sc_store_flag(int *p, int v) { *(volatile int *)p = v; }
 inline sc_u64 sc_load_acquire(sc_u64 *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
 inline void sc_store_release(sc_u64 *p, sc_u64 v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
 inline int sc_load_flag(int *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+inline sc_u64 sc_load_line(const sc_u64 *p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
+inline void sc_store_line(sc_u64 *p, sc_u64 v) { __atomic_store_n(p, v, __ATOMIC_RELAXED); }
 inline void sc_store_flag(int *p, int v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
 #if defined(__x86_64__) || defined(__i386__)
 #define SC_PAUSE() __builtin_ia32_pause()
@@ -260,6 +279,59 @@ SC_HD void sc_apply(const ScTable *t, sc_i64 n, char *out1, char *out2, const ch
   }
 }
 
+/* Raw bits of element i (32- or 16-bit) */
+SC_HD sc_u32 sc_raw(int elem_bytes, const char *p, sc_i64 i) {
+  return elem_bytes == 4 ? ((const sc_u32 *)p)[i] : (sc_u32)((const sc_u16 *)p)[i];
+}
+SC_HD void sc_put_raw(int elem_bytes, char *p, sc_i64 i, sc_u32 v) {
+  if (elem_bytes == 4)
+    ((sc_u32 *)p)[i] = v;
+  else
+    ((sc_u16 *)p)[i] = (sc_u16)v;
+}
+
+/* LL lines of one piece of ``len`` elements. The value of each element is the
+ * received one (rline) or src's; with both, received ⊕ src. It goes to dst
+ * and/or as lines with flag ``sflag`` to sline; received lines are polled
+ * until their flag is ``rflag``. Returns nonzero when the run was aborted. */
+SC_HD int sc_ll_piece(const ScTable *t, sc_i64 len, char *dst, char *sline, const char *rline, const char *src,
+                      sc_u32 sflag, sc_u32 rflag) {
+  const int eb = t->elem_bytes, dt = t->dtype;
+  const sc_i64 per = 4 / eb, words = (len + per - 1) / per;
+  for (sc_i64 w = SC_TID; w < words; w += SC_NTHREADS) {
+    const sc_i64 e0 = w * per;
+    const int ne = (int)(len - e0 < per ? len - e0 : per);
+    sc_u32 data = 0;
+    if (rline) {
+      sc_u64 spins = 0, line;
+      while ((sc_u32)((line = sc_load_line((const sc_u64 *)rline + w)) >> 32) != rflag)
+        if (SC_POLL(t, &spins)) return 1;
+      data = (sc_u32)line;
+      if (src) {
+        sc_u32 out = 0;
+        for (int k = 0; k < ne; ++k) {
+          const sc_u32 bits = eb == 4 ? data : (data >> (16 * k)) & 0xffffu;
+          const float a = dt == SC_DT_FLOAT32   ? sc_bits_to_float(bits)
+                          : dt == SC_DT_FLOAT16 ? sc_half_to_float((sc_u16)bits)
+                                                : sc_bf16_to_float((sc_u16)bits);
+          const float v = sc_add(dt, a, sc_load(dt, src, e0 + k));
+          const sc_u32 r = dt == SC_DT_FLOAT32   ? sc_float_to_bits(v)
+                           : dt == SC_DT_FLOAT16 ? (sc_u32)sc_float_to_half(v)
+                                                 : (sc_u32)sc_float_to_bf16(v);
+          out |= eb == 4 ? r : r << (16 * k);
+        }
+        data = out;
+      }
+    } else {
+      for (int k = 0; k < ne; ++k) data |= eb == 4 ? sc_raw(eb, src, e0) : sc_raw(eb, src, e0 + k) << (16 * k);
+    }
+    if (dst)
+      for (int k = 0; k < ne; ++k) sc_put_raw(eb, dst, e0 + k, eb == 4 ? data : (data >> (16 * k)) & 0xffffu);
+    if (sline) sc_store_line((sc_u64 *)sline + w, ((sc_u64)sflag << 32) | data);
+  }
+  return 0;
+}
+
 /* Address of element `elem` of chunk `chunk` of (rank, buffer); rank < 0: local. */
 SC_HD char *sc_addr(const ScTable *t, int rank, int ref_rank, int buffer, sc_i64 chunk, sc_i64 elem) {
   int owner = ref_rank < 0 ? rank : ref_rank;
@@ -299,8 +371,11 @@ SC_HD int sc_run_executor(const ScTable *t, int g) {
   const int sconn = ex[SC_EX_SEND_CONN], rconn = ex[SC_EX_RECV_CONN];
   const int *sc = sconn >= 0 ? t->connections + sconn * SC_CONN_NCOL : 0;
   const int *rc = rconn >= 0 ? t->connections + rconn * SC_CONN_NCOL : 0;
-  const sc_i64 sstride = sc ? (sc_i64)sc[SC_CONN_MAX_COUNT] * t->tile_elems : 0;
-  const sc_i64 rstride = rc ? (sc_i64)rc[SC_CONN_MAX_COUNT] * t->tile_elems : 0;
+  const int ll = t->protocol == SC_PROTO_LL;
+  /* bytes of one piece in a FIFO slot: tile_elems elements, or their LL lines */
+  const sc_i64 piece_bytes = ll ? (t->tile_elems * t->elem_bytes + 3) / 4 * 8 : t->tile_elems * t->elem_bytes;
+  const sc_i64 sstride = sc ? (sc_i64)sc[SC_CONN_MAX_COUNT] * piece_bytes : 0;
+  const sc_i64 rstride = rc ? (sc_i64)rc[SC_CONN_MAX_COUNT] * piece_bytes : 0;
   sc_u64 sent = 0, received = 0;
 #if defined(__CUDA_ARCH__)
   __shared__ int aborted_flag;
@@ -329,27 +404,37 @@ SC_HD int sc_run_executor(const ScTable *t, int g) {
                            op == SC_OP_RRCS || op == SC_OP_WAIT;
       const int sends = op == SC_OP_SEND || op == SC_OP_RCS || op == SC_OP_RRS || op == SC_OP_RRCS ||
                         op == SC_OP_SIGNAL;
+      const int pieces = (op == SC_OP_SIGNAL || op == SC_OP_WAIT || op == SC_OP_NOP) ? 0 : n;
+      const int ll_lines = ll && pieces > 0 && (receives || sends); /* this message travels as LL lines */
       char *rslot = 0, *sslot = 0;
       if (receives) {
         sc_set_status(t, g, SC_STATE_WAIT_RECV, s, (int)tile, rconn);
-        if (sc_wait_at_least(t, t->tails + rconn, received + 1, aborted)) return 1;
-        rslot = t->fifos[rconn] + (sc_i64)(received % (sc_u64)rc[SC_CONN_SLOTS]) * rstride * t->elem_bytes;
+        /* LL data needs no tail: every line carries its own flag */
+        if (!ll_lines && sc_wait_at_least(t, t->tails + rconn, received + 1, aborted)) return 1;
+        rslot = t->fifos[rconn] + (sc_i64)(received % (sc_u64)rc[SC_CONN_SLOTS]) * rstride;
       }
       if (sends) {
         sc_set_status(t, g, SC_STATE_WAIT_SLOT, s, (int)tile, sconn);
         if (sc_wait_at_least(t, t->heads + sconn, sent + 1 > (sc_u64)sc[SC_CONN_SLOTS] ? sent + 1 - sc[SC_CONN_SLOTS] : 0,
                              aborted))
           return 1;
-        sslot = t->fifos[sconn] + (sc_i64)(sent % (sc_u64)sc[SC_CONN_SLOTS]) * sstride * t->elem_bytes;
+        sslot = t->fifos[sconn] + (sc_i64)(sent % (sc_u64)sc[SC_CONN_SLOTS]) * sstride;
       }
-      sc_set_status(t, g, SC_STATE_RUNNING, s, (int)tile, -1);
+      if (!(ll_lines && receives)) sc_set_status(t, g, SC_STATE_RUNNING, s, (int)tile, -1);
       const int sr = in[SC_IN_SRC_RANK], sb = in[SC_IN_SRC_BUFFER], so = in[SC_IN_SRC_OFFSET];
       const int dr = in[SC_IN_DST_RANK], db = in[SC_IN_DST_BUFFER], dof = in[SC_IN_DST_OFFSET];
-      const int pieces = (op == SC_OP_SIGNAL || op == SC_OP_WAIT || op == SC_OP_NOP) ? 0 : n;
       for (int p = 0; p < pieces; ++p) {
-        const sc_i64 mo = (sc_i64)p * len * t->elem_bytes; /* piece p of a message */
+        const sc_i64 mo = (sc_i64)p * (ll_lines ? piece_bytes : len * t->elem_bytes); /* piece p of a message */
         char *src = sb >= 0 ? sc_addr(t, rank, sr, sb, so + p, toff) : 0;
         char *dst = db >= 0 ? sc_addr(t, rank, dr, db, dof + p, toff) : 0;
+        if (ll_lines) {
+          const int reduces = op == SC_OP_RRC || op == SC_OP_RRS || op == SC_OP_RRCS;
+          char *out = (op == SC_OP_SEND || op == SC_OP_RRS) ? 0 : dst;
+          if (sc_ll_piece(t, len, out, sends ? sslot + mo : 0, receives ? rslot + mo : 0,
+                          (op == SC_OP_SEND || reduces) ? src : 0, (sc_u32)(sent + 1), (sc_u32)(received + 1)))
+            *aborted = 1;
+          continue;
+        }
         switch (op) {
           case SC_OP_SEND: sc_apply(t, len, sslot + mo, 0, src, 0); break;
           case SC_OP_RECV: sc_apply(t, len, dst, 0, rslot + mo, 0); break;
@@ -378,6 +463,8 @@ SC_HD int sc_run_executor(const ScTable *t, int g) {
         }
       }
       SC_BARRIER();
+      if (*aborted) return 1;
+      if (ll_lines && receives) sc_set_status(t, g, SC_STATE_RUNNING, s, (int)tile, -1);
       if (SC_TID == 0) {
         if (sends) sc_store_release(t->tails + sconn, ++sent);
         if (receives) sc_store_release(t->heads + rconn, ++received);

@@ -3,6 +3,8 @@
     simcoll gpu check FILE [--size S] [--dtype T] [--index I] [--json]   # no GPU needed; exit 0 / 1
     simcoll gpu source [FILE] -o kernel.cu                               # self-contained CUDA source
     simcoll gpu run FILE --size S [--devices 0,1] [--iters N] [--json]   # needs CuPy and a GPU (else exit 2)
+    simcoll gpu calibrate -o models/NAME.yaml [--devices 0,1] [--base-model M] [--link-type T]   # needs a GPU
+    simcoll gpu validate FILE (--size S | --sizes 1KB:1GB) [--model M] [--csv F] [--plot F]      # needs a GPU
 
 ``check`` packs the table, runs the NumPy reference and the host-thread
 interpreter core on the same inputs and reports whether both reach the
@@ -19,6 +21,7 @@ from typing import Any
 from simcoll.errors import SimcollError
 
 HELP = "run schedules through simcoll's GPU interpreter (check needs no GPU)"
+NO_GPU = "no CUDA GPU available (needs CuPy and a device: pip install -e .[gpu])"
 
 
 def _program(path: str, index: int | None) -> Any:
@@ -81,12 +84,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     from simcoll.gpu import cuda_available
 
     if not cuda_available():
-        print("simcoll gpu run: no CUDA GPU available (needs CuPy and a device: pip install -e .[gpu])")
+        print(f"simcoll gpu run: {NO_GPU}")
         return 2
     from simcoll.gpu.runner import run
 
     program = _program(args.file, args.index)
-    devices = [int(d) for d in args.devices.split(",")]
+    devices = _devices(args.devices)
     result = run(program, _size(program, args), devices, iters=args.iters, dtype=args.dtype)
     if args.json:
         print(json.dumps(result.to_dict(), indent=1))
@@ -94,6 +97,89 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"{result.program}: {result.size_bytes} B  {result.time_s * 1e6:.2f} us  algbw {result.algbw_GBps:.2f} "
               f"GB/s  busbw {result.busbw_GBps:.2f} GB/s  {'verified' if result.verified else 'WRONG RESULT'}")  # fmt: skip
     return 0 if result.verified else 1
+
+
+def _devices(text: str) -> list[int]:
+    try:
+        devices = [int(d) for d in text.split(",")]
+    except ValueError:
+        raise SimcollError(f"--devices {text!r}: expected comma-separated device numbers, e.g. 0,1") from None
+    if not devices or any(d < 0 for d in devices) or len(set(devices)) != len(devices):
+        raise SimcollError(f"--devices {text!r}: expected distinct non-negative device numbers")
+    return devices
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from simcoll.gpu import cuda_available
+
+    if not cuda_available():
+        print(f"simcoll gpu calibrate: {NO_GPU}")
+        return 2
+    from simcoll.gpu import calibrate
+    from simcoll.gpu.runner import device_name
+
+    from simcoll.machines import load_model
+    from simcoll.units import parse_size_range
+
+    devices = _devices(args.devices)
+    base = load_model(args.base_model) if args.base_model else None
+    sizes = parse_size_range(args.sizes, 4)
+    benches = calibrate.microbenchmarks(sizes=sizes)
+    samples = calibrate.measure(benches, devices[:2], iters=args.iters)
+    run = calibrate.run_label(devices[:2], device_name(devices[0]))
+    result, model = calibrate.write_calibration(samples, args.output, link_type=args.link_type, run=run, base=base)
+    summary = result.fit.summary()
+    print(f"wrote {args.output}: model {model.name!r}, {summary['samples']} samples, median |residual| "
+          f"{100 * summary['median_relative_error']:.1f}%, max {100 * summary['max_relative_error']:.1f}%")  # fmt: skip
+    for name, value in result.params.items():
+        print(f"  {name} = {value:.4g}")
+    return 0
+
+
+def _machine(program: Any, args: argparse.Namespace) -> Any:
+    from simcoll.machines import load_machine
+
+    topology = args.topology or program.topology or f"fully-connected:{program.num_ranks}"
+    return load_machine(topology, args.model)
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from simcoll.gpu import cuda_available
+
+    if (args.size is None) == (args.sizes is None):
+        raise SimcollError("simcoll gpu validate needs one of --size S or --sizes LOW:HIGH")
+    if not cuda_available():
+        print(f"simcoll gpu validate: {NO_GPU}")
+        return 2
+    from simcoll.gpu import validate as val
+
+    program = _program(args.file, args.index)
+    measure = val.gpu_measure(_devices(args.devices), iters=args.iters, dtype=args.dtype)
+    return report_validation(program, args, measure)
+
+
+def report_validation(program: Any, args: argparse.Namespace, measure: Any) -> int:
+    """Validate ``program`` with ``measure`` (program, size) -> seconds, print
+    the table and write the CSV / plot asked for (the GPU-independent part of
+    ``simcoll gpu validate``)."""
+    from simcoll.gpu import validate as val
+
+    from simcoll.units import parse_size, parse_size_range
+
+    sizes = [parse_size(args.size)] if args.size is not None else parse_size_range(args.sizes, args.factor)
+    result = val.validate(program, _machine(program, args), sizes, measure, dtype=args.dtype)
+    if args.json:
+        print(json.dumps({"program": result.program, "machine": result.machine, "model": result.model,
+                          "median_abs_error": result.median_abs_error,
+                          "rows": [dict(zip(val.CSV_COLUMNS, r.as_csv(), strict=True)) for r in result.rows]},
+                         indent=1))  # fmt: skip
+    else:
+        print("\n".join(result.lines()))
+    if args.csv:
+        val.write_csv(result, args.csv)
+    if args.plot:
+        val.write_plot(result, args.plot)
+    return 0
 
 
 def _common(p: argparse.ArgumentParser, *, size: bool = True) -> None:
@@ -127,6 +213,31 @@ def register(subparsers, add_command=None) -> argparse.ArgumentParser:
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_run)
+    p = sub.add_parser("calibrate", help="fit a cost model to GPU microbenchmarks and write it as YAML (needs CuPy)")
+    p.add_argument("-o", "--output", required=True, help="the model file to write, e.g. models/mybox.yaml")
+    p.add_argument("--devices", default="0", help="one device (virtual ranks) or two (the pair's link is measured)")
+    p.add_argument("--base-model", default=None, help="model whose other parameters (links, switches) are kept")
+    p.add_argument("--link-type", default="nvlink", help="the topology link type the measured link is written as")
+    p.add_argument("--sizes", default="1KB:1GB", help="sweep sizes (factor 4), default 1KB:1GB")
+    p.add_argument("--iters", type=int, default=20)
+    p.set_defaults(func=cmd_calibrate)
+    p = sub.add_parser("validate", help="run FILE on the GPU and in the simulator, side by side (needs CuPy)")
+    p.add_argument("file")
+    p.add_argument("--index", type=int, default=None, help="which schedule of a multi-<algo> MSCCL XML file")
+    p.add_argument("--dtype", default="float32", choices=("float32", "float16", "bfloat16"))
+    p.add_argument("--size", default=None, help="one size, e.g. 1MB")
+    p.add_argument("--sizes", default=None, help="a sweep LOW:HIGH (or a comma list), e.g. 1KB:1GB")
+    p.add_argument("--factor", type=int, default=2, help="sweep factor (default 2)")
+    p.add_argument(
+        "--topology", default=None, help="machine to simulate (default: the Program's, else fully-connected)"
+    )
+    p.add_argument("--model", default=None, help="cost model to simulate with, e.g. a calibrated models/NAME.yaml")
+    p.add_argument("--devices", default="0")
+    p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--csv", default=None, help="write the sweep as CSV (atomically)")
+    p.add_argument("--plot", default=None, help="write measured vs simulated as an image, e.g. out.png")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_validate)
     return group
 
 

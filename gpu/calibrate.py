@@ -1,0 +1,456 @@
+"""Calibration of a cost model from GPU microbenchmarks run as Programs.
+
+Every microbenchmark is an ordinary 2-rank :class:`~simcoll.program.Program`
+(so it is checked on a CPU like any schedule: the NumPy reference and the
+host-thread core run it), measured on a GPU by :func:`measure` through
+:func:`simcoll.gpu.runner.run`, and fitted by :func:`fit_calibration` with the
+project's general least-squares fitter (:mod:`simcoll.calibration.fit`, the
+same code ``simcoll calibrate --nccl-tests`` uses).
+
+The benchmarks (TACCL §5 profiles α and β per link type the same way; GC3 §5
+motivates the one-thread-block rate):
+
+========== =============================================== ===========================================
+kind       Program                                         predicted time (the fit's model)
+========== =============================================== ===========================================
+sendrecv   rank 0 sends k chunks to rank 1, one executor   launch + messages·α + bytes / link_bw
+           each side; ``serial`` = k sends of 1 chunk,
+           ``together`` = one send of k chunks (α vs β)
+ll         the sendrecv Program with protocol LL           launch + messages·α + bytes / (link_bw·ll)
+copy       one executor copies a chunk on rank 0           launch + bytes / tb_bw
+reduce     copy, then reduce rank 1's chunk into it        launch + 2·bytes / tb_bw + tiles·r0
+                                                           + bytes / reduce_bw
+pingpong   R signal / wait round trips between the ranks   launch + 2·R·flag
+========== =============================================== ===========================================
+
+``messages`` counts send instructions × tiles (the interpreter sends one
+message per tile; the simulator's Program mode pays α per message, see
+:mod:`simcoll.simulator.program_mode`); a chunk is cut into tiles of
+``tile_bytes`` (the runner's FIFO slot). ``launch`` is one persistent-kernel
+launch (the run with the smallest copy measures it).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from simcoll.calibration.fit import FitResult, fit_linear, fit_model
+from simcoll.collectives import Collective, custom_collective
+from simcoll.cost_model import ComputeParams, CostModel, ExecutorParams, LinkParams
+from simcoll.errors import ModelError
+from simcoll.program import Executor, Instruction, Program, RankProgram, Ref
+
+from .table import default_limits
+
+KINDS = ("sendrecv", "ll", "copy", "reduce", "pingpong")
+#: Parameters of the fit, in the order of the vector ``predict_times`` takes.
+PARAMS = ("launch_s", "alpha_s", "link_Bps", "tb_Bps", "reduce_launch_s", "reduce_Bps", "ll_efficiency", "flag_s")
+_BOUNDS = {
+    "launch_s": (0.0, 1.0),
+    "alpha_s": (0.0, 1.0),
+    "link_Bps": (1e6, 1e14),
+    "tb_Bps": (1e6, 1e14),
+    "reduce_launch_s": (0.0, 1.0),
+    "reduce_Bps": (1e6, 1e15),
+    "ll_efficiency": (0.01, 1.0),
+    "flag_s": (0.0, 1.0),
+}
+
+
+@dataclass(frozen=True)
+class Microbenchmark:
+    """One Program and how to read its time: ``kind`` (:data:`KINDS`),
+    ``messages_per_tile`` (send instructions per tile), ``chunks`` moved per
+    instruction, ``rounds`` (ping-pong round trips), and ``sizes`` (the
+    collective sizes in bytes to measure)."""
+
+    name: str
+    kind: str
+    program: Program
+    sizes: tuple[int, ...]
+    messages_per_tile: int = 0
+    rounds: int = 0
+
+    def chunk_bytes(self, size_bytes: int) -> int:
+        return size_bytes // self.program.collective.size_chunks
+
+    def tiles(self, size_bytes: int) -> int:
+        tile = self.program.tile_bytes or default_limits().default_tile_bytes
+        return max(1, math.ceil(self.chunk_bytes(size_bytes) / tile))
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One measured (or synthetic) time of a benchmark at a size."""
+
+    benchmark: Microbenchmark
+    size_bytes: int
+    time_s: float
+
+
+def _ins(op: str, src: tuple | None = None, dst: tuple | None = None, n: int = 1) -> Instruction:
+    return Instruction(op, None if src is None else Ref(*src), None if dst is None else Ref(*dst), n)
+
+
+def _two_ranks(name: str, coll: Collective, rank0: Executor, rank1: Executor | None, buffers: Sequence[dict],
+               **attrs: Any) -> Program:  # fmt: skip
+    ranks = (RankProgram(0, dict(buffers[0]), (rank0,)), RankProgram(1, dict(buffers[1]), (rank1,) if rank1 else ()))
+    return Program(name, coll, ranks, **attrs)
+
+
+def sendrecv_program(chunks: int = 1, *, serial: bool = False, protocol: str = "Simple",
+                     tile_bytes: int | None = None) -> Program:  # fmt: skip
+    """Rank 0 sends its ``chunks`` input chunks to rank 1's output: one send
+    of all (``serial=False``, TACCL's "together") or ``chunks`` sends of one
+    (``serial=True``), one executor per rank on channel 0."""
+    ids = list(range(chunks))
+    coll = custom_collective("sendrecv", [ids, []], [[], ids])
+    if serial:
+        sends = tuple(_ins("send", ("input", i)) for i in ids)
+        recvs = tuple(_ins("recv", dst=("output", i)) for i in ids)
+    else:
+        sends, recvs = (_ins("send", ("input", 0), n=chunks),), (_ins("recv", dst=("output", 0), n=chunks),)
+    kind = "serial" if serial else "together"
+    return _two_ranks(f"sendrecv-{kind}-{chunks}-{protocol}", coll, Executor(0, sends, send_peer=1),
+                      Executor(0, recvs, recv_peer=0), [{"input": chunks}, {"output": chunks}],
+                      protocol=protocol, tile_bytes=tile_bytes)  # fmt: skip
+
+
+def copy_program(*, tile_bytes: int | None = None) -> Program:
+    """One executor on rank 0 copies its input chunk to its output (the
+    one-thread-block copy rate; rank 1 idles)."""
+    coll = custom_collective("copy", [[0], []], [[0], []])
+    ex = Executor(0, (_ins("copy", ("input", 0), ("output", 0)),))
+    return _two_ranks("copy-1tb", coll, ex, None, [{"input": 1, "output": 1}, {}], tile_bytes=tile_bytes)
+
+
+def reduce_program(*, tile_bytes: int | None = None) -> Program:
+    """One executor on rank 0 copies its input chunk to its output, then
+    reduces rank 1's input chunk into it (an Allreduce-to-one of 2 ranks)."""
+    coll = custom_collective("reduce-to-0", [[0], [0]], [[0], []], combining=True)
+    ex = Executor(0, (_ins("copy", ("input", 0), ("output", 0)), _ins("reduce", ("input", 0, 1), ("output", 0))))
+    return _two_ranks("reduce-1tb", coll, ex, None, [{"input": 1, "output": 1}, {"input": 1}], tile_bytes=tile_bytes)
+
+
+def pingpong_program(rounds: int, *, tile_bytes: int | None = None) -> Program:
+    """``rounds`` flag round trips: rank 0 signals and waits, rank 1 waits and
+    signals (no data); rank 0 also copies its one chunk so that the Program
+    has a postcondition to check."""
+    coll = custom_collective("pingpong", [[0], []], [[0], []])
+    a = (_ins("copy", ("input", 0), ("output", 0)),) + (_ins("signal"), _ins("wait")) * rounds
+    b = (_ins("wait"), _ins("signal")) * rounds
+    return _two_ranks(f"pingpong-{rounds}", coll, Executor(0, a, send_peer=1, recv_peer=1),
+                      Executor(0, b, send_peer=0, recv_peer=0), [{"input": 1, "output": 1}, {}],
+                      tile_bytes=tile_bytes)  # fmt: skip
+
+
+def size_sweep(low: int = 1 << 10, high: int = 1 << 30, factor: int = 4) -> tuple[int, ...]:
+    """Sizes ``low, low·factor, ...`` up to ``high`` (bytes)."""
+    out, s = [], low
+    while s <= high:
+        out.append(s)
+        s *= factor
+    return tuple(out)
+
+
+def microbenchmarks(
+    *, sizes: Sequence[int] | None = None, serial_chunks: int = 8, rounds: Sequence[int] = (1, 16, 64),
+    tile_bytes: int | None = None,
+) -> list[Microbenchmark]:  # fmt: skip
+    """The calibration suite (module docstring). ``sizes``: the send/recv,
+    LL, copy and reduce sweep (default 1 KiB .. 1 GiB by factors of 4);
+    ``serial_chunks``: k of the serial-vs-together pair; ``rounds``: the
+    ping-pong round trips; ``tile_bytes``: the FIFO slot (default: the
+    runner's, ``gpu/limits.yaml``)."""
+    tile = tile_bytes or default_limits().default_tile_bytes
+    sweep = tuple(sizes) if sizes is not None else size_sweep()
+    k = serial_chunks
+    pair_sizes = tuple(s for s in sweep if s % k == 0 and s // k >= 4) or (k * 4096,)
+    out = [
+        Microbenchmark("sendrecv", "sendrecv", sendrecv_program(tile_bytes=tile), sweep, 1),
+        Microbenchmark(f"serial-{k}", "sendrecv", sendrecv_program(k, serial=True, tile_bytes=tile), pair_sizes, k),
+        Microbenchmark(f"together-{k}", "sendrecv", sendrecv_program(k, tile_bytes=tile), pair_sizes, 1),
+        Microbenchmark("ll", "ll", sendrecv_program(protocol="LL", tile_bytes=tile), sweep, 1),
+        Microbenchmark("copy", "copy", copy_program(tile_bytes=tile), sweep),
+        Microbenchmark("reduce", "reduce", reduce_program(tile_bytes=tile), sweep),
+    ]
+    out += [
+        Microbenchmark(f"pingpong-{r}", "pingpong", pingpong_program(r, tile_bytes=tile), (4,), rounds=r)
+        for r in rounds
+    ]
+    return out
+
+
+def _features(samples: Sequence[Sample]) -> dict[str, np.ndarray]:
+    kinds = np.array([KINDS.index(s.benchmark.kind) for s in samples])
+    nbytes = np.array([s.benchmark.chunk_bytes(s.size_bytes) * _moved_chunks(s.benchmark) for s in samples], float)
+    tiles = np.array([s.benchmark.tiles(s.size_bytes) for s in samples], float)
+    messages = np.array([s.benchmark.messages_per_tile for s in samples], float) * tiles
+    rounds = np.array([s.benchmark.rounds for s in samples], float)
+    return {"kind": kinds, "bytes": nbytes, "tiles": tiles, "messages": messages, "rounds": rounds}
+
+
+def _moved_chunks(bench: Microbenchmark) -> int:
+    """Chunks the benchmark's measured operation moves (the sendrecv Programs
+    move every chunk of the collective; copy and reduce move one)."""
+    return bench.program.collective.size_chunks if bench.kind in ("sendrecv", "ll") else 1
+
+
+def predict_times(samples: Sequence[Sample], params: Mapping[str, float] | np.ndarray) -> np.ndarray:
+    """The model's time of every sample (module docstring's table), for
+    ``params`` by name or as a vector in :data:`PARAMS` order."""
+    p = dict(zip(PARAMS, params, strict=True)) if isinstance(params, np.ndarray) else dict(params)
+    f = _features(samples)
+    k, b = f["kind"], f["bytes"]
+    out = np.full(k.shape, p["launch_s"], dtype=float)
+    link = f["messages"] * p["alpha_s"] + b / p["link_Bps"]
+    out += np.where(k == KINDS.index("sendrecv"), link, 0.0)
+    out += np.where(k == KINDS.index("ll"), f["messages"] * p["alpha_s"] + b / (p["link_Bps"] * p["ll_efficiency"]),
+                    0.0)  # fmt: skip
+    out += np.where(k == KINDS.index("copy"), b / p["tb_Bps"], 0.0)
+    reduce_t = 2 * b / p["tb_Bps"] + f["tiles"] * p["reduce_launch_s"] + b / p["reduce_Bps"]
+    out += np.where(k == KINDS.index("reduce"), reduce_t, 0.0)
+    out += np.where(k == KINDS.index("pingpong"), 2 * f["rounds"] * p["flag_s"], 0.0)
+    return out
+
+
+@dataclass(frozen=True)
+class CalibrationFit:
+    """The joint fit (``fit``) and the per-benchmark linear fits that seeded
+    it (``linear``, by benchmark kind)."""
+
+    fit: FitResult
+    linear: Mapping[str, FitResult]
+    samples: tuple[Sample, ...] = field(repr=False)
+
+    @property
+    def params(self) -> Mapping[str, float]:
+        return self.fit.params
+
+    def residuals_by_benchmark(self) -> dict[str, float]:
+        """Median |relative residual| per benchmark name."""
+        groups: dict[str, list[float]] = {}
+        for s, r in zip(self.samples, self.fit.relative_residuals, strict=True):
+            groups.setdefault(s.benchmark.name, []).append(abs(r))
+        return {name: float(np.median(v)) for name, v in groups.items()}
+
+
+def fit_calibration(samples: Sequence[Sample]) -> CalibrationFit:
+    """Fit :data:`PARAMS` to the samples: linear fast-path fits per
+    benchmark kind give the initial guess, then one bounded non-linear fit
+    of every sample (:func:`simcoll.calibration.fit.fit_model`).
+
+    Raises
+    ------
+    ModelError
+        When a benchmark kind has no samples or its samples do not determine
+        its parameters.
+    """
+    samples = tuple(samples)
+    missing = [k for k in KINDS if not any(s.benchmark.kind == k for s in samples)]
+    if missing:
+        raise ModelError(f"calibration needs samples of every benchmark kind; none of: {', '.join(missing)}")
+    f = _features(samples)
+    t = np.array([s.time_s for s in samples], float)
+
+    def linear(kind: str, columns: dict[str, str]) -> FitResult:
+        mask = f["kind"] == KINDS.index(kind)
+        cols = {name: (np.ones(int(mask.sum())) if feat == "one" else f[feat][mask]) for name, feat in columns.items()}
+        return fit_linear(cols, t[mask])
+
+    lin = {
+        "copy": linear("copy", {"launch_s": "one", "beta": "bytes"}),
+        "sendrecv": linear("sendrecv", {"launch_s": "one", "alpha_s": "messages", "beta": "bytes"}),
+        "ll": linear("ll", {"launch_s": "one", "alpha_s": "messages", "beta": "bytes"}),
+        "reduce": linear("reduce", {"launch_s": "one", "reduce_launch_s": "tiles", "beta": "bytes"}),
+        "pingpong": linear("pingpong", {"launch_s": "one", "round_s": "rounds"}),
+    }
+
+    def rate(beta: float) -> float:
+        return 1.0 / beta if beta > 0 else _BOUNDS["link_Bps"][1] / 10
+
+    tb = rate(lin["copy"]["beta"])
+    link = rate(lin["sendrecv"]["beta"])
+    extra = lin["reduce"]["beta"] - 2.0 / tb
+    guess = {
+        "launch_s": lin["copy"]["launch_s"],
+        "alpha_s": lin["sendrecv"]["alpha_s"],
+        "link_Bps": link,
+        "tb_Bps": tb,
+        "reduce_launch_s": lin["reduce"]["reduce_launch_s"],
+        "reduce_Bps": 1.0 / extra if extra > 0 else _BOUNDS["reduce_Bps"][1] / 10,
+        "ll_efficiency": min(1.0, max(0.02, lin["sendrecv"]["beta"] / lin["ll"]["beta"])) if lin["ll"]["beta"] > 0
+        else 1.0,
+        "flag_s": lin["pingpong"]["round_s"] / 2,
+    }  # fmt: skip
+    x0 = [min(max(guess[n], _BOUNDS[n][0]), _BOUNDS[n][1]) for n in PARAMS]
+    joint = fit_model(lambda x: predict_times(samples, x), t, PARAMS, x0, [_BOUNDS[n] for n in PARAMS])
+    return CalibrationFit(joint, lin, samples)
+
+
+def calibrated_model(
+    result: CalibrationFit,
+    *,
+    name: str,
+    link_type: str,
+    run: str,
+    base: CostModel | None = None,
+    tile_bytes: int | None = None,
+) -> CostModel:
+    """A cost model holding the fitted parameters (``base``'s other links,
+    switches, network and protocols kept). Every fitted entry's ``source``
+    names ``run`` and the fit's residuals.
+
+    The simulator caps a thread block's transfers at
+    ``thread_block_bandwidth_Bps`` (:mod:`simcoll.simulator.program_mode`), so
+    the model's thread-block rate is the larger of the copy rate and the
+    one-executor send rate (else the measured sends could not be reproduced).
+    """
+    p = result.params
+    by = result.residuals_by_benchmark()
+    summary = result.fit.summary()
+    resid = (f"joint fit of {summary['samples']} samples, median |residual| "
+             f"{100 * summary['median_relative_error']:.1f}%, max {100 * summary['max_relative_error']:.1f}%")  # fmt: skip
+
+    def med(prefix: str) -> str:
+        vals = [v for k, v in by.items() if k.startswith(prefix)]
+        return f"{100 * max(vals):.1f}%" if vals else "n/a"
+
+    link = LinkParams(
+        alpha_s=p["alpha_s"],
+        bandwidth_Bps=p["link_Bps"],
+        source=f"simcoll gpu calibrate, {run}: one-executor send/recv sweep and serial-vs-together pair (TACCL §5); "
+        f"median |residual| {med('sendrecv')} sweep, {med('serial')} serial, {med('together')} together; flag "
+        f"one-way latency {p['flag_s'] * 1e6:.3f} us (ping-pong, residual {med('pingpong')}); {resid}",
+    )
+    slot = (
+        tile_bytes
+        or (base.executor.slot_bytes if base and base.executor else None)
+        or default_limits().default_tile_bytes
+    )
+    executor = ExecutorParams(
+        thread_block_bandwidth_Bps=max(p["tb_Bps"], p["link_Bps"]),
+        kernel_launch_s=p["launch_s"],
+        fifo_slots=base.executor.fifo_slots if base and base.executor else default_limits().default_fifo_slots,
+        slot_bytes=slot,
+        host_signal_s=base.executor.host_signal_s if base and base.executor else None,
+        source=f"simcoll gpu calibrate, {run}: one-thread-block copy {p['tb_Bps'] / 1e9:.2f} GB/s (residual "
+        f"{med('copy')}), taken as max(copy, send rate); launch {p['launch_s'] * 1e6:.2f} us; fifo_slots, slot_bytes: "
+        f"the runner's table (gpu/limits.yaml); {resid}",
+    )
+    compute = ComputeParams(
+        reduce_bandwidth_Bps=p["reduce_Bps"],
+        reduce_launch_s=p["reduce_launch_s"],
+        source=f"simcoll gpu calibrate, {run}: one-thread-block reduce sweep (residual {med('reduce')}); {resid}",
+    )
+    links = dict(base.links) if base else {}
+    links[link_type] = link
+    protocols = dict(base.protocol_efficiency) if base else {}
+    proto_sources = dict(base.protocol_sources) if base else {}
+    protocols["LL"] = p["ll_efficiency"]
+    proto_sources["LL"] = f"simcoll gpu calibrate, {run}: LL vs Simple one-executor sweep (residual {med('ll')})"
+    sources = (f"simcoll gpu calibrate, {run}", resid)
+    if base is not None:
+        sources += (f"other parameters from model {base.name!r}",)
+    return CostModel(
+        name=name,
+        links=links,
+        description=f"calibrated by simcoll gpu calibrate ({run})" + (f" on top of {base.name}" if base else ""),
+        switches=dict(base.switches) if base else {},
+        host_memory_bandwidth_Bps=base.host_memory_bandwidth_Bps if base else None,
+        host_memory_source=base.host_memory_source if base else None,
+        compute=compute,
+        executor=executor,
+        network=base.network if base else None,
+        protocol_efficiency=protocols,
+        protocol_sources=proto_sources,
+        sources=sources,
+    )
+
+
+def run_label(devices: Sequence[int], device_name: str | None = None, when: _dt.datetime | None = None) -> str:
+    """``"devices 0,1 (NAME), 2026-01-01T00:00Z"``: the run a calibrated model names."""
+    stamp = (when or _dt.datetime.now(_dt.timezone.utc)).strftime("%Y-%m-%dT%H:%MZ")
+    return f"devices {','.join(map(str, devices))}" + (f" ({device_name})" if device_name else "") + f", {stamp}"
+
+
+def write_calibration(
+    samples: Sequence[Sample],
+    path: str,
+    *,
+    link_type: str,
+    run: str,
+    base: CostModel | None = None,
+    name: str | None = None,
+) -> tuple[CalibrationFit, CostModel]:
+    """Fit ``samples`` (:func:`fit_calibration`), build the model
+    (:func:`calibrated_model`; named after the file unless ``name``) and write
+    it with :func:`simcoll.cost_model.save_model` (atomically)."""
+    from pathlib import Path
+
+    from simcoll.cost_model import save_model
+
+    result = fit_calibration(samples)
+    tiles = {s.benchmark.program.tile_bytes for s in samples if s.benchmark.program.tile_bytes}
+    model = calibrated_model(result, name=name or Path(path).stem, link_type=link_type, run=run, base=base,
+                             tile_bytes=min(tiles) if tiles else None)  # fmt: skip
+    save_model(model, path)
+    return result, model
+
+
+def measure(
+    benchmarks: Sequence[Microbenchmark],
+    devices: Sequence[int] = (0,),
+    *,
+    iters: int = 20,
+    runner: Callable[..., Any] | None = None,
+) -> list[Sample]:
+    """Run every benchmark at its sizes on the GPU (median of ``iters``
+    timed launches each; results verified). ``runner`` defaults to
+    :func:`simcoll.gpu.runner.run` (needs CuPy and a device).
+
+    Raises
+    ------
+    GpuUnavailableError
+        Without a GPU.
+    ModelError
+        When a benchmark's result is wrong (its time would be meaningless).
+    """
+    if runner is None:
+        from .runner import run as runner
+    out = []
+    for bench in benchmarks:
+        for size in bench.sizes:
+            result = runner(bench.program, size, devices, iters=iters)
+            if not result.verified:
+                raise ModelError(f"calibration benchmark {bench.name} at {size} B gave a wrong result: "
+                                 f"{result.problems[:3]}")  # fmt: skip
+            out.append(Sample(bench, size, float(result.time_s)))
+    return out
+
+
+__all__ = [
+    "KINDS",
+    "PARAMS",
+    "CalibrationFit",
+    "Microbenchmark",
+    "Sample",
+    "calibrated_model",
+    "copy_program",
+    "fit_calibration",
+    "measure",
+    "microbenchmarks",
+    "pingpong_program",
+    "predict_times",
+    "reduce_program",
+    "run_label",
+    "sendrecv_program",
+    "size_sweep",
+    "write_calibration",
+]

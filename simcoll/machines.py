@@ -7,7 +7,9 @@ Topology specs accepted everywhere (CLI ``--topology`` included):
 - a generator: ``ring:8``, ``line:4``, ``fully-connected:8``, ``hub-and-spoke:8``,
   ``torus2d:4x4``, ``hypercube:3``;
 - a cluster: ``NODE*N`` (fat tree) or ``NODE*N/rail`` (per-rail switches),
-  e.g. ``dgx-a100*4``, ``ndv2*2``;
+  e.g. ``dgx-a100*4``, ``ndv2*2``; ``NODE*N/clos:radix=R,oversub=F`` (two-tier
+  leaf-spine), options ``nics=K``, ``gdr=on|off`` (see
+  :func:`simcoll.topology_generators.parse_fabric`);
 - a path to a YAML file.
 """
 
@@ -27,7 +29,7 @@ from .routes import Routes
 from .topology import Topology, load_topology_file
 from .topology_generators import TOPOLOGY_GENERATORS, cluster, generate_topology
 
-_CLUSTER_RE = re.compile(r"^(?P<node>[A-Za-z0-9_.-]+)\*(?P<count>\d+)(?:/(?P<fabric>[a-z-]+))?$")
+_CLUSTER_RE = re.compile(r"^(?P<node>[A-Za-z0-9_.-]+)\*(?P<count>\d+)(?:/(?P<fabric>[a-z][a-z0-9=.,:-]*))?$")
 
 
 def _data_dir(package: str) -> Path:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from .errors import TopologyError
 from .topology import Component, Link, Topology, build_topology
@@ -116,23 +117,160 @@ def generate_topology(spec: str) -> Topology:
 # ---------------------------------------------------------------------------
 # Clusters
 # ---------------------------------------------------------------------------
-def cluster(node: Topology, num_nodes: int, fabric: str = "fat-tree") -> Topology:
+FABRICS = ("fat-tree", "rail", "clos")
+
+
+@dataclass(frozen=True)
+class FabricSpec:
+    """How a cluster's nodes are joined, parsed from ``FABRIC[:key=value,...]``.
+
+    - ``kind``: ``fat-tree`` (every NIC on one non-blocking switch: a full
+      bisection fat tree abstracted as one switch), ``rail`` (NIC *i* of every
+      node on rail switch *i*, as in DGX SuperPOD) or ``clos`` (a two-tier
+      leaf-spine Clos of switches with ``radix`` ports, each leaf with
+      ``oversub`` times more ports down to NICs than up to spines);
+    - ``nics``: keep this many of each node's NICs, spread evenly over its
+      NIC list (``None``: all), the NICs-per-node what-if;
+    - ``gpudirect``: force every NIC's GPUDirect RDMA on or off (``None``:
+      as the node says); with it off, traffic is staged through host memory
+      where the model sets ``network.host_staging`` (TACCL §4.2);
+    - ``radix``, ``oversub``: the Clos switch radix and leaf oversubscription.
+    """
+
+    kind: str = "fat-tree"
+    nics: int | None = None
+    gpudirect: bool | None = None
+    radix: int = 64
+    oversub: float = 1.0
+
+    def suffix(self) -> str:
+        """The spec's text after ``/`` in a cluster name ('' for a plain fat tree)."""
+        opts = []
+        if self.kind == "clos":
+            opts += [f"radix={self.radix}", f"oversub={self.oversub:g}"]
+        if self.nics is not None:
+            opts.append(f"nics={self.nics}")
+        if self.gpudirect is not None:
+            opts.append(f"gdr={'on' if self.gpudirect else 'off'}")
+        if self.kind == "fat-tree" and not opts:
+            return ""
+        return f"/{self.kind}" + (":" + ",".join(opts) if opts else "")
+
+
+def parse_fabric(text: str) -> FabricSpec:
+    """A :class:`FabricSpec` from ``FABRIC[:key=value,...]`` with keys ``nics``,
+    ``gdr`` (``on``/``off``), ``radix`` and ``oversub`` (the last two for ``clos``).
+
+    Examples
+    --------
+    >>> parse_fabric("clos:radix=16,oversub=2")
+    FabricSpec(kind='clos', nics=None, gpudirect=None, radix=16, oversub=2.0)
+    >>> parse_fabric("rail:nics=2,gdr=off").suffix()
+    '/rail:nics=2,gdr=off'
+    >>> parse_fabric("torus")
+    Traceback (most recent call last):
+    simcoll.errors.TopologyError: fabric 'torus': must be one of fat-tree, rail, clos
+    """
+    kind, _, options = text.partition(":")
+    if kind not in FABRICS:
+        raise TopologyError(f"fabric {text!r}: must be one of {', '.join(FABRICS)}")
+    fields: dict = {"kind": kind}
+    for item in filter(None, options.split(",")):
+        key, eq, value = item.partition("=")
+        try:
+            if not eq:
+                raise ValueError
+            if key == "nics":
+                fields["nics"] = int(value)
+            elif key == "gdr" and value in ("on", "off"):
+                fields["gpudirect"] = value == "on"
+            elif key == "radix" and kind == "clos":
+                fields["radix"] = int(value)
+            elif key == "oversub" and kind == "clos":
+                fields["oversub"] = float(value)
+            else:
+                raise ValueError
+        except ValueError:
+            allowed = "nics=K, gdr=on|off" + (", radix=R, oversub=F" if kind == "clos" else "")
+            raise TopologyError(f"fabric {text!r}: bad option {item!r} (allowed: {allowed})") from None
+    spec = FabricSpec(**fields)
+    if spec.nics is not None and spec.nics < 1:
+        raise TopologyError(f"fabric {text!r}: nics must be at least 1")
+    if spec.radix < 4:
+        raise TopologyError(f"fabric {text!r}: radix must be at least 4")
+    if not spec.oversub >= 1:
+        raise TopologyError(f"fabric {text!r}: oversub must be at least 1 (down ports / up ports of a leaf)")
+    return spec
+
+
+def _select_nics(node: Topology, spec: FabricSpec) -> Topology:
+    """``node`` keeping ``spec.nics`` of its NICs (evenly spread) with GPUDirect as ``spec`` says."""
+    nics = [c for c in node.components if c.kind == "nic"]
+    if spec.nics is not None and spec.nics > len(nics):
+        raise TopologyError(f"{node.name}: cannot keep {spec.nics} NICs per node, it has {len(nics)}")
+    keep = {nics[i * len(nics) // spec.nics].name for i in range(spec.nics)} if spec.nics else {c.name for c in nics}
+    components = [
+        c if c.kind != "nic" or spec.gpudirect is None else Component(**{**vars(c), "gpudirect": spec.gpudirect})
+        for c in node.components
+        if c.kind != "nic" or c.name in keep
+    ]
+    names = {c.name for c in components}
+    links = [lk for lk in node.links if lk.src in names and lk.dst in names]
+    return build_topology(
+        node.name,
+        components,
+        links,
+        description=node.description,
+        sources=node.sources,
+        default_model=node.default_model,
+        network_link=node.network_link,
+    )
+
+
+def clos_shape(endpoints: int, radix: int, oversub: float) -> tuple[int, int, int]:
+    """(leaves, down ports per leaf, up ports per leaf = spines) of the smallest
+    two-tier leaf-spine Clos of ``radix``-port switches serving ``endpoints``
+    NICs with leaf oversubscription ``oversub`` = down / up.
+
+    Examples
+    --------
+    >>> clos_shape(64, 16, 1.0), clos_shape(64, 16, 3.0)
+    ((8, 8, 8), (6, 12, 4))
+    """
+    up = max(1, round(radix / (1.0 + oversub)))
+    down = radix - up
+    leaves = -(-endpoints // down)
+    if leaves > radix:
+        raise TopologyError(
+            f"{endpoints} NICs exceed a two-tier Clos of radix {radix} (at most {radix * down} at oversub {oversub:g})"
+        )
+    return leaves, down, up
+
+
+def cluster(node: Topology, num_nodes: int, fabric: str | FabricSpec = "fat-tree") -> Topology:
     """``num_nodes`` copies of a node type whose NICs join an inter-node fabric.
 
-    ``fabric="fat-tree"`` joins every NIC to one non-blocking switch (a full
-    bisection fat tree, abstracted as one switch); ``fabric="rail"`` joins NIC
-    *i* of every node to rail switch *i* (rail-optimised, as in DGX SuperPOD).
-    Components are renamed ``n<node>.<name>``; ranks are node-major.
+    ``fabric`` is a :class:`FabricSpec` or its text (:func:`parse_fabric`):
+    ``fat-tree`` joins every NIC to one non-blocking switch; ``rail`` joins NIC
+    *i* of every node to rail switch *i*; ``clos:radix=R,oversub=F`` puts the
+    NICs, node-major, on leaf switches (``leaf<j>``) sized by :func:`clos_shape`;
+    its ``up`` spine switches are written as one spine layer (``spine``) joined
+    to each leaf by ``up`` parallel links, which routes use together (perfect
+    ECMP, as the fat tree is one non-blocking switch); one leaf needs no spine. Fabric links are of the node's ``network_link`` type, so
+    they share its bandwidth. Components are renamed ``n<node>.<name>``; ranks
+    are node-major.
     """
+    spec = fabric if isinstance(fabric, FabricSpec) else parse_fabric(fabric)
     if num_nodes < 1:
         raise TopologyError(f"{node.name}*{num_nodes}: needs at least one node")
-    if fabric not in ("fat-tree", "rail"):
-        raise TopologyError(f"{node.name}*{num_nodes}/{fabric}: fabric must be fat-tree or rail")
-    nics = [c for c in node.components if c.kind == "nic"]
-    if not nics:
+    if not any(c.kind == "nic" for c in node.components):
         raise TopologyError(f"cannot build a cluster of {node.name!r}: it has no NIC")
+    if spec.nics is not None or spec.gpudirect is not None:
+        node = _select_nics(node, spec)
+    nics = [c for c in node.components if c.kind == "nic"]
     gpus_per_node = node.num_ranks
     switch_kind = "ib_switch" if node.network_link == "ib" else "switch"
+    wire = node.network_link
     components: list[Component] = []
     links: list[Link] = []
     for i in range(num_nodes):
@@ -140,22 +278,29 @@ def cluster(node: Topology, num_nodes: int, fabric: str = "fat-tree") -> Topolog
             rank = None if c.rank is None else i * gpus_per_node + c.rank
             components.append(Component(**{**vars(c), "name": f"n{i}.{c.name}", "node": i, "rank": rank}))
         links += [Link(**{**vars(lk), "src": f"n{i}.{lk.src}", "dst": f"n{i}.{lk.dst}"}) for lk in node.links]
-    if fabric == "fat-tree":
+    if spec.kind == "fat-tree":
         components.append(Component(name="fabric", kind=switch_kind, node=None))
-        links += [Link(f"n{i}.{nic.name}", "fabric", node.network_link) for i in range(num_nodes) for nic in nics]
-    else:
+        links += [Link(f"n{i}.{nic.name}", "fabric", wire) for i in range(num_nodes) for nic in nics]
+    elif spec.kind == "rail":
         for r, nic in enumerate(nics):
             rail = nic.rail if nic.rail is not None else r
             switch = f"rail{rail}"
             if not any(c.name == switch for c in components):
                 components.append(Component(name=switch, kind=switch_kind, node=None))
-            links += [Link(f"n{i}.{nic.name}", switch, node.network_link) for i in range(num_nodes)]
-    suffix = "" if fabric == "fat-tree" else "/rail"
+            links += [Link(f"n{i}.{nic.name}", switch, wire) for i in range(num_nodes)]
+    else:
+        endpoints = [f"n{i}.{nic.name}" for i in range(num_nodes) for nic in nics]
+        leaves, down, up = clos_shape(len(endpoints), spec.radix, spec.oversub)
+        components += [Component(name=f"leaf{j}", kind=switch_kind, node=None) for j in range(leaves)]
+        links += [Link(nic, f"leaf{e // down}", wire) for e, nic in enumerate(endpoints)]
+        if leaves > 1:  # the ``up`` spines as one layer: ``up`` parallel links per leaf, used together (ECMP)
+            components.append(Component(name="spine", kind=switch_kind, node=None))
+            links += [Link(f"leaf{j}", "spine", wire, count=up) for j in range(leaves)]
     return build_topology(
-        f"{node.name}*{num_nodes}{suffix}",
+        f"{node.name}*{num_nodes}{spec.suffix()}",
         components,
         links,
-        description=f"{num_nodes} x {node.name} joined by a {fabric} {node.network_link} fabric",
+        description=f"{num_nodes} x {node.name} joined by a {spec.kind} {wire} fabric{spec.suffix()}",
         sources=node.sources,
         default_model=node.default_model,
         network_link=node.network_link,

@@ -1,0 +1,137 @@
+"""What every study script in ``experiments/`` shares: its command line, running a
+study (declared as data) with :func:`simcoll.experiments.run_study`, atomic CSV
+output, the NCCL baseline's availability, and printing the paper's number beside
+ours.
+
+Scripts import it as ``_common`` (Python puts a script's directory first on
+``sys.path``); notebooks add ``experiments/`` to ``sys.path`` first.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from simcoll.experiments import load_results, load_study, run_study
+from simcoll.files import write_atomic
+
+#: The message a study prints where a speed-up over NCCL would need the ``nccl`` baseline.
+NCCL_MISSING = "nccl baseline not available: speed-ups over NCCL not computed"
+
+
+def nccl_available() -> bool:
+    """Whether the NCCL baseline (a generator named ``nccl``: NCCL's tuner choosing
+    algorithm, protocol and channels) is registered. ``nccl-ring`` alone is not it."""
+    from simcoll.algorithms import REGISTRY
+
+    return "nccl" in REGISTRY
+
+
+def baseline() -> list[str]:
+    """The algorithm entries to add to a study for the NCCL baseline: ``["nccl"]`` or none."""
+    return ["nccl"] if nccl_available() else []
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One published number and ours: ``what`` is compared, ``source`` cites
+    the figure or table (and says when the number was read off a plot)."""
+
+    what: str
+    paper: str
+    ours: str
+    source: str
+
+
+def parse_args(doc: str, argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line every study script takes."""
+    parser = argparse.ArgumentParser(description=doc.strip().splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("out"), help="output directory (default: out/)")
+    parser.add_argument("--fast", action="store_true", help="a reduced grid that runs in a few seconds (tests)")
+    parser.add_argument("--workers", type=int, help="Dask LocalCluster worker processes (default: the CPU count)")
+    parser.add_argument("--serial", action="store_true", help="run in this process, without Dask")
+    return parser.parse_args(argv)
+
+
+def run(study: Mapping[str, Any], out: Path, *, serial: bool = True, workers: int | None = None) -> pd.DataFrame:
+    """Run ``study`` into ``out/<name>/`` (resuming: only missing points run) and
+    return the rows of this study's points, successful or not."""
+    out.mkdir(parents=True, exist_ok=True)
+    results = out / study["name"]
+    run_study(dict(study), results, workers=workers, serial=serial, resume=True, progress=False)
+    keys = {p.key for p in load_study(dict(study)).points()}
+    df = load_results(results)
+    df = df[df.key.isin(keys)].reset_index(drop=True)
+    if not (df.status == "ok").any():
+        errors = df[df.status == "error"].error.dropna()
+        first = errors.iloc[0] if not errors.empty else "no rows, or none applicable"
+        raise SystemExit(f"study {study['name']}: no point succeeded (first error: {first}); results in {results}")
+    return df
+
+
+def ok(df: pd.DataFrame) -> pd.DataFrame:
+    """The successful rows, sorted."""
+    return df[df.status == "ok"].sort_values(["machine", "collective", "algorithm", "size_bytes"])
+
+
+def write_csv(df: pd.DataFrame, path: Path) -> None:
+    """``df`` as CSV at ``path``, atomically."""
+    write_atomic(path, df.to_csv(index=False))
+
+
+def speedups(df: pd.DataFrame, base: str = "nccl", by: Iterable[str] = ("machine", "collective")) -> pd.DataFrame:
+    """Time of ``base`` over each algorithm's time, per ``by`` group and size
+    (columns ``speedup`` and ``baseline_time_s``); empty without ``base`` rows."""
+    rows = ok(df)
+    by = list(by)
+    reference = rows[rows.algorithm == base][[*by, "size_bytes", "time_s"]].rename(columns={"time_s": "baseline_time_s"})
+    merged = rows[rows.algorithm != base].merge(reference, on=[*by, "size_bytes"])
+    return merged.assign(speedup=merged.baseline_time_s / merged.time_s)
+
+
+SMALL_BYTES = 1 << 20  # "small" buffers: up to 1 MiB
+
+
+def best_speedup(df: pd.DataFrame, small: bool | None = None, **where: Any) -> str:
+    """The best speed-up over NCCL among rows matching ``where`` (column=value),
+    over sizes up to 1 MiB (``small=True``), above it (``False``) or all, as text."""
+    if not nccl_available():
+        return "n/a (nccl baseline not available)"
+    table = speedups(df)
+    if small is not None:
+        table = table[(table.size_bytes <= SMALL_BYTES) == small]
+    for column, value in where.items():
+        table = table[table[column] == value]
+    if table.empty:
+        return "n/a (no successful rows)"
+    return f"{table.speedup.max():.2f}x"
+
+
+def print_comparisons(title: str, comparisons: Iterable[Comparison]) -> None:
+    """The paper's numbers beside ours, one line each."""
+    print(f"== {title}: paper vs simcoll (simulated) ==")
+    for c in comparisons:
+        print(f"  {c.what}: paper {c.paper} | ours {c.ours}   [{c.source}]")
+    if not nccl_available():
+        print(f"  note: {NCCL_MISSING}")
+
+
+def fraction_of_bound(df: pd.DataFrame) -> pd.Series:
+    """algbw over the max-flow bound for each successful row."""
+    return df.algbw_GBps / df.algbw_bound_GBps
+
+
+def generate(name: str, machine, collective: str, **options: Any):
+    """:func:`simcoll.generate` on a :class:`~simcoll.machines.Machine`, whichever of
+    a Machine or its Topology the public signature takes at the moment."""
+    import inspect
+
+    from simcoll import generate as _generate
+
+    second = list(inspect.signature(_generate).parameters)[1]
+    return _generate(name, machine.topology if second == "topology" else machine, collective, **options)

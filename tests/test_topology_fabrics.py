@@ -1,0 +1,78 @@
+"""Scale-out fabrics of clusters: two-tier Clos (radix, oversubscription), NICs per node, GPUDirect."""
+
+import pytest
+
+from simcoll.errors import TopologyError
+from simcoll.machines import load_topology
+from simcoll.topology_generators import clos_shape, cluster, parse_fabric
+
+
+def _kinds(topology, kind):
+    return [c for c in topology.components if c.kind == kind]
+
+
+def test_clos_shape_splits_ports_by_oversubscription():
+    assert clos_shape(64, 16, 1.0) == (8, 8, 8)  # 8 down, 8 up: non-blocking
+    assert clos_shape(64, 16, 3.0) == (6, 12, 4)  # 12 down, 4 up
+    with pytest.raises(TopologyError, match="exceed a two-tier Clos of radix 4"):
+        clos_shape(100, 4, 1.0)
+
+
+def test_clos_cluster_has_leaves_and_a_spine_layer_of_uplinks():
+    topo = load_topology("dgx-a100*4/clos:radix=16,oversub=3")
+    assert topo.num_ranks == 32
+    switches = sorted(c.name for c in _kinds(topo, "ib_switch"))
+    assert switches == ["leaf0", "leaf1", "leaf2", "spine"]  # 32 NICs / 12 down ports
+    uplinks = {lk.src: lk.count for lk in topo.links if lk.dst == "spine"}
+    assert uplinks == {"leaf0": 4, "leaf1": 4, "leaf2": 4}  # 4 up ports per leaf
+    nic_links = [lk for lk in topo.links if lk.dst.startswith("leaf")]
+    assert len(nic_links) == 32 and all(lk.type == "ib" for lk in nic_links)
+    assert sum(lk.dst == "leaf2" for lk in nic_links) == 8
+
+
+def test_single_leaf_clos_needs_no_spine():
+    topo = load_topology("dgx-a100*2/clos:radix=32")
+    assert [c.name for c in _kinds(topo, "ib_switch")] == ["leaf0"]
+
+
+def test_nics_per_node_keeps_evenly_spread_nics_and_gdr_flag():
+    node = load_topology("dgx-a100")
+    topo = cluster(node, 2, "rail:nics=2,gdr=off")
+    nics = _kinds(topo, "nic")
+    assert sorted(c.name for c in nics) == ["n0.nic0", "n0.nic4", "n1.nic0", "n1.nic4"]
+    assert not any(c.gpudirect for c in nics)
+    assert sorted(c.name for c in _kinds(topo, "ib_switch")) == ["rail0", "rail4"]
+    assert topo.name == "dgx-a100*2/rail:nics=2,gdr=off"
+    with pytest.raises(TopologyError, match="cannot keep 16 NICs"):
+        cluster(node, 2, "fat-tree:nics=16")
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [("mesh", "must be one of"), ("rail:radix=8", "bad option"), ("clos:oversub=0.5", "oversub must be"),
+     ("fat-tree:nics=0", "nics must be"), ("clos:radix=x", "bad option")],
+)
+def test_bad_fabric_specs_name_the_problem(text, message):
+    with pytest.raises(TopologyError, match=message):
+        parse_fabric(text)
+
+
+def _times(*specs, algorithm="direct", size="64MB"):
+    """Simulated Allgather time of ``algorithm`` on each machine (through the experiments runner,
+    which adapts to generate()'s current signature)."""
+    from simcoll.experiments import load_study, run_batch
+
+    study = load_study(
+        {"name": "fabrics", "machines": list(specs), "collectives": ["allgather"], "algorithms": [algorithm], "sizes": size}
+    )
+    rows = [row for batch in study.batches() for row in run_batch(batch)]
+    assert all(row["status"] == "ok" for row in rows), rows
+    return [row["time_s"] for row in rows]
+
+
+def test_oversubscribed_clos_is_slower_and_fewer_nics_are_slower():
+    # direct Allgather loads every NIC; at oversub 3 a leaf has 2 uplinks for 6 NICs
+    full, thin = _times("dgx-a100*4/clos:radix=8,oversub=1", "dgx-a100*4/clos:radix=8,oversub=3")
+    assert thin > full
+    eight, one = _times("dgx-a100*2", "dgx-a100*2/fat-tree:nics=1", algorithm="nccl-ring")
+    assert one > 2 * eight

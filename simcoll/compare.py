@@ -30,8 +30,8 @@ from .analytic import algbw_GBps, busbw_GBps, critical_path_time_s
 from .bounds import time_lower_bound_s
 from .collectives import canonical_name, make_collective
 from .errors import SimcollError
-from .machines import Machine
-from .units import format_size
+from .machines import Machine, as_machine
+from .units import check_size_bytes, format_size
 
 DEFAULT_SIZES = "1KB:1GB"
 COLUMNS = [
@@ -56,7 +56,7 @@ METHODS = ("simulate", "analytic")
 
 
 def compare(
-    machine: Machine,
+    machine: Machine | str,
     collective: str,
     sizes: list[int],
     *,
@@ -65,21 +65,67 @@ def compare(
     contention: bool = True,
     time_limit_s: float = 60.0,
 ) -> tuple[pd.DataFrame, dict[str, str]]:
-    """Rows for every applicable algorithm and size, and the reasons the
-    other registered algorithms do not apply. ``method`` is ``"simulate"``
-    or ``"analytic"`` (module docstring); ``program=True`` adds a
-    ``"program"`` row per algorithm and size where the Algorithm can be
-    lowered; ``contention`` and ``time_limit_s`` go to the simulator.
+    """Time every applicable algorithm for ``collective`` on ``machine`` at
+    every size.
 
-    >>> from simcoll import load_machine
-    >>> df, skipped = compare(load_machine("ring:4"), "allgather", [1024, 1 << 20])
-    >>> sorted(df.algorithm.unique())
-    ['bidirectional-ring', 'direct', 'multi-ring', 'ring']
-    >>> list(df.method.unique())
-    ['simulate']
+    Parameters
+    ----------
+    machine : Machine or str
+        The machine, or a topology spec with its default model
+        (:func:`simcoll.machines.as_machine`).
+    collective : str
+        The collective's name (``"allreduce"``, ``"allgather"``...).
+    sizes : list of int
+        Buffer sizes in bytes (nccl-tests naming), each checked by
+        :func:`simcoll.units.check_size_bytes`. An algorithm whose buffer has
+        more chunks than a size has bytes is left out at that size (reason in
+        ``skipped`` under ``"<name> at <size>"``).
+    method : {"simulate", "analytic"}, optional
+        Where the times come from (module docstring); default ``"simulate"``.
+    program : bool, optional
+        Also a ``"program"`` row per algorithm and size where the Algorithm
+        can be lowered (:func:`simcoll.compiler.lower_algorithm`).
+    contention : bool, optional
+        Passed to :func:`simcoll.simulator.simulate`.
+    time_limit_s : float, optional
+        Wall-clock limit of each simulation (seconds).
+
+    Returns
+    -------
+    df : pandas.DataFrame
+        One row per algorithm, size and method, columns :data:`COLUMNS`;
+        ``best`` marks the fastest algorithm per size among the rows of
+        ``method``.
+    skipped : dict of str to str
+        Why the other registered algorithms (or their lowering, or a size)
+        are left out.
+
+    Raises
+    ------
+    SimcollError
+        With no size, an unknown ``method``, or when no algorithm applies.
+    SizeError
+        When a size is not a positive, finite number of bytes.
+
+    Examples
+    --------
+    >>> df, skipped = compare("ring:4", "allgather", [1024, 1 << 20])
+    >>> {"ring", "bidirectional-ring", "direct"} <= set(df.algorithm)
+    True
+    >>> list(df.method.unique()), sorted(df[df.best]["size"].unique())  # a fastest algorithm per size
+    (['simulate'], ['1KB', '1MB'])
+
+    References
+    ----------
+    .. [1] NVIDIA nccl-tests, "Performance reported": algbw and busbw.
+    .. [2] S. Cai et al., "Synthesizing Optimal Collective Algorithms"
+       (SCCL), PPoPP 2021, §3.6-3.7: latency- and bandwidth-optimal schedules.
     """
+    machine = as_machine(machine)
     if not sizes:
         raise SimcollError("compare needs at least one size")
+    for size in sizes:
+        check_size_bytes(size, where=f"compare size {size!r}")
     if method not in METHODS:
         raise SimcollError(f"unknown compare method {method!r}: use {' or '.join(METHODS)}")
     collective = canonical_name(collective)
@@ -96,6 +142,12 @@ def compare(
     rows = []
     for size in sizes:
         for name, algorithm in algorithms.items():
+            chunks = algorithm.collective.size_chunks
+            if size < chunks:
+                skipped[f"{name} at {format_size(size)}"] = (
+                    f"{size} B gives less than one byte to each of its {chunks} chunks"
+                )
+                continue
             bound_s = unit_bound_s * size / coll.size_chunks
             runs = [(method, algorithm)]
             if name in lowered:
@@ -133,22 +185,22 @@ def compare(
 
 
 def _simulate(schedule, machine: Machine, size: int, contention: bool, time_limit_s: float) -> float:
+    """The simulated time of ``schedule``. Not verified again: the registered
+    generators are verified by the test suite, as for the analytic method, and
+    a lowered Program comes from a verified lowering (:func:`_lower_all`). No
+    timeline or utilisation is recorded: only the time is reported."""
     from .simulator import simulate
-    from .simulator.algorithm_mode import simulate_algorithm
 
-    if isinstance(schedule, Algorithm):
-        result = simulate_algorithm(
-            schedule,
-            machine,
-            size,
-            contention=contention,
-            time_limit_s=time_limit_s,
-            record_timeline=False,
-            record_utilisation=False,
-        )
-    else:
-        # lowered (and so verified) by _lower_all
-        result = simulate(schedule, machine, size, contention=contention, time_limit_s=time_limit_s, verify=False)
+    result = simulate(
+        schedule,
+        machine,
+        size,
+        contention=contention,
+        time_limit_s=time_limit_s,
+        verify=False,
+        record_timeline=False,
+        record_utilisation=False,
+    )
     return result.time_s
 
 
@@ -171,7 +223,37 @@ def _lower_all(algorithms: dict[str, Algorithm], machine: Machine, skipped: dict
 
 
 def plot_comparison(df: pd.DataFrame, path: str | Path) -> None:
-    """algbw against buffer size, one line per algorithm, the bound dashed."""
+    """Plot algbw against buffer size, one line per algorithm, the bandwidth
+    bound dashed, and save the figure.
+
+    Parameters
+    ----------
+    df : pandas.DataFrame
+        Rows from :func:`compare` (columns :data:`COLUMNS`); Program-mode rows
+        are drawn dashed and labelled ``"<name> (program)"``.
+    path : str or pathlib.Path
+        Where to write the image; the format follows the suffix (``.png``,
+        ``.svg``, ``.pdf``).
+
+    Returns
+    -------
+    None
+
+    Raises
+    ------
+    OSError
+        When ``path`` cannot be written.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> df, _ = compare("ring:4", "allgather", [1024, 1 << 20], method="analytic")
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     out = pathlib.Path(tmp) / "allgather.png"
+    ...     plot_comparison(df, out)
+    ...     out.stat().st_size > 0
+    True
+    """
     import matplotlib
 
     matplotlib.use("Agg")

@@ -6,6 +6,10 @@ rank, step or instruction. The CLI turns these into a one-line message and a
 non-zero exit code.
 """
 
+from __future__ import annotations
+
+from collections.abc import Sequence
+
 
 class SimcollError(Exception):
     """Base class of every error simcoll raises on bad input or failed checks."""
@@ -25,6 +29,42 @@ class CollectiveError(SimcollError):
 
 class AlgorithmError(SimcollError):
     """An Algorithm or Program is malformed (before any semantic check)."""
+
+
+class DSLError(AlgorithmError):
+    """A DSL program (:mod:`simcoll.dsl`) misuses a chunk; the message starts
+    with the user's ``file:line``."""
+
+
+class CompileError(AlgorithmError):
+    """A program cannot be compiled (a scheduling constraint cannot be met);
+    the message names the instruction and, for DSL programs, the user's line."""
+
+
+class SizeError(SimcollError):
+    """A buffer size is not a positive, finite number of bytes, or is too
+    small to give every chunk at least one byte
+    (:func:`simcoll.units.check_size_bytes`)."""
+
+
+class SimulationError(SimcollError):
+    """The simulator could not finish a run: a schedule stalled with work left,
+    the wall-clock limit was reached, or a run was asked for in a way the
+    simulator does not support (:func:`simcoll.simulator.simulate`)."""
+
+
+class ProgramDeadlockError(SimulationError, AlgorithmError):
+    """A simulated Program stalled with work left. ``waits`` lists, per blocked
+    executor, what it waits on (rank, executor, step, tile, op, and the
+    connection, slot or dependency); ``time_s`` is the simulated time of the
+    stall. It is also an :class:`AlgorithmError`: the Program, not the
+    simulator, is at fault."""
+
+    def __init__(self, program_name: str, time_s: float, waits: Sequence[str]):
+        self.waits = list(waits)
+        self.time_s = time_s
+        listing = "; ".join(self.waits)
+        super().__init__(f"{program_name}: deadlock at t={time_s * 1e6:.3f} us: {listing}")
 
 
 class NotApplicableError(SimcollError):

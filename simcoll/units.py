@@ -6,12 +6,79 @@ nccl-tests and TACCL's ``input_size`` ("1M" = 1 MiB).
 
 from __future__ import annotations
 
+import math
+import numbers
 import re
 
-from .errors import SimcollError
+from .errors import SimcollError, SizeError
 
 _MULTIPLIERS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
+
+
+def check_size_bytes(
+    size_bytes: float, *, chunks: int = 0, where: str = "size_bytes", allow_zero: bool = False
+) -> float:
+    """``size_bytes`` if it is a valid buffer size, else :class:`~simcoll.errors.SizeError`.
+
+    The one rule for sizes in simcoll: a size is a real number of bytes (not
+    a bool), finite and positive. With ``chunks`` > 0 (the collective's
+    :attr:`~simcoll.collectives.Collective.size_chunks`) it must also be at
+    least ``chunks`` bytes: a buffer of ``size_bytes`` is cut into ``chunks``
+    chunks of ``size_bytes / chunks`` bytes (nccl-tests naming), and a chunk
+    smaller than one byte moves nothing a GPU could send. Fractional chunk
+    sizes above one byte are accepted (the α-β model is linear in bytes).
+    ``allow_zero`` admits 0 (a network message that carries only a signal).
+
+    Callers: :func:`simcoll.simulator.simulate` and
+    :func:`simcoll.analytic.chunk_bytes` (so the analytic cost functions and
+    both simulator modes) apply the chunk rule; :func:`simcoll.compare.compare`
+    checks its sizes and leaves out an algorithm at a size below its chunk
+    count; :func:`simcoll.bounds.time_lower_bound_s` checks the size alone
+    (a lower bound is linear in the size, whatever the chunking);
+    :func:`parse_size` and the network's messages use it too.
+
+    Parameters
+    ----------
+    size_bytes : float
+        The size to check, in bytes.
+    chunks : int, optional
+        Chunks the buffer is cut into; 0 (default) skips the per-chunk check.
+    where : str, optional
+        What the size is, for the message (default ``"size_bytes"``).
+    allow_zero : bool, optional
+        Accept a size of 0 (default False).
+
+    Returns
+    -------
+    float
+        ``size_bytes`` unchanged (an ``int`` stays an ``int``).
+
+    Raises
+    ------
+    SizeError
+        If ``size_bytes`` is not a number, is a bool, NaN, infinite, negative,
+        zero (unless ``allow_zero``) or smaller than ``chunks``.
+
+    Examples
+    --------
+    >>> check_size_bytes(1 << 20, chunks=8)
+    1048576
+    >>> check_size_bytes(4, chunks=8)
+    Traceback (most recent call last):
+    ...
+    simcoll.errors.SizeError: size_bytes = 4 B is smaller than its 8 chunks: a chunk must be at least 1 byte
+    """
+    if isinstance(size_bytes, bool) or not isinstance(size_bytes, numbers.Real):
+        raise SizeError(f"{where} must be a number of bytes, got {size_bytes!r}")
+    if not math.isfinite(size_bytes) or size_bytes < 0 or (size_bytes == 0 and not allow_zero):
+        what = "non-negative" if allow_zero else "positive"
+        raise SizeError(f"{where} must be a finite, {what} number of bytes, got {size_bytes!r}")
+    if chunks > 0 and size_bytes < chunks:
+        raise SizeError(
+            f"{where} = {size_bytes:g} B is smaller than its {chunks} chunks: a chunk must be at least 1 byte"
+        )
+    return size_bytes
 
 
 def parse_size(text: str | int) -> int:
@@ -20,10 +87,8 @@ def parse_size(text: str | int) -> int:
     >>> parse_size("1KB")
     1024
     """
-    if isinstance(text, int):
-        if text <= 0:
-            raise SimcollError(f"size must be positive, got {text}")
-        return text
+    if isinstance(text, int) and not isinstance(text, bool):
+        return check_size_bytes(text, where="size")
     match = _SIZE_RE.match(str(text))
     if not match:
         raise SimcollError(f"cannot read size {text!r}: expected a number with an optional K/M/G/T suffix")

@@ -18,9 +18,8 @@ from simcoll.algorithm import Algorithm, Transfer
 from simcoll.algorithms import applicable, generate
 from simcoll.analytic import critical_path_time_s
 from simcoll.collectives import COLLECTIVES, make_collective
-from simcoll.errors import AlgorithmError, SimcollError, VerificationError
+from simcoll.errors import AlgorithmError, SimcollError, SimulationError, SizeError, VerificationError
 from simcoll.simulator import algorithm_mode, simulate
-from simcoll.simulator.algorithm_mode import simulate_algorithm
 
 SIZE = 1 << 20
 TOPOLOGIES = ["ring:8", "fully-connected:8", "dgx1"]
@@ -134,15 +133,19 @@ def test_an_incorrect_schedule_is_refused_not_timed():
 
 def test_size_must_be_positive():
     machine = load_machine("ring:4")
-    with pytest.raises(SimcollError, match="positive"):
+    with pytest.raises(SizeError, match="positive"):
         simulate(generate("ring", machine.topology, "allgather"), machine, 0)
+    # a chunk cannot be smaller than a byte: 4 ranks' Allgather has 4 chunks
+    with pytest.raises(SizeError, match="smaller than its 4 chunks"):
+        simulate(generate("ring", machine.topology, "allgather"), machine, 3)
+    assert simulate(generate("ring", machine.topology, "allgather"), "ring:4", 4).time_s > 0
 
 
 def test_wall_clock_limit_is_enforced():
     machine = load_machine("ring:64")
     algorithm = generate("ring", machine.topology, "allreduce")
-    with pytest.raises(SimcollError, match="wall-clock limit"):
-        simulate_algorithm(algorithm, machine, SIZE, time_limit_s=1e-9)
+    with pytest.raises(SimulationError, match="wall-clock limit"):
+        simulate(algorithm, machine, SIZE, time_limit_s=1e-9)
 
 
 def test_wrong_machine_and_mode_are_errors():
@@ -220,13 +223,13 @@ def test_private_pairs_give_exactly_what_the_network_gives(monkeypatch, topo, co
     # bit for bit: time, timeline rows and utilisation intervals.
     machine = load_machine(topo)
     algorithm = applicable(machine.topology, coll)[name]
-    fast = simulate_algorithm(algorithm, machine, SIZE, contention=contention)
+    fast = simulate(algorithm, machine, SIZE, contention=contention)
     assert fast.stats["private_messages"] > 0
-    again = simulate_algorithm(algorithm, machine, SIZE, contention=contention)
+    again = simulate(algorithm, machine, SIZE, contention=contention)
     pd.testing.assert_frame_equal(fast.timeline, again.timeline, check_exact=True)  # deterministic, row order too
     pd.testing.assert_frame_equal(fast.utilisation, again.utilisation, check_exact=True)
     monkeypatch.setattr(algorithm_mode, "_private_pairs", _no_private_pairs)
-    slow = simulate_algorithm(algorithm, machine, SIZE, contention=contention)
+    slow = simulate(algorithm, machine, SIZE, contention=contention)
     assert slow.stats["private_messages"] == 0
     assert fast.time_s == slow.time_s
     assert fast.transfers == slow.transfers and fast.stats["max_sharing"] == slow.stats["max_sharing"]
@@ -238,9 +241,9 @@ def test_private_pairs_give_exactly_what_the_network_gives(monkeypatch, topo, co
 def test_contiguity_groups_on_private_pairs_match_the_network(monkeypatch):
     machine = load_machine("fully-connected:2")
     algorithm = _timed_algorithm()
-    fast = simulate_algorithm(algorithm, machine, SIZE)
+    fast = simulate(algorithm, machine, SIZE)
     monkeypatch.setattr(algorithm_mode, "_private_pairs", _no_private_pairs)
-    slow = simulate_algorithm(algorithm, machine, SIZE)
+    slow = simulate(algorithm, machine, SIZE)
     assert fast.stats["private_messages"] == 2 and fast.time_s == slow.time_s
     pd.testing.assert_frame_equal(_canonical(fast.timeline), _canonical(slow.timeline), check_exact=True)
 
@@ -249,9 +252,9 @@ def test_which_pairs_are_private():
     # a pair is private when no other pair of the schedule uses any of its resources
     dgx2 = load_machine("dgx2")
     alltoall = generate("direct", dgx2.topology, "alltoall")
-    assert simulate_algorithm(alltoall, dgx2, SIZE).stats["private_messages"] == 0
+    assert simulate(alltoall, dgx2, SIZE).stats["private_messages"] == 0
     # without contention flows never share: all private unless utilisation must sum them
-    ideal = simulate_algorithm(alltoall, dgx2, SIZE, contention=False, record_utilisation=False)
+    ideal = simulate(alltoall, dgx2, SIZE, contention=False, record_utilisation=False)
     assert ideal.stats["private_messages"] == ideal.transfers
     assert ideal.time_s == pytest.approx(critical_path_time_s(alltoall, dgx2, SIZE), rel=1e-9)
     assert ideal.utilisation.empty

@@ -17,16 +17,11 @@ from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from ..collectives import Collective, custom_collective, make_collective
-from ..errors import AlgorithmError
+from ..errors import CompileError  # noqa: F401 (re-exported: the compiler's passes import it from here)
 from ..topology import Topology
 
 #: Buffers every rank has; any other name is a named scratch buffer.
 FIXED_BUFFERS = ("input", "output")
-
-
-class CompileError(AlgorithmError):
-    """A program cannot be compiled (a scheduling constraint cannot be met);
-    the message names the instruction and, for DSL programs, the user's line."""
 
 
 class Loc(NamedTuple):

@@ -34,7 +34,7 @@ from typing import Any
 
 from ..collectives import Collective, make_collective
 from ..compiler.trace import FIXED_BUFFERS, Loc, Op, Trace, buffer_sizes, canonical
-from ..errors import AlgorithmError, CollectiveError
+from ..errors import CollectiveError, DSLError
 from ..program import PROTOCOLS, Program
 from ..topology import Topology
 
@@ -42,11 +42,6 @@ _HERE = str(Path(__file__).resolve())
 _SKIP = {_HERE, str(Path(contextlib.__file__).resolve())}
 _BUFFER_ALIASES = {"in": "input", "i": "input", "out": "output", "o": "output", "sc": "scratch", "s": "scratch"}
 _STACK: list[DSLProgram] = []
-
-
-class DSLError(AlgorithmError):
-    """A DSL program misuses a chunk; the message starts with the user's
-    ``file:line``."""
 
 
 @functools.lru_cache(maxsize=256)

@@ -1,10 +1,10 @@
 """Discrete-event simulator: SimPy over a fluid network model.
 
-:func:`simulate` runs an :class:`~simcoll.algorithm.Algorithm` (Algorithm mode,
-:mod:`.algorithm_mode`) or a :class:`~simcoll.program.Program` (Program mode,
-:mod:`.program_mode`) on a :class:`~simcoll.machines.Machine` and returns a
-:class:`SimulationResult` (time, timeline, utilisation, algbw/busbw, Chrome
-trace). The network model is in :mod:`.network`.
+:func:`simulate` is the one entry: it runs an :class:`~simcoll.algorithm.Algorithm`
+(Algorithm mode, :mod:`.algorithm_mode`) or a :class:`~simcoll.program.Program`
+(Program mode, :mod:`.program_mode`) on a :class:`~simcoll.machines.Machine` and
+returns a :class:`SimulationResult` (time, timeline, utilisation, algbw/busbw,
+Chrome trace). The network model is in :mod:`.network`.
 
 >>> from simcoll import load_machine
 >>> from simcoll.algorithms import generate
@@ -17,9 +17,10 @@ trace). The network model is in :mod:`.network`.
 from __future__ import annotations
 
 from ..algorithm import Algorithm
-from ..errors import SimcollError, VerificationError
-from ..machines import Machine
+from ..errors import SimulationError, VerificationError
+from ..machines import Machine, as_machine
 from ..program import Program
+from ..units import check_size_bytes
 from .network import FluidNetwork, TransferEvent
 from .results import SimulationResult, make_result
 
@@ -30,58 +31,129 @@ MODES = ("algorithm", "program")
 
 def simulate(
     schedule: Algorithm | Program,
-    machine: Machine,
+    machine: Machine | str,
     size_bytes: float,
     *,
     mode: str | None = None,
     contention: bool = True,
     time_limit_s: float = 60.0,
     verify: bool = True,
+    record_timeline: bool = True,
+    record_utilisation: bool = True,
 ) -> SimulationResult:
     """Simulate ``schedule`` on ``machine`` for a ``size_bytes`` buffer.
 
-    ``mode`` defaults to the schedule's kind (``"algorithm"`` for an
-    Algorithm, ``"program"`` for a Program); asking for Program mode with an
-    Algorithm lowers it first with :func:`simcoll.compiler.lower_algorithm`.
-    ``contention=False`` gives the ideal α-β network (equal to the analytic
-    critical-path time for an Algorithm); ``time_limit_s`` bounds the wall
-    clock. With ``verify`` (default) a schedule that does not implement its
-    collective on this machine (:func:`simcoll.verify.check`) is refused with
-    :class:`~simcoll.errors.VerificationError` rather than timed.
+    Algorithm mode sends every transfer (or TACCL contiguity group) as one
+    message over the fluid network, in schedule order, FIFO per rank pair;
+    Program mode runs every executor's instruction list as a SimPy process
+    with connections, FIFO slots, tiling and kernel launches (GC3 §6). Both
+    share the network model of :mod:`simcoll.simulator.network` (max-min fair
+    sharing plus the cost model's contention parameters).
+
+    Parameters
+    ----------
+    schedule : Algorithm or Program
+        What to simulate.
+    machine : Machine or str
+        The machine, or a topology spec such as ``"dgx1"`` with its default
+        model (:func:`simcoll.machines.as_machine`).
+    size_bytes : float
+        The buffer the collective is named by, in bytes (nccl-tests naming:
+        one chunk is ``size_bytes / collective.size_chunks``); checked by
+        :func:`simcoll.units.check_size_bytes` (positive, finite, at least
+        one byte a chunk).
+    mode : {"algorithm", "program"}, optional
+        Defaults to the schedule's kind. Program mode for an Algorithm lowers
+        it first with :func:`simcoll.compiler.lower_algorithm` (:func:`lower_for`).
+    contention : bool, optional
+        ``False`` gives the ideal α-β network: every message alone at its
+        route's bandwidth. An Algorithm then takes exactly
+        :func:`simcoll.analytic.critical_path_time_s` (to rounding).
+    time_limit_s : float, optional
+        Wall-clock limit of the run, in seconds (default 60).
+    verify : bool, optional
+        Refuse a schedule that does not implement its collective on this
+        machine (:func:`simcoll.verify.check`) instead of timing it (default).
+    record_timeline, record_utilisation : bool, optional
+        Record the per-message timeline and the per-resource utilisation
+        (default); off saves time and memory on large schedules and leaves
+        the corresponding frame of the result empty.
+
+    Returns
+    -------
+    SimulationResult
+        Completion time, timeline, utilisation, nccl-tests bandwidths and stats.
+
+    Raises
+    ------
+    SizeError
+        If ``size_bytes`` is not a valid size for the schedule's collective.
+    VerificationError
+        If ``verify`` and the schedule does not implement its collective.
+    AlgorithmError
+        If the schedule is for another number of ranks, or reads a chunk
+        before its source holds it.
+    ProgramDeadlockError
+        If a Program stalls with work left (a :class:`SimulationError`).
+    SimulationError
+        On an unknown ``mode``, a schedule of another type, a stall, or when
+        the wall-clock limit is reached.
+    TopologyError
+        If ``machine`` is not a Machine or a topology spec, or a message has
+        no route.
+
+    Examples
+    --------
+    >>> from simcoll import load_machine
+    >>> from simcoll.algorithms import generate
+    >>> m = load_machine("ring:4")
+    >>> r = simulate(generate("ring", m.topology, "allgather"), m, 4e6)
+    >>> round(r.time_s * 1e6, 3)   # 3 steps of 0.7 us + 1 MB / 25 GB/s
+    122.1
+    >>> simulate(generate("ring", m.topology, "allgather"), "ring:4", 4e6, mode="program").mode
+    'program'
+
+    References
+    ----------
+    .. [1] M. Cowan et al., "GC3: An Optimizing Compiler for GPU Collective
+       Communication" (MSCCLang), §6: the interpreter runtime Program mode models.
+    .. [2] A. Shah et al., "TACCL: Guiding Collective Algorithm Synthesis
+       using Communication Sketches", NSDI 2023, §3.2 and §4.2: the switch
+       and host-staging contention parameters.
     """
-    if not isinstance(size_bytes, (int, float)) or not size_bytes > 0:
-        raise SimcollError(f"size_bytes must be a positive number of bytes, got {size_bytes!r}")
-    if verify and isinstance(schedule, (Algorithm, Program)):
+    machine = as_machine(machine)
+    if not isinstance(schedule, (Algorithm, Program)):
+        raise SimulationError(f"cannot simulate a {type(schedule).__name__}: give an Algorithm or a Program")
+    check_size_bytes(size_bytes, chunks=schedule.collective.size_chunks)
+    if mode is None:
+        mode = "program" if isinstance(schedule, Program) else "algorithm"
+    if mode not in MODES:
+        raise SimulationError(f"unknown simulation mode {mode!r}: use {' or '.join(MODES)}")
+    if mode == "algorithm" and not isinstance(schedule, Algorithm):
+        raise SimulationError("Algorithm mode needs an Algorithm; a Program runs in Program mode (mode='program')")
+    if verify:
         from ..verify import check
 
         problems = check(schedule, machine.topology)
         if problems:
             raise VerificationError([f"{schedule.name}: {p}" for p in problems])
-    if mode is None:
-        mode = "program" if isinstance(schedule, Program) else "algorithm"
-    if mode not in MODES:
-        raise SimcollError(f"unknown simulation mode {mode!r}: use {' or '.join(MODES)}")
+    options = {
+        "contention": contention,
+        "time_limit_s": time_limit_s,
+        "record_timeline": record_timeline,
+        "record_utilisation": record_utilisation,
+    }
     if mode == "algorithm":
-        if not isinstance(schedule, Algorithm):
-            raise SimcollError("Algorithm mode needs an Algorithm; a Program runs in Program mode (mode='program')")
-        from .algorithm_mode import simulate_algorithm
+        from .algorithm_mode import _simulate_algorithm
 
-        return simulate_algorithm(schedule, machine, size_bytes, contention=contention, time_limit_s=time_limit_s)
+        return _simulate_algorithm(schedule, machine, size_bytes, **options)
     if isinstance(schedule, Algorithm):
-        try:
-            from ..compiler import lower_algorithm
-        except ImportError as exc:
-            raise SimcollError(
-                f"Program mode for an Algorithm needs simcoll.compiler.lower_algorithm ({exc})"
-            ) from None
+        from ..compiler import lower_algorithm
+
         schedule = lower_for(schedule, machine, lower_algorithm)
-    if not isinstance(schedule, Program):
-        raise SimcollError(f"cannot simulate a {type(schedule).__name__}: give an Algorithm or a Program")
-    try:
-        from .program_mode import simulate_program
-    except ImportError as exc:
-        raise SimcollError(f"Program mode is not available ({exc})") from None
-    return simulate_program(schedule, machine, size_bytes, contention=contention, time_limit_s=time_limit_s)
+    from .program_mode import _simulate_program
+
+    return _simulate_program(schedule, machine, size_bytes, **options)
 
 
 def lower_for(algorithm: Algorithm, machine: Machine, lower_algorithm) -> Program:

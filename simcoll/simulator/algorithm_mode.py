@@ -47,10 +47,10 @@ import simpy
 
 from ..algorithm import Algorithm, Transfer, messages
 from ..analytic import chunk_bytes
-from ..errors import AlgorithmError, SimcollError
+from ..errors import AlgorithmError, SimulationError
 from ..machines import Machine
 from .engine import run_with_limit
-from .network import Flow, FluidNetwork
+from .network import Flow, FluidNetwork, alone_rate_Bps
 from .results import TIMELINE_COLUMNS, SimulationResult, make_result
 
 
@@ -200,7 +200,281 @@ def _plan_grouped(algorithm: Algorithm, num_chunks: int, present: np.ndarray) ->
     )
 
 
-def simulate_algorithm(
+class _Run:
+    """One Algorithm-mode simulation (module docstring): the static plan, the
+    per-slot wait tables, the rank-pair queues over a :class:`FluidNetwork`,
+    and the event handlers that move messages through them.
+
+    State per message lives in flat ``array`` columns indexed by message
+    number, so that millions of messages stay small; the handlers are the hot
+    path and read those columns through locals.
+    """
+
+    def __init__(
+        self,
+        algorithm: Algorithm,
+        machine: Machine,
+        size_bytes: float,
+        *,
+        contention: bool,
+        record_utilisation: bool,
+    ) -> None:
+        if algorithm.num_ranks != machine.num_ranks:
+            raise AlgorithmError(
+                f"{algorithm.name} is for {algorithm.num_ranks} ranks but {machine.name} has {machine.num_ranks}"
+            )
+        self.algorithm = algorithm
+        self.machine = machine
+        self.nbytes = chunk_bytes(algorithm.collective, size_bytes)
+        self.num_chunks = algorithm.collective.num_chunks
+        self.plan = plan = self._make_plan()
+        # the plan's per-message columns the event handlers read (:class:`_Plan`)
+        self.pending, self.groups, self.is_reduce = plan.pending, plan.groups, plan.reduce
+        self._wait_tables()
+        self.reduce_time = machine.model.reduce_time_s
+        self.after_one = self.reduce_time(self.nbytes)
+        self.env = simpy.Environment()
+        self.net = FluidNetwork(
+            self.env, machine, contention=contention, record_timeline=False, record_utilisation=record_utilisation
+        )
+        self._queues(contention, record_utilisation)
+        n_msgs = self.plan.messages
+        # per message: when it started and left the wire (arrival and completion follow)
+        self.msg_start = array("d", bytes(8 * n_msgs))
+        self.msg_wire = array("d", bytes(8 * n_msgs))
+        self.landed_count = 0
+        self.last_s = 0.0
+        self.landings: dict[float, list[int]] = {}  # private pairs: completion time -> messages
+
+    # -- static part ---------------------------------------------------------------------------
+    def _make_plan(self) -> _Plan:
+        """The plan (:class:`_Plan`); the chunks the collective starts with are present."""
+        algorithm, num_chunks = self.algorithm, self.num_chunks
+        present = np.zeros(num_chunks * algorithm.num_ranks, dtype=bool)
+        pre = np.array([c + r * num_chunks for c, r in algorithm.collective.pre], dtype=np.int64)
+        present[pre] = True
+        if any(t.group is not None for t in algorithm.transfers):
+            return _plan_grouped(algorithm, num_chunks, present)
+        return _plan_vectorised(algorithm, num_chunks, present)
+
+    def _wait_tables(self) -> None:
+        """Waiters sorted by (slot, updates needed): CSR offsets per slot and a
+        cursor per slot that :meth:`_release` advances."""
+        plan = self.plan
+        num_slots = self.num_chunks * self.algorithm.num_ranks
+        order = np.lexsort((plan.wait_landed, plan.wait_slot))
+        slots_sorted = plan.wait_slot[order]
+        self.w_landed = array("i", plan.wait_landed[order].astype(np.int32).tobytes())
+        self.w_msg = array("q", plan.wait_msg[order].astype(np.int64).tobytes())
+        offsets = np.searchsorted(slots_sorted, np.arange(num_slots + 1, dtype=np.int64))
+        self.cursor = array("q", offsets[:-1].astype(np.int64).tobytes())
+        self.slot_end = array("q", offsets[1:].astype(np.int64).tobytes())
+        self.arrived = array("i", bytes(4 * num_slots))
+        # per message: the slot it updates (its first transfer's chunk at the destination)
+        slot = np.frombuffer(plan.chunk, dtype=np.int32).astype(np.int64)
+        slot += np.frombuffer(plan.dst, dtype=np.int32).astype(np.int64) * self.num_chunks
+        self.msg_slot = array("q", slot.tobytes())
+
+    def _queues(self, contention: bool, record_utilisation: bool) -> None:
+        """The FIFO queue of each rank pair, its route, its standalone rate and
+        whether it is private (:func:`_private_pairs`)."""
+        plan = self.plan
+        self.pairs = list(plan.queues)
+        self.q_msgs = [plan.queues[p] for p in self.pairs]
+        self.routes = [self.net.route(*pair) for pair in self.pairs]  # fails early on an unroutable pair
+        msg_q = np.empty(plan.messages, dtype=np.int32)
+        for qi, msgs in enumerate(self.q_msgs):
+            msg_q[msgs] = qi
+        self.msg_q_np = msg_q
+        self.msg_q = array("i", msg_q.tobytes())
+        self.q_alpha = [alpha for alpha, _, _ in self.routes]
+        self.q_rate, self.q_fast = _private_pairs(self.routes, contention, record_utilisation)
+        n_q = len(self.pairs)
+        self.q_head = [0] * n_q
+        self.q_free = [0.0] * n_q  # private pairs: when the wire is free again
+        self.q_busy = bytearray(n_q)  # shared pairs: a message is on the wire
+
+    # -- event handlers ------------------------------------------------------------------------
+    def _payload(self, m: int) -> tuple[float, float]:
+        """Bytes of message ``m`` and the reduction time after it arrives."""
+        group = self.plan.groups.get(m)
+        if group is None:
+            return self.nbytes, (self.after_one if self.plan.reduce[m] else 0.0)
+        size = self.nbytes * len(group)
+        return size, (self.reduce_time(size) if self.plan.reduce[m] else 0.0)
+
+    def _start_private(self, qi: int, now: float) -> None:
+        """Send the ready messages at the head of a private pair's queue: the
+        pair alone uses its resources, so each runs at its standalone rate and
+        its wire end is known now; one SimPy event per completion time."""
+        msgs = self.q_msgs[qi]
+        pending, groups, is_reduce = self.pending, self.groups, self.is_reduce
+        msg_start, msg_wire, landings = self.msg_start, self.msg_wire, self.landings
+        head = self.q_head[qi]
+        end = len(msgs)
+        free = self.q_free[qi]
+        rate = self.q_rate[qi]
+        alpha = self.q_alpha[qi]
+        while head < end:
+            m = msgs[head]
+            if pending[m]:
+                break
+            head += 1
+            t0 = free if free > now else now
+            if m in groups:  # the hot path: :meth:`_payload` inlined
+                size, after = self._payload(m)
+            else:
+                size, after = self.nbytes, (self.after_one if is_reduce[m] else 0.0)
+            free = t0 + size / rate
+            msg_start[m] = t0
+            msg_wire[m] = free
+            done = free + (alpha + after)
+            batch = landings.get(done)
+            if batch is None:
+                landings[done] = [m]
+                env = self.env
+                simpy.Timeout(env, _delay_to(env.now, done), done).callbacks.append(self._land_private)
+            else:
+                batch.append(m)
+        self.q_head[qi] = head
+        self.q_free[qi] = free
+
+    def _start_shared(self, qi: int) -> None:
+        """Send the head of a shared pair's queue through the network, if it is
+        ready and the pair's previous message has left the wire."""
+        if self.q_busy[qi]:
+            return
+        head = self.q_head[qi]
+        msgs = self.q_msgs[qi]
+        if head >= len(msgs):
+            return
+        m = msgs[head]
+        if self.plan.pending[m]:
+            return
+        self.q_head[qi] = head + 1
+        self.q_busy[qi] = 1
+        size, after = self._payload(m)
+        plan = self.plan
+        src, dst = self.pairs[qi]
+        kind = _KINDS[plan.reduce[m]]
+        label = plan.labels[plan.batch[m]]
+        self.net.launch(
+            src, dst, size, math.inf, 1.0, self._sent, self._landed, after, kind, None, label, plan.chunk[m], m
+        )
+
+    def _release(self, slot: int, now: float) -> None:
+        """One more update of ``slot`` has landed: start the messages whose
+        reads were waiting for it."""
+        count = self.arrived[slot] + 1
+        self.arrived[slot] = count
+        w_landed, w_msg, pending, msg_q, q_fast = self.w_landed, self.w_msg, self.pending, self.msg_q, self.q_fast
+        i = self.cursor[slot]
+        end = self.slot_end[slot]
+        while i < end and w_landed[i] <= count:
+            w = w_msg[i]
+            pending[w] -= 1
+            if not pending[w]:
+                qi = msg_q[w]
+                if q_fast[qi]:
+                    self._start_private(qi, now)
+                else:
+                    self._start_shared(qi)
+            i += 1
+        self.cursor[slot] = i
+
+    def _complete(self, m: int, now: float) -> None:
+        """Message ``m`` has landed (and reduced): its chunks are updated."""
+        group = self.groups.get(m)
+        if group is None:
+            self._release(self.msg_slot[m], now)
+        else:
+            num_chunks = self.num_chunks
+            for t in group:
+                self._release(t.chunk + t.dst * num_chunks, now)
+
+    def _landed_at(self, now: float, count: int) -> None:
+        self.landed_count += count
+        if now > self.last_s:
+            self.last_s = now
+
+    def _land_private(self, event: simpy.Event) -> None:
+        """Private messages completing at ``event.value`` land."""
+        now = event.value
+        env = self.env
+        if env.now != now:  # the clock stopped an ulp short: wait the exact rest
+            simpy.Timeout(env, now - env.now, now).callbacks.append(self._land_private)
+            return
+        batch = self.landings.pop(now)
+        self._landed_at(now, len(batch))
+        complete = self._complete
+        for m in batch:
+            complete(m, now)
+
+    def _sent(self, flow: Flow) -> None:
+        """A shared pair's message left the wire: the pair may send its next."""
+        qi = self.msg_q[flow.tag]
+        self.q_busy[qi] = 0
+        self._start_shared(qi)
+
+    def _landed(self, flow: Flow) -> None:
+        """A shared pair's message landed (network callback)."""
+        m = flow.tag
+        self.msg_start[m] = flow.start_s
+        self.msg_wire[m] = flow.wire_end_s
+        now = self.env.now
+        self._landed_at(now, 1)
+        self._complete(m, now)
+
+    # -- driving -------------------------------------------------------------------------------
+    def run(self, time_limit_s: float) -> int:
+        """Start every pair's queue, run to the end; the number of SimPy events.
+        Raises :class:`~simcoll.errors.SimulationError` when messages are left."""
+        for qi in range(len(self.pairs)):
+            if self.q_fast[qi]:
+                self._start_private(qi, 0.0)
+            else:
+                self._start_shared(qi)
+        what = f"simulation of {self.algorithm.name} on {self.machine.name}"
+        events = run_with_limit(self.env, time_limit_s, what=what)
+        n_msgs = self.plan.messages
+        if self.landed_count != n_msgs:
+            pending = self.plan.pending
+            stuck = [m for m in range(n_msgs) if pending[m]][:5]
+            detail = "; ".join(f"{self.plan.describe(m)} waits for its chunk at the source" for m in stuck)
+            raise SimulationError(
+                f"{what} stalled: {n_msgs - self.landed_count} of {n_msgs} messages never completed "
+                f"({detail or 'waiting on the network'})"
+            )
+        return events
+
+    def private_messages(self) -> np.ndarray:
+        """Per message: whether it went on a private pair."""
+        if not self.plan.messages:
+            return np.zeros(0, bool)
+        return np.frombuffer(bytes(self.q_fast), dtype=np.uint8).astype(bool)[self.msg_q_np]
+
+    def record_private(self, fast: np.ndarray) -> None:
+        """Hand the private pairs' messages (``fast``) to the network's counters
+        and utilisation, as if it had run them."""
+        msgs = np.flatnonzero(fast)
+        start = np.frombuffer(self.msg_start, dtype=np.float64)[msgs]
+        wire = np.frombuffer(self.msg_wire, dtype=np.float64)[msgs]
+        resources = [res if fast_q else () for (_, _, res), fast_q in zip(self.routes, self.q_fast, strict=True)]
+        self.net.add_alone_flows(resources, self.q_rate, self.msg_q_np[msgs], start, wire)
+
+    def timeline(self) -> pd.DataFrame:
+        """The timeline frame (:func:`_timeline_frame`)."""
+        start = np.frombuffer(self.msg_start, dtype=np.float64)
+        wire = np.frombuffer(self.msg_wire, dtype=np.float64)
+        size, after = _sizes(self.plan, self.nbytes, self.reduce_time)
+        alpha = np.array(self.q_alpha, dtype=np.float64)[self.msg_q_np]
+        return _timeline_frame(self.plan, start, wire + alpha, wire + (alpha + after), size)
+
+
+_KINDS = ("copy", "reduce")
+
+
+def _simulate_algorithm(
     algorithm: Algorithm,
     machine: Machine,
     size_bytes: float,
@@ -211,7 +485,9 @@ def simulate_algorithm(
     record_utilisation: bool = True,
 ) -> SimulationResult:
     """Simulate ``algorithm`` on ``machine`` for a ``size_bytes`` buffer
-    (nccl-tests naming: one chunk is ``size_bytes / collective.size_chunks``).
+    (nccl-tests naming: one chunk is ``size_bytes / collective.size_chunks``);
+    the Algorithm-mode back end of :func:`simcoll.simulator.simulate`, which
+    documents the arguments and checks them.
 
     With ``contention=False`` every message runs alone at its route's α-β
     cost and the result equals :func:`simcoll.analytic.critical_path_time_s`; with
@@ -219,220 +495,23 @@ def simulate_algorithm(
     model's contention parameters apply (:mod:`simcoll.simulator.network`).
     ``record_timeline`` / ``record_utilisation`` off save time and memory on
     very large schedules (the result's frames are then empty).
-
-    >>> from simcoll import load_machine
-    >>> from simcoll.algorithms import generate
-    >>> m = load_machine("ring:4")
-    >>> r = simulate_algorithm(generate("ring", m.topology, "allgather"), m, 4e6)
-    >>> round(r.time_s * 1e6, 3)   # 3 steps of 0.7 us + 1 MB / 25 GB/s
-    122.1
     """
     wall0 = time.perf_counter()
-    if algorithm.num_ranks != machine.num_ranks:
-        raise AlgorithmError(
-            f"{algorithm.name} is for {algorithm.num_ranks} ranks but {machine.name} has {machine.num_ranks}"
-        )
-    if not size_bytes >= 0 or math.isinf(size_bytes):
-        raise SimcollError(f"size_bytes must be finite and non-negative, got {size_bytes}")
-    nbytes = chunk_bytes(algorithm.collective, size_bytes)
-    num_chunks = algorithm.collective.num_chunks
-    num_slots = num_chunks * algorithm.num_ranks
-
-    # -- static plan -----------------------------------------------------------------------
-    present = np.zeros(num_slots, dtype=bool)
-    pre = np.array([c + r * num_chunks for c, r in algorithm.collective.pre], dtype=np.int64)
-    present[pre] = True
-    if any(t.group is not None for t in algorithm.transfers):
-        plan = _plan_grouped(algorithm, num_chunks, present)
-    else:
-        plan = _plan_vectorised(algorithm, num_chunks, present)
-    del present, pre
-    n_msgs = plan.messages
-    # waiters sorted by (slot, landed): CSR offsets per slot, a cursor per slot at run time
-    order = np.lexsort((plan.wait_landed, plan.wait_slot))
-    slots_sorted = plan.wait_slot[order]
-    w_landed = array("i", plan.wait_landed[order].astype(np.int32).tobytes())
-    w_msg = array("q", plan.wait_msg[order].astype(np.int64).tobytes())
-    offsets = np.searchsorted(slots_sorted, np.arange(num_slots + 1, dtype=np.int64))
-    cursor = array("q", offsets[:-1].astype(np.int64).tobytes())
-    slot_end = array("q", offsets[1:].astype(np.int64).tobytes())
-    del order, slots_sorted, offsets
-    arrived = array("i", bytes(4 * num_slots))
-    reduce_time = machine.model.reduce_time_s
-    msg_dst, msg_chunk, msg_reduce, msg_batch = plan.dst, plan.chunk, plan.reduce, plan.batch
-    groups, labels, pending = plan.groups, plan.labels, plan.pending
-
-    # -- dynamic state ---------------------------------------------------------------------
-    env = simpy.Environment()
-    net = FluidNetwork(
-        env, machine, contention=contention, record_timeline=False, record_utilisation=record_utilisation
-    )
-    pairs = list(plan.queues)
-    n_q = len(pairs)
-    q_msgs = [plan.queues[p] for p in pairs]
-    routes = [net.route(*pair) for pair in pairs]  # fails early on an unroutable pair
-    msg_q_np = np.empty(n_msgs, dtype=np.int32)
-    for qi, msgs in enumerate(q_msgs):
-        msg_q_np[msgs] = qi
-    msg_q = array("i", msg_q_np.tobytes())
-    q_alpha = [alpha for alpha, _, _ in routes]
-    q_rate, q_fast = _private_pairs(routes, contention, record_utilisation)
-    q_head = [0] * n_q
-    q_free = [0.0] * n_q  # private pairs: when the wire is free again
-    q_busy = bytearray(n_q)  # shared pairs: a message is on the wire
-    # per message: when it started and left the wire (arrival and completion follow)
-    msg_start = array("d", bytes(8 * n_msgs))
-    msg_wire = array("d", bytes(8 * n_msgs))
-    state = [0, 0.0]  # messages landed, last completion
-    inf = math.inf
-    after_one = reduce_time(nbytes)
-    kinds = ("copy", "reduce")
-    landings: dict[float, list[int]] = {}  # private pairs: completion time -> messages
-
-    def start_private(qi: int, now: float) -> None:
-        """Send the ready messages at the head of a private pair's queue: the
-        pair alone uses its resources, so each runs at its standalone rate and
-        its wire end is known now; one SimPy event per completion time."""
-        msgs = q_msgs[qi]
-        head = q_head[qi]
-        end = len(msgs)
-        free = q_free[qi]
-        rate = q_rate[qi]
-        alpha = q_alpha[qi]
-        while head < end:
-            m = msgs[head]
-            if pending[m]:
-                break
-            head += 1
-            t0 = free if free > now else now
-            if m in groups:
-                size = nbytes * len(groups[m])
-                after = reduce_time(size) if msg_reduce[m] else 0.0
-            else:
-                size = nbytes
-                after = after_one if msg_reduce[m] else 0.0
-            free = t0 + size / rate
-            msg_start[m] = t0
-            msg_wire[m] = free
-            done = free + (alpha + after)
-            batch = landings.get(done)
-            if batch is None:
-                landings[done] = [m]
-                simpy.Timeout(env, _delay_to(env.now, done), done).callbacks.append(land_private)
-            else:
-                batch.append(m)
-        q_head[qi] = head
-        q_free[qi] = free
-
-    def start_shared(qi: int) -> None:
-        if q_busy[qi]:
-            return
-        head = q_head[qi]
-        msgs = q_msgs[qi]
-        if head >= len(msgs):
-            return
-        m = msgs[head]
-        if pending[m]:
-            return
-        q_head[qi] = head + 1
-        q_busy[qi] = 1
-        red = msg_reduce[m]
-        if m in groups:
-            size = nbytes * len(groups[m])
-            after = reduce_time(size) if red else 0.0
-        else:
-            size = nbytes
-            after = after_one if red else 0.0
-        src, dst = pairs[qi]
-        launch(src, dst, size, inf, 1.0, sent, landed, after, kinds[red], None, labels[msg_batch[m]], msg_chunk[m], m)
-
-    def release(slot: int, now: float) -> None:
-        count = arrived[slot] + 1
-        arrived[slot] = count
-        i = cursor[slot]
-        end = slot_end[slot]
-        while i < end and w_landed[i] <= count:
-            w = w_msg[i]
-            pending[w] -= 1
-            if not pending[w]:
-                qi = msg_q[w]
-                if q_fast[qi]:
-                    start_private(qi, now)
-                else:
-                    start_shared(qi)
-            i += 1
-        cursor[slot] = i
-
-    def complete(m: int, now: float) -> None:
-        if m in groups:
-            for t in groups[m]:
-                release(t.chunk + t.dst * num_chunks, now)
-        else:
-            release(msg_chunk[m] + msg_dst[m] * num_chunks, now)
-
-    def land_private(event: simpy.Event) -> None:
-        now = event.value
-        if env.now != now:  # the clock stopped an ulp short: wait the exact rest
-            simpy.Timeout(env, now - env.now, now).callbacks.append(land_private)
-            return
-        batch = landings.pop(now)
-        state[0] += len(batch)
-        if now > state[1]:
-            state[1] = now
-        for m in batch:
-            complete(m, now)
-
-    def sent(flow: Flow) -> None:
-        qi = msg_q[flow.tag]
-        q_busy[qi] = 0
-        start_shared(qi)
-
-    def landed(flow: Flow) -> None:
-        m = flow.tag
-        now = env.now
-        msg_start[m] = flow.start_s
-        msg_wire[m] = flow.wire_end_s
-        state[0] += 1
-        if now > state[1]:
-            state[1] = now
-        complete(m, now)
-
-    launch = net.launch
-    for qi in range(n_q):
-        if q_fast[qi]:
-            start_private(qi, 0.0)
-        else:
-            start_shared(qi)
+    run = _Run(algorithm, machine, size_bytes, contention=contention, record_utilisation=record_utilisation)
     plan_s = time.perf_counter() - wall0
-    events = run_with_limit(env, time_limit_s, what=f"simulation of {algorithm.name} on {machine.name}")
-    if state[0] != n_msgs:
-        stuck = [m for m in range(n_msgs) if pending[m]][:5]
-        detail = "; ".join(f"{plan.describe(m)} waits for its chunk at the source" for m in stuck)
-        raise SimcollError(
-            f"simulation of {algorithm.name} on {machine.name} stalled: {n_msgs - state[0]} of {n_msgs} messages "
-            f"never completed ({detail or 'waiting on the network'})"
-        )
-    fast = np.frombuffer(bytes(q_fast), dtype=np.uint8).astype(bool)[msg_q_np] if n_msgs else np.zeros(0, bool)
-    net.transfers += int(fast.sum())
-    start = np.frombuffer(msg_start, dtype=np.float64)
-    wire = np.frombuffer(msg_wire, dtype=np.float64)
-    if record_utilisation and fast.any():
-        _private_utilisation(net, routes, q_rate, q_fast, msg_q_np, fast, start, wire)
-    timeline = None
-    if record_timeline:
-        size, after = _sizes(plan, nbytes, reduce_time)
-        alpha = np.array(q_alpha, dtype=np.float64)[msg_q_np]
-        timeline = _timeline_frame(plan, start, wire + alpha, wire + (alpha + after), size)
+    events = run.run(time_limit_s)
+    fast = run.private_messages()
+    run.record_private(fast)
     return make_result(
-        net,
-        timeline=timeline,
+        run.net,
+        timeline=run.timeline() if record_timeline else None,
         name=algorithm.name,
         collective=algorithm.collective,
         size_bytes=size_bytes,
         mode="algorithm",
-        time_s=state[1],
+        time_s=run.last_s,
         stats={
-            "messages": n_msgs,
+            "messages": run.plan.messages,
             "private_messages": int(fast.sum()),
             "events": events,
             "plan_s": plan_s,
@@ -454,8 +533,8 @@ def _delay_to(now: float, when: float) -> float:
 
 def _private_pairs(routes, contention: bool, record_utilisation: bool) -> tuple[list[float], bytearray]:
     """Per rank pair: the rate its messages get when alone on their resources
-    (:meth:`FluidNetwork.launch`: the route bandwidth, and with contention the
-    resources' one-flow capacities), and whether the pair is *private*: no
+    (:func:`~.network.alone_rate_Bps` with contention, the route bandwidth
+    without, as in :meth:`FluidNetwork.launch`), and whether the pair is *private*: no
     other pair of the schedule uses any of its resources, so (messages on a
     pair being FIFO) each of its messages is always alone and needs no max-min
     sharing. With ``contention=False`` flows never share, so every pair is
@@ -466,13 +545,7 @@ def _private_pairs(routes, contention: bool, record_utilisation: bool) -> tuple[
             users[res.id] = users.get(res.id, 0) + 1
     rates, private = [], bytearray(len(routes))
     for qi, (_, bandwidth, resources) in enumerate(routes):
-        rate = bandwidth
-        if contention:
-            for res, w in resources:
-                share = res.effective_capacity_Bps(1) / w
-                if share < rate:
-                    rate = share
-        rates.append(rate)
+        rates.append(alone_rate_Bps(bandwidth, resources) if contention else bandwidth)
         alone = all(users[res.id] == 1 for res, _ in resources)
         private[qi] = alone or (not contention and not record_utilisation)
     return rates, private
@@ -488,36 +561,6 @@ def _sizes(plan: _Plan, nbytes: float, reduce_time) -> tuple[np.ndarray, np.ndar
         size[m] = nbytes * len(group)
         after[m] = reduce_time(size[m]) if is_reduce[m] else 0.0
     return size, after
-
-
-def _private_utilisation(net: FluidNetwork, routes, q_rate, q_fast, msg_q: np.ndarray, fast, start, wire) -> None:
-    """Utilisation rows of the private pairs' messages, as the network would
-    record them: one interval per message and resource it uses, at the
-    message's rate × the resource's weight, with one flow."""
-    rid, ratew, cap, offsets = [], [], [], [0]
-    for qi, (_, _, resources) in enumerate(routes):
-        if q_fast[qi]:
-            for res, w in resources:
-                rid.append(res.id)
-                ratew.append(0.0 + q_rate[qi] * w)
-                cap.append(res.effective_capacity_Bps(1))
-        offsets.append(len(rid))
-    offsets = np.array(offsets, dtype=np.int64)
-    msgs = np.flatnonzero(fast & (wire > start))
-    q = msg_q[msgs]
-    counts = offsets[q + 1] - offsets[q]
-    rows = np.repeat(msgs, counts)
-    first = np.repeat(offsets[q], counts)
-    within = np.arange(len(rows)) - np.repeat(np.cumsum(counts) - counts, counts)
-    idx = first + within
-    net.utilisation.extend(
-        np.array(rid, dtype=np.int32)[idx],
-        start[rows],
-        wire[rows],
-        np.array(ratew, dtype=np.float64)[idx],
-        np.array(cap, dtype=np.float64)[idx],
-        np.ones(len(rows), dtype=np.int32),
-    )
 
 
 def _timeline_frame(plan: _Plan, start, arrival, done, size) -> pd.DataFrame:

@@ -8,17 +8,17 @@ import time
 import simpy
 from simpy.core import EmptySchedule
 
-from ..errors import SimcollError
+from ..errors import SimulationError
 
 _BATCH = 64  # events between wall-clock checks (an event may settle many messages)
 
 
 def run_with_limit(env: simpy.Environment, time_limit_s: float, what: str = "simulation") -> int:
-    """Process events until none is left; raise :class:`SimcollError` when
-    ``time_limit_s`` seconds of wall clock have passed. Returns the number of
-    events processed ."""
+    """Process events until none is left; raise
+    :class:`~simcoll.errors.SimulationError` when ``time_limit_s`` seconds of
+    wall clock have passed. Returns the number of events processed."""
     if not time_limit_s > 0:
-        raise SimcollError(f"{what}: time_limit_s must be positive, got {time_limit_s}")
+        raise SimulationError(f"{what}: time_limit_s must be positive, got {time_limit_s}")
     deadline = time.perf_counter() + time_limit_s
     step = env.step
     events = 0
@@ -29,7 +29,7 @@ def run_with_limit(env: simpy.Environment, time_limit_s: float, what: str = "sim
                 step()
             events += _BATCH
             if time.perf_counter() > deadline:
-                raise SimcollError(
+                raise SimulationError(
                     f"{what}: wall-clock limit of {time_limit_s:g} s reached at simulated time "
                     f"{env.now * 1e6:.3f} us after {events} events (raise time_limit_s)"
                 )

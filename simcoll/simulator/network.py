@@ -37,7 +37,7 @@ Two regimes (``contention``):
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import networkx as nx
@@ -45,10 +45,11 @@ import numpy as np
 import simpy
 
 from ..cost_model import SwitchParams
-from ..errors import ModelError, SimcollError, TopologyError
+from ..errors import ModelError, TopologyError
 from ..machines import Machine
 from ..routes import RouteHop
 from ..topology import FABRIC_LINK_TYPES
+from ..units import check_size_bytes
 from .results import Timeline, Utilisation
 
 _SWITCH_KINDS = ("nvswitch", "ib_switch", "pcie_switch", "root_complex", "switch")
@@ -419,8 +420,7 @@ class FluidNetwork:
         ``on_sent(flow)`` runs when the last byte leaves the wire,
         ``on_arrival(flow)`` when it has arrived plus ``after_s`` (e.g. a
         reduction at the receiver, recorded as its own ``reduce`` row)."""
-        if not size_bytes >= 0 or math.isinf(size_bytes):
-            raise SimcollError(f"transfer {src}->{dst}: size_bytes must be finite and non-negative, got {size_bytes}")
+        check_size_bytes(size_bytes, where=f"transfer {src}->{dst}: size_bytes", allow_zero=True)
         if not 0 < efficiency <= 1:
             raise ModelError(f"transfer {src}->{dst}: protocol efficiency must lie in (0, 1], got {efficiency}")
         if not cap_Bps > 0:
@@ -450,12 +450,7 @@ class FluidNetwork:
         info = self._fast.get((src, dst))
         if info is None:
             alpha, bandwidth, resources = self.route(src, dst)
-            alone = bandwidth
-            for res, w in resources:
-                share = res.effective_capacity_Bps(1) / w
-                if share < alone:
-                    alone = share
-            info = self._fast[(src, dst)] = (alpha, bandwidth, resources, alone)
+            info = self._fast[(src, dst)] = (alpha, bandwidth, resources, alone_rate_Bps(bandwidth, resources))
         alpha, bandwidth, resources, alone = info
         now = self.env.now
         f = Flow()
@@ -635,12 +630,7 @@ class FluidNetwork:
             return
         if len(flows) == 1:
             (f,) = flows.values()
-            rate = f.bound
-            for r, w in f.res:
-                share = r.effective_capacity_Bps(1) / w
-                if share < rate:
-                    rate = share
-            new = {f.id: rate}
+            new = {f.id: alone_rate_Bps(f.bound, f.res)}
         elif len(flows) < _NUMPY_FROM:
             new = _max_min(flows, seen)
         else:
@@ -711,6 +701,52 @@ class FluidNetwork:
         if f.on_arrival is not None:
             f.on_arrival(f)
 
+    def add_alone_flows(
+        self,
+        resources: Sequence[tuple[tuple[Resource, float], ...]],
+        rates_Bps: Sequence[float],
+        route: np.ndarray,
+        start_s: np.ndarray,
+        end_s: np.ndarray,
+    ) -> None:
+        """Account for messages the caller timed itself because each was alone
+        on all its resources (Algorithm mode's private rank pairs): they count
+        as transfers and, when utilisation is recorded, each adds the interval
+        the network would have recorded for it: from ``start_s`` to its wire
+        end ``end_s``, on every resource of its route at its rate × the
+        resource's weight, with one flow.
+
+        ``route[i]`` indexes ``resources`` and ``rates_Bps`` (one entry per
+        route: its ``(resource, weight)`` pairs and its standalone rate,
+        :func:`alone_rate_Bps`) for message ``i``.
+        """
+        self.transfers += len(route)
+        if not self.record_utilisation or not len(route):
+            return
+        rid, ratew, cap, offsets = [], [], [], [0]
+        for used, rate in zip(resources, rates_Bps, strict=True):
+            for res, w in used:
+                rid.append(res.id)
+                ratew.append(0.0 + rate * w)
+                cap.append(res.effective_capacity_Bps(1))
+            offsets.append(len(rid))
+        offsets = np.array(offsets, dtype=np.int64)
+        msgs = np.flatnonzero(end_s > start_s)
+        q = route[msgs]
+        counts = offsets[q + 1] - offsets[q]
+        rows = np.repeat(msgs, counts)
+        first = np.repeat(offsets[q], counts)
+        within = np.arange(len(rows)) - np.repeat(np.cumsum(counts) - counts, counts)
+        idx = first + within
+        self.utilisation.extend(
+            np.array(rid, dtype=np.int32)[idx],
+            start_s[rows],
+            end_s[rows],
+            np.array(ratew, dtype=np.float64)[idx],
+            np.array(cap, dtype=np.float64)[idx],
+            np.ones(len(rows), dtype=np.int32),
+        )
+
     def finish(self) -> None:
         """Close the open utilisation intervals at the current time."""
         now = self.env.now
@@ -721,6 +757,27 @@ class FluidNetwork:
 
     def resource_names(self) -> list[str]:
         return [r.name for r in self.resources]
+
+
+def alone_rate_Bps(bound_Bps: float, resources: Sequence[tuple[Resource, float]]) -> float:
+    """The rate of a flow alone on its resources (the one rule, used by
+    :meth:`FluidNetwork.launch`, the max-min recomputation and Algorithm
+    mode's private pairs): ``bound_Bps`` (the route's bandwidth, or a lower
+    cap), lowered to every resource's one-flow capacity
+    (:meth:`Resource.effective_capacity_Bps`) divided by the weight the flow
+    puts on it. Applies with contention; the ideal network uses the route
+    bandwidth alone.
+
+    >>> link = Resource(0, "nvlink gpu0->gpu1", "nvlink", 25e9)
+    >>> alone_rate_Bps(50e9, [(link, 0.5)]), alone_rate_Bps(10e9, [(link, 1.0)])
+    (50000000000.0, 10000000000.0)
+    """
+    rate = bound_Bps
+    for res, w in resources:
+        share = res.effective_capacity_Bps(1) / w
+        if share < rate:
+            rate = share
+    return rate
 
 
 def _max_min(flows: dict[int, Flow], resources: dict[int, Resource]) -> dict[int, float]:

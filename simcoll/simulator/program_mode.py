@@ -87,7 +87,7 @@ The runtime it models (GC3 §6; NV-Group §4.2.1):
   instead of T + 1).
 
 A stall with work left (nothing scheduled, some executor unfinished) raises
-:class:`ProgramDeadlockError`, listing what every blocked executor waits on;
+:class:`~simcoll.errors.ProgramDeadlockError`, listing what every blocked executor waits on;
 the wall clock is bounded by ``time_limit_s``.
 
 Timeline rows (:data:`simcoll.simulator.results.TIMELINE_COLUMNS`): one per
@@ -111,24 +111,13 @@ import simpy
 
 from ..analytic import chunk_bytes
 from ..cost_model import DEFAULT_FIFO_SLOTS
-from ..errors import AlgorithmError, TopologyError
+from ..errors import AlgorithmError, ProgramDeadlockError, TopologyError
 from ..machines import Machine
 from ..program import RECEIVES, REDUCES, SENDS, Executor, Instruction, Program, Ref
+from ..units import check_size_bytes
 from .engine import run_with_limit
 from .network import FluidNetwork
 from .results import SimulationResult, make_result
-
-
-class ProgramDeadlockError(AlgorithmError):
-    """A simulated Program stalled with work left. ``waits`` lists, per blocked
-    executor, what it waits on (rank, executor, step, tile, op, and the
-    connection, slot or dependency)."""
-
-    def __init__(self, program_name: str, time_s: float, waits: Sequence[str]):
-        self.waits = list(waits)
-        self.time_s = time_s
-        listing = "; ".join(self.waits)
-        super().__init__(f"{program_name}: deadlock at t={time_s * 1e6:.3f} us: {listing}")
 
 
 @dataclass(frozen=True)
@@ -299,7 +288,7 @@ class _Connection:
 
 
 class _Run:
-    """One simulation of a Program (see :func:`simulate_program`)."""
+    """One simulation of a Program (see :func:`_simulate_program`)."""
 
     def __init__(self, program: Program, machine: Machine, size_bytes: float, network: FluidNetwork) -> None:
         self.program = program
@@ -630,34 +619,45 @@ def _label(ins: Instruction) -> str:
 # ---------------------------------------------------------------------------
 # Entry point
 # ---------------------------------------------------------------------------
-def simulate_program(
+def _simulate_program(
     program: Program,
     machine: Machine,
     size_bytes: float,
     *,
     contention: bool = True,
     time_limit_s: float = 60.0,
+    record_timeline: bool = True,
+    record_utilisation: bool = True,
 ) -> SimulationResult:
     """Simulate ``program`` on ``machine`` for a ``size_bytes`` collective
     (nccl-tests size: the buffer the collective is named by) in Program mode
-    (module docstring), over the fluid network model.
+    (module docstring), over the fluid network model; the Program-mode back
+    end of :func:`simcoll.simulator.simulate`, which documents the arguments.
 
-    Raises :class:`ProgramDeadlockError` when the run stalls with work left,
-    and :class:`~simcoll.errors.SimcollError` past ``time_limit_s`` seconds of
-    wall clock. ``contention=False`` gives the ideal α-β network (no sharing).
+    Raises :class:`~simcoll.errors.ProgramDeadlockError` when the run stalls
+    with work left, and :class:`~simcoll.errors.SimulationError` past
+    ``time_limit_s`` seconds of wall clock. ``contention=False`` gives the
+    ideal α-β network (no sharing). ``record_timeline`` /
+    ``record_utilisation`` off leave the result's frames empty.
 
     >>> from simcoll import load_machine
     >>> from simcoll.algorithms.nvgroup import nvgroup_cpu_allreduce
     >>> from simcoll.collectives import make_collective
     >>> m = load_machine("summit")
     >>> prog = nvgroup_cpu_allreduce(m.topology, make_collective("allreduce", 6))
-    >>> r = simulate_program(prog, m, 8192)  # NV-Group §4.4.2: host threads only, no kernel
+    >>> r = _simulate_program(prog, m, 8192)  # NV-Group §4.4.2: host threads only, no kernel
     >>> r.mode, r.stats["kernels"], int((r.timeline["kind"] == "launch").sum()), r.time_s < 1e-4
     ('program', 0, 0, True)
     """
     _check_inputs(program, machine, size_bytes, time_limit_s)
     began = time.perf_counter()
-    network = FluidNetwork(simpy.Environment(), machine, contention=contention)
+    network = FluidNetwork(
+        simpy.Environment(),
+        machine,
+        contention=contention,
+        record_timeline=record_timeline,
+        record_utilisation=record_utilisation,
+    )
     run = _Run(program, machine, size_bytes, network)
     time_s = run.run(time_limit_s)
     stats = {
@@ -683,13 +683,12 @@ def simulate_program(
 
 def _check_inputs(program: Program, machine: Machine, size_bytes: float, time_limit_s: float) -> None:
     if not isinstance(program, Program):
-        raise AlgorithmError(f"simulate_program needs a Program, got {type(program).__name__}")
+        raise AlgorithmError(f"Program mode needs a Program, got {type(program).__name__}")
     if program.num_ranks != machine.num_ranks:
         raise AlgorithmError(
             f"{program.name} is for {program.num_ranks} ranks but machine {machine.name} has {machine.num_ranks}"
         )
-    if isinstance(size_bytes, bool) or not isinstance(size_bytes, (int, float)) or not size_bytes > 0:
-        raise AlgorithmError(f"size_bytes must be a positive number, got {size_bytes!r}")
+    check_size_bytes(size_bytes, chunks=program.collective.size_chunks)
     if not isinstance(time_limit_s, (int, float)) or not time_limit_s > 0:
         raise AlgorithmError(f"time_limit_s must be a positive number, got {time_limit_s!r}")
     _check_routes(program, machine)

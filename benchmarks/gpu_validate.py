@@ -30,7 +30,7 @@ def main() -> int:
     from simcoll.gpu import copyrate, runner, validate
 
     topo = load_topology("fully-connected:4")
-    ring = lower_algorithm(applicable(topo, "allreduce")["ring"], topology=topo)
+    ring = lower_algorithm(applicable(load_machine(topo), "allreduce")["ring"], machine=load_machine(topo))
     for prog in (ring, dataclasses.replace(ring, protocol="LL")):
         for dtype in ("float32", "float16", "bfloat16"):
             r = runner.run(prog, 1 << 22, iters=3, dtype=dtype)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from simcoll import load_topology
+from simcoll import load_machine, load_topology
 from simcoll.synthesis import BACKENDS, pareto_synthesize, synthesize
 
 # (collective, C, S, R, paper time in seconds), SCCL Table 4
@@ -51,7 +51,7 @@ def main() -> None:
     for coll, c, s, r, paper in rows:
         cells = []
         for backend in backends:
-            res = synthesize(dgx1, coll, c, s, r, backend=backend, time_limit_s=args.time_limit)
+            res = synthesize(load_machine(dgx1), coll, c, s, r, backend=backend, time_limit_s=args.time_limit)
             cells.append(f"{res.status:>7} {res.time_s:8.2f}")
         paper_cell = f"{paper:7.1f}" if paper is not None else f"{'-':>7}"
         print(f"{coll:<10} {f'({c},{s},{r})':<11} {paper_cell} " + " ".join(f"{x:>16}" for x in cells), flush=True)
@@ -60,7 +60,7 @@ def main() -> None:
         start = time.perf_counter()
         frontier = [
             (p.result.chunks, p.result.steps, p.result.rounds)
-            for p in pareto_synthesize(dgx1, "allgather", backend=backend, time_limit_s=args.time_limit)
+            for p in pareto_synthesize(load_machine(dgx1), "allgather", backend=backend, time_limit_s=args.time_limit)
             if p.optimal
         ]
         print(f"Pareto allgather ({backend}): {frontier} in {time.perf_counter() - start:.2f} s", flush=True)

@@ -88,7 +88,7 @@ def main() -> None:
     if not args.skip_ring:
         machine = load_machine(f"ring:{args.ranks}")
         t0 = time.perf_counter()
-        algorithm = generate("ring", machine.topology, "allreduce")
+        algorithm = generate("ring", machine, "allreduce")
         gen_s = time.perf_counter() - t0
         for record in (False,) if args.no_record else (False, True):
             what = "recording" if record else "no recording"
@@ -104,7 +104,7 @@ def main() -> None:
         for name in names:
             t0 = time.perf_counter()
             try:
-                algorithm = generate(name, machine.topology, "allreduce")
+                algorithm = generate(name, machine, "allreduce")
             except Exception as exc:  # noqa: BLE001 - a benchmark reports and goes on
                 print(f"{topo} allreduce {name}: not generated ({exc})")
                 continue

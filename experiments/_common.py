@@ -127,11 +127,7 @@ def fraction_of_bound(df: pd.DataFrame) -> pd.Series:
 
 
 def generate(name: str, machine, collective: str, **options: Any):
-    """:func:`simcoll.generate` on a :class:`~simcoll.machines.Machine`, whichever of
-    a Machine or its Topology the public signature takes at the moment."""
-    import inspect
-
+    """:func:`simcoll.generate` on a :class:`~simcoll.machines.Machine`."""
     from simcoll import generate as _generate
 
-    second = list(inspect.signature(_generate).parameters)[1]
-    return _generate(name, machine.topology if second == "topology" else machine, collective, **options)
+    return _generate(name, machine, collective, **options)

@@ -31,7 +31,7 @@ def instance_files(out: Path, instances: list[int]) -> list[dict]:
     specs = []
     for r in instances:
         path = out / f"gc3_ring_allreduce_r{r}.xml"
-        save_schedule(lower_algorithm(ring, instances=r, topology=machine.topology), path)
+        save_schedule(lower_algorithm(ring, instances=r, machine=machine), path)
         specs.append({"file": str(path), "name": f"ring r={r}"})
     return specs
 

@@ -14,6 +14,15 @@ An :class:`Algorithm` says who sends which chunk where, and when, for one
 source's) or ``"reduce"`` (the destination combines the source's value into
 its own). Producers build Algorithms; consumers (verifier, analytic cost,
 simulator, compiler) read them; neither knows the other.
+
+In-network reduction (NVLink SHARP, IB SHARP) is a second kind of scheduled
+operation, :class:`SwitchReduction`: switch ``S`` reads chunk ``c`` from each
+rank of ``sources``, combines the values (one source: a plain multicast) and
+delivers the result to every rank of ``destinations``, whose copy of ``c`` it
+replaces. It is scheduled like a transfer (a ``step``, or ``start_s`` /
+``end_s``), reads the state at the start of its batch and lands at the end, and
+lives in :attr:`Algorithm.switch_reductions`. Consumers that cannot time or
+lower it refuse it by name (:meth:`Algorithm.require_point_to_point`).
 """
 
 from __future__ import annotations
@@ -51,6 +60,34 @@ class Transfer:
         when = f"step {self.step}" if self.step is not None else f"t={self.start_s:.3g}s"
         verb = "reduce" if self.op == "reduce" else "send"
         return f"{verb} of chunk {self.chunk} from rank {self.src} to rank {self.dst} at {when}"
+
+
+@dataclass(frozen=True)
+class SwitchReduction:
+    """Switch ``switch`` (a topology component name) combines chunk ``chunk``
+    of every rank in ``sources`` and multicasts the result to every rank in
+    ``destinations`` (module docstring). The topology must declare the switch
+    ``reduce: true`` when there are several sources and ``multicast: true``
+    when there are several destinations (checked by :func:`simcoll.verify.check`)."""
+
+    chunk: int
+    switch: str
+    sources: tuple[int, ...]
+    destinations: tuple[int, ...]
+    step: int | None = None
+    start_s: float | None = None
+    end_s: float | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sources", tuple(self.sources))
+        object.__setattr__(self, "destinations", tuple(self.destinations))
+
+    def describe(self) -> str:
+        when = f"step {self.step}" if self.step is not None else f"t={self.start_s:.3g}s"
+        return (
+            f"in-switch reduction of chunk {self.chunk} in {self.switch} from ranks {list(self.sources)} "
+            f"to ranks {list(self.destinations)} at {when}"
+        )
 
 
 @dataclass(frozen=True)
@@ -107,14 +144,16 @@ class Algorithm:
     bandwidth: tuple[BandwidthConstraint, ...] = ()
     predicted_time_s: float | None = None
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    switch_reductions: tuple[SwitchReduction, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "transfers", tuple(self.transfers))
+        object.__setattr__(self, "switch_reductions", tuple(self.switch_reductions))
         object.__setattr__(self, "rounds_per_step", tuple(self.rounds_per_step))
         object.__setattr__(self, "bandwidth", tuple(self.bandwidth))
         self._check_structure()
         if self.schedule == "steps" and not self.rounds_per_step:
-            steps = 1 + max((t.step for t in self.transfers), default=-1)
+            steps = 1 + max((t.step for t in (*self.transfers, *self.switch_reductions)), default=-1)
             object.__setattr__(self, "rounds_per_step", (1,) * steps)
 
     def _check_structure(self) -> None:
@@ -143,6 +182,8 @@ class Algorithm:
                 kinds.add("timed")
             if t.step is None and t.start_s is None:
                 raise AlgorithmError(f"{where}: has neither a step nor a start time")
+        for i, r in enumerate(self.switch_reductions):
+            kinds.add(self._check_switch_reduction(i, r))
         if len(kinds) > 1:
             raise AlgorithmError(f"{self.name}: mixes step-annotated and timed transfers")
         if any(not isinstance(r, int) or r < 1 for r in self.rounds_per_step):
@@ -151,11 +192,52 @@ class Algorithm:
             if b.chunks_per_round < 0 or any(not (0 <= a < p and 0 <= z < p) for a, z in b.links):
                 raise AlgorithmError(f"{self.name}: bandwidth constraint {b.label or sorted(b.links)} is out of range")
 
+    def _check_switch_reduction(self, i: int, r: SwitchReduction) -> str:
+        """Structural checks of switch reduction ``i``; its schedule kind."""
+        p, g = self.collective.num_ranks, self.collective.num_chunks
+        where = f"{self.name}: switch_reductions[{i}] (chunk {r.chunk} in {r.switch!r})"
+        if not isinstance(r.chunk, int) or isinstance(r.chunk, bool) or not 0 <= r.chunk < g:
+            raise AlgorithmError(f"{where}: chunk {r.chunk!r} out of range 0..{g - 1}")
+        if not isinstance(r.switch, str) or not r.switch:
+            raise AlgorithmError(f"{where}: switch must be a component name, got {r.switch!r}")
+        for name, ranks in (("sources", r.sources), ("destinations", r.destinations)):
+            if not ranks:
+                raise AlgorithmError(f"{where}: {name} is empty")
+            bad = [x for x in ranks if not isinstance(x, int) or isinstance(x, bool) or not 0 <= x < p]
+            if bad:
+                raise AlgorithmError(f"{where}: {name}: rank {bad[0]!r} out of range 0..{p - 1}")
+            if len(set(ranks)) != len(ranks):
+                raise AlgorithmError(f"{where}: {name} names a rank twice: {list(ranks)}")
+        if r.step is not None:
+            if not isinstance(r.step, int) or isinstance(r.step, bool) or r.step < 0:
+                raise AlgorithmError(f"{where}: step must be a non-negative integer, got {r.step!r}")
+            if self.rounds_per_step and r.step >= len(self.rounds_per_step):
+                raise AlgorithmError(f"{where}: step {r.step} but rounds_per_step lists {len(self.rounds_per_step)}")
+            if r.start_s is not None or r.end_s is not None:
+                raise AlgorithmError(f"{where}: has both a step and a start time")
+            return "steps"
+        if r.start_s is None or r.end_s is None or not 0 <= r.start_s < r.end_s:
+            raise AlgorithmError(f"{where}: needs a step, or times with 0 <= start_s < end_s")
+        return "timed"
+
+    def require_point_to_point(self, what: str) -> None:
+        """Raise :class:`AlgorithmError` naming ``what`` (a consumer, e.g. "MSCCL
+        XML export") when the Algorithm has in-switch reductions, which that
+        consumer cannot represent."""
+        if self.switch_reductions:
+            first = self.switch_reductions[0]
+            raise AlgorithmError(
+                f"{self.name}: {what} does not support in-switch reduction/multicast "
+                f"({len(self.switch_reductions)} switch reductions, first: {first.describe()}); "
+                "simulate it in Algorithm mode instead"
+            )
+
     # -- shape --------------------------------------------------------------
     @property
     def schedule(self) -> str:
         """``"steps"`` (k-synchronous) or ``"timed"`` (TACCL-style)."""
-        if self.transfers and self.transfers[0].step is None:
+        first = self.transfers[0] if self.transfers else (self.switch_reductions or (None,))[0]
+        if first is not None and first.step is None:
             return "timed"
         return "steps"
 
@@ -207,6 +289,18 @@ class Algorithm:
                 out.append([t])
         return out
 
+    def schedule_batches(self) -> list[tuple[list[Transfer], list[SwitchReduction]]]:
+        """Like :meth:`batches`, with the in-switch reductions: per batch (one
+        step, or one start time, in schedule order) its transfers and its switch
+        reductions; both read the state before any update of the batch."""
+        timed = self.schedule != "steps"
+        by_key: dict[Any, tuple[list[Transfer], list[SwitchReduction]]] = {}
+        for t in self.transfers:
+            by_key.setdefault(t.start_s if timed else t.step, ([], []))[0].append(t)
+        for r in self.switch_reductions:
+            by_key.setdefault(r.start_s if timed else r.step, ([], []))[1].append(r)
+        return [by_key[k] for k in sorted(by_key)]
+
     def with_changes(self, **changes: Any) -> Algorithm:
         return Algorithm(**{**{f.name: getattr(self, f.name) for f in fields(self)}, **changes})
 
@@ -238,6 +332,17 @@ class Algorithm:
             out["predicted_time_s"] = self.predicted_time_s
         if self.metadata:
             out["metadata"] = dict(self.metadata)
+        if self.switch_reductions:
+            out["switch_reductions"] = [
+                {
+                    "chunk": r.chunk,
+                    "switch": r.switch,
+                    "sources": list(r.sources),
+                    "destinations": list(r.destinations),
+                    **{key: getattr(r, key) for key in ("step", "start_s", "end_s") if getattr(r, key) is not None},
+                }
+                for r in self.switch_reductions
+            ]
         return out
 
     @classmethod
@@ -271,6 +376,18 @@ class Algorithm:
                 bandwidth=bandwidth,
                 predicted_time_s=data.get("predicted_time_s"),
                 metadata=data.get("metadata", {}),
+                switch_reductions=tuple(
+                    SwitchReduction(
+                        chunk=r["chunk"],
+                        switch=r["switch"],
+                        sources=tuple(r["sources"]),
+                        destinations=tuple(r["destinations"]),
+                        step=r.get("step"),
+                        start_s=r.get("start_s"),
+                        end_s=r.get("end_s"),
+                    )
+                    for r in data.get("switch_reductions", [])
+                ),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise AlgorithmError(f"malformed Algorithm JSON: {type(exc).__name__}: {exc}") from None

@@ -28,14 +28,38 @@ from fractions import Fraction
 from .algorithm import Algorithm, Transfer, messages
 from .collectives import Collective
 from .errors import AlgorithmError, TopologyError
-from .machines import Machine
+from .machines import Machine, as_machine
+from .units import check_size_bytes
 
 
 def k_synchronous_time_s(
     steps: int, rounds: int, chunks: int, input_bytes: float, alpha_s: float, beta_s_per_byte: float
 ) -> float:
-    """SCCL §3.6: ``S·α + (R/C)·L·β``.
+    """Time of a k-synchronous algorithm on a machine with one α and β.
 
+    Parameters
+    ----------
+    steps, rounds, chunks : int
+        The algorithm's S, R and C.
+    input_bytes : float
+        L, the input buffer in bytes.
+    alpha_s : float
+        α, the latency of one step in seconds.
+    beta_s_per_byte : float
+        β, the inverse bandwidth of one link in seconds per byte.
+
+    Returns
+    -------
+    float
+        ``S·α + (R/C)·L·β`` in seconds.
+
+    References
+    ----------
+    .. [1] Cai et al., "Synthesizing Optimal Collective Algorithms" (SCCL),
+       PPoPP 2021, §3.6 (the cost of a (C, S, R) algorithm).
+
+    Examples
+    --------
     >>> k_synchronous_time_s(2, 2, 1, 1e6, 1e-6, 1e-9)  # (1,2,2) Allgather, 1 MB
     0.002002
     """
@@ -43,8 +67,9 @@ def k_synchronous_time_s(
 
 
 def chunk_bytes(collective: Collective, size_bytes: float) -> float:
-    """Bytes per chunk when the collective's named buffer is ``size_bytes``."""
-    return size_bytes / collective.size_chunks
+    """Bytes per chunk when the collective's named buffer is ``size_bytes``
+    (checked by :func:`simcoll.units.check_size_bytes`: at least one byte a chunk)."""
+    return check_size_bytes(size_bytes, chunks=collective.size_chunks) / collective.size_chunks
 
 
 def _route(machine: Machine, t: Transfer):
@@ -54,8 +79,51 @@ def _route(machine: Machine, t: Transfer):
     return route
 
 
-def critical_path_time_s(algorithm: Algorithm, machine: Machine, size_bytes: float) -> float:
-    """Completion time of ``algorithm`` with no step barriers (module docstring)."""
+def critical_path_time_s(algorithm: Algorithm, machine: Machine | str, size_bytes: float) -> float:
+    """Completion time of an algorithm with no step barriers.
+
+    A transfer starts when its chunk is at the source and its rank pair is
+    free, and takes ``α + n/B`` on that pair's route, plus the reduction time
+    at the receiver when it reduces (module docstring).
+
+    Parameters
+    ----------
+    algorithm : Algorithm
+        The schedule to cost.
+    machine : Machine or str
+        The machine (or a topology spec with its default model).
+    size_bytes : float
+        The buffer the collective is named by (nccl-tests convention).
+
+    Returns
+    -------
+    float
+        The completion time in seconds.
+
+    Raises
+    ------
+    AlgorithmError
+        When the algorithm is for another rank count, or sends a chunk
+        before its source holds it.
+    TopologyError
+        When a transfer has no route.
+
+    References
+    ----------
+    .. [1] Sun et al., "NV-Group: link-efficient reduction for distributed
+       deep learning on modern dense GPU systems", ICS 2020, Table 2 and
+       eqs. (1)-(3) (on a uniform machine ring Allreduce gives eq. (3)).
+
+    Examples
+    --------
+    >>> from simcoll import generate, load_machine
+    >>> m = load_machine("ring:4")  # 25 GB/s, 0.7 us links
+    >>> algo = generate("ring", m, "allgather")
+    >>> round(critical_path_time_s(algo, m, 4e6) * 1e6, 1)  # 3 steps of 1 MB
+    122.1
+    """
+    algorithm.require_point_to_point("the analytic critical-path time")
+    machine = as_machine(machine)
     _check_fits(algorithm, machine)
     nbytes = chunk_bytes(algorithm.collective, size_bytes)
     ready: dict[tuple[int, int], float] = {(r, c): 0.0 for c, r in algorithm.collective.pre}
@@ -89,10 +157,46 @@ def critical_path_time_s(algorithm: Algorithm, machine: Machine, size_bytes: flo
     return finish
 
 
-def step_time_s(algorithm: Algorithm, machine: Machine, size_bytes: float) -> float:
-    """Completion time with a barrier after every step: each step lasts as long
-    as its slowest rank pair (all its chunks in one message each way, plus the
-    reduction cost when it reduces)."""
+def step_time_s(algorithm: Algorithm, machine: Machine | str, size_bytes: float) -> float:
+    """Completion time with a barrier after every step.
+
+    Each step lasts as long as its slowest rank pair: all its chunks in one
+    message each way, plus the reduction cost when it reduces.
+
+    Parameters
+    ----------
+    algorithm : Algorithm
+        A step-scheduled algorithm.
+    machine : Machine or str
+        The machine (or a topology spec with its default model).
+    size_bytes : float
+        The buffer the collective is named by (nccl-tests convention).
+
+    Returns
+    -------
+    float
+        The completion time in seconds.
+
+    Raises
+    ------
+    AlgorithmError
+        When the algorithm is not step-scheduled or is for another rank count.
+    TopologyError
+        When a transfer has no route.
+
+    References
+    ----------
+    .. [1] Cai et al., "Synthesizing Optimal Collective Algorithms" (SCCL),
+       PPoPP 2021, §3.6 (steps separated by barriers).
+
+    Examples
+    --------
+    >>> from simcoll import generate
+    >>> algo = generate("ring", "ring:4", "allgather")
+    >>> round(step_time_s(algo, "ring:4", 4e6) * 1e6, 1)
+    122.1
+    """
+    machine = as_machine(machine)
     if algorithm.schedule != "steps":
         raise AlgorithmError(f"{algorithm.name}: step_time_s needs a step-scheduled algorithm")
     _check_fits(algorithm, machine)
@@ -122,9 +226,39 @@ def _check_fits(algorithm: Algorithm, machine: Machine) -> None:
         )
 
 
-def algorithm_time_s(algorithm: Algorithm, machine: Machine, size_bytes: float, model: str = "critical-path") -> float:
-    """Analytic time of ``algorithm`` on ``machine`` for a ``size_bytes`` buffer;
-    ``model`` is ``"critical-path"`` or ``"steps"``."""
+def algorithm_time_s(
+    algorithm: Algorithm, machine: Machine | str, size_bytes: float, model: str = "critical-path"
+) -> float:
+    """Analytic time of an algorithm under one of the two models.
+
+    Parameters
+    ----------
+    algorithm : Algorithm
+        The schedule to cost.
+    machine : Machine or str
+        The machine (or a topology spec with its default model).
+    size_bytes : float
+        The buffer the collective is named by (nccl-tests convention).
+    model : {"critical-path", "steps"}
+        :func:`critical_path_time_s` or :func:`step_time_s`.
+
+    Returns
+    -------
+    float
+        The completion time in seconds.
+
+    Raises
+    ------
+    AlgorithmError
+        For an unknown ``model``, or as the chosen model raises.
+
+    Examples
+    --------
+    >>> from simcoll import generate
+    >>> algo = generate("ring", "ring:4", "allgather")
+    >>> algorithm_time_s(algo, "ring:4", 4e6, "steps") == step_time_s(algo, "ring:4", 4e6)
+    True
+    """
     if model == "critical-path":
         return critical_path_time_s(algorithm, machine, size_bytes)
     if model == "steps":
@@ -134,11 +268,58 @@ def algorithm_time_s(algorithm: Algorithm, machine: Machine, size_bytes: float, 
 
 # -- nccl-tests conventions -----------------------------------------------------
 def algbw_GBps(size_bytes: float, time_s: float) -> float:
-    """Algorithm bandwidth, nccl-tests: size / time, in GB/s (1e9 B/s)."""
+    """Algorithm bandwidth as nccl-tests reports it.
+
+    Parameters
+    ----------
+    size_bytes : float
+        The buffer the collective is named by.
+    time_s : float
+        The collective's time in seconds.
+
+    Returns
+    -------
+    float
+        ``size / time`` in GB/s (1e9 bytes per second).
+
+    References
+    ----------
+    .. [1] NVIDIA nccl-tests, doc/PERFORMANCE.md ("algbw").
+
+    Examples
+    --------
+    >>> algbw_GBps(1e9, 0.01)
+    100.0
+    """
     return size_bytes / time_s / 1e9
 
 
 def busbw_GBps(collective: Collective, size_bytes: float, time_s: float) -> float:
-    """Bus bandwidth, nccl-tests: algbw × the collective's factor
-    (Allreduce 2(n-1)/n; Allgather, ReduceScatter, Alltoall (n-1)/n; else 1)."""
+    """Bus bandwidth as nccl-tests reports it.
+
+    Parameters
+    ----------
+    collective : Collective
+        Gives the factor: Allreduce 2(n-1)/n; Allgather, ReduceScatter and
+        Alltoall (n-1)/n; the others 1.
+    size_bytes : float
+        The buffer the collective is named by.
+    time_s : float
+        The collective's time in seconds.
+
+    Returns
+    -------
+    float
+        :func:`algbw_GBps` times the collective's factor, in GB/s.
+
+    References
+    ----------
+    .. [1] NVIDIA nccl-tests, doc/PERFORMANCE.md ("busbw").
+
+    Examples
+    --------
+    >>> from simcoll import make_collective
+    >>> busbw_GBps(make_collective("allreduce", 8, 1), 1e9, 0.01)  # 100 GB/s x 2*7/8
+    175.0
+    """
     return algbw_GBps(size_bytes, time_s) * collective.busbw_factor

@@ -12,6 +12,16 @@
 - **Time** (with a cost model): the same cuts with capacities in bytes/s over
   every link give ``T >= needed_bytes(S) / cap_Bps(S)``, hence a bound on algbw.
 
+In-network reduction: on a machine with a switch that reduces and multicasts
+(NVLink SHARP, IB SHARP; topology ``reduce: true, multicast: true``), the
+Allreduce time bound is that of one send and one receive of the buffer:
+the sum of the inputs in S can be reduced inside S (or in a switch) and the
+result multicast, so only ``N`` bytes must leave and ``N`` enter every proper
+rank set S, giving ``T >= max_S N / cap_Bps(S)``. For P GPUs of per-GPU
+bandwidth B this is ``N / B``, i.e. busbw up to ``2 (P-1)/P · B``, where the
+point-to-point bound (ReduceScatter + Allgather) allows ``B``. The switch's
+own reduce rate is not counted (the bound stays a bound).
+
 Combining collectives count the partial reductions that must enter S. For
 Allreduce we report the ReduceScatter + Allgather composition (SCCL §3.5), the
 form SCCL synthesizes. Every cut is enumerated up to 16 ranks (``exact``);
@@ -28,12 +38,11 @@ import networkx as nx
 import numpy as np
 from ortools.graph.python import max_flow
 
-from .analytic import chunk_bytes
 from .collectives import Collective, make_collective
 from .errors import CollectiveError
-from .machines import Machine
-from .routes import Routes
+from .machines import Machine, as_machine
 from .topology import Topology, directed_pairs
+from .units import check_size_bytes
 
 EXHAUSTIVE_MAX_RANKS = 16
 _INF = 2**50
@@ -114,13 +123,49 @@ def _needed_chunks(collective: Collective, masks: list[np.ndarray]) -> np.ndarra
     return (wanted_inside & ~held_inside).sum(axis=0)
 
 
-def min_steps(collective: Collective, topology: Topology, routes: Routes | None = None) -> int:
-    """Latency lower bound: the longest shortest path (in the logical GPU graph)
-    any chunk or contribution must travel. Allreduce: ReduceScatter + Allgather."""
+def min_steps(collective: Collective, machine: Machine | str) -> int:
+    """Latency lower bound a_l on the steps of any algorithm.
+
+    The longest shortest path, in the logical GPU graph, that any chunk or
+    contribution must travel; for Allreduce the sum over its ReduceScatter
+    and Allgather halves.
+
+    Parameters
+    ----------
+    collective : Collective
+        The collective, on the machine's rank count.
+    machine : Machine or str
+        The machine (or a topology spec); only its topology matters.
+
+    Returns
+    -------
+    int
+        The minimum number of steps.
+
+    Raises
+    ------
+    networkx.NetworkXNoPath
+        When a chunk cannot reach a rank that needs it.
+
+    References
+    ----------
+    .. [1] Cai et al., "Synthesizing Optimal Collective Algorithms" (SCCL),
+       PPoPP 2021, §3.7 (a_l; the diameter for Allgather) and §3.5 (Allreduce).
+
+    Examples
+    --------
+    >>> from simcoll import make_collective
+    >>> min_steps(make_collective("allgather", 8), "dgx1")  # the diameter of the hybrid cube mesh
+    2
+    >>> min_steps(make_collective("allreduce", 8), "ring:8")
+    8
+    """
+    machine = as_machine(machine)
+    topology = machine.topology
     if collective.name == "allreduce":
         rs, ag = _halves(collective)
-        return min_steps(rs, topology, routes) + min_steps(ag, topology, routes)
-    graph = (routes or Routes(topology)).logical_graph()
+        return min_steps(rs, machine) + min_steps(ag, machine)
+    graph = machine.routes.logical_graph()
     dist = dict(nx.all_pairs_shortest_path_length(graph))
     holders: dict[int, set[int]] = {}
     for c, r in collective.pre:
@@ -143,16 +188,53 @@ def _halves(allreduce: Collective) -> tuple[Collective, Collective]:
     return make_collective("reducescatter", p, 1), make_collective("allgather", p, 1)
 
 
-def min_rounds_per_chunk(collective: Collective, topology: Topology) -> tuple[Fraction, bool]:
-    """Bandwidth lower bound R/C in rounds per chunk, and whether every cut was
-    enumerated. Allreduce: (RS + AG bounds) / P, as its C counts the whole buffer."""
+def min_rounds_per_chunk(collective: Collective, machine: Machine | str) -> tuple[Fraction, bool]:
+    """Bandwidth lower bound b_l on R/C, the rounds per chunk of any algorithm.
+
+    For every cut S, the chunks needed in S that start outside it cross into
+    S at most ``cap(S)`` per round (module docstring). For Allreduce the sum
+    of its ReduceScatter and Allgather bounds over P, as its C counts the
+    whole buffer.
+
+    Parameters
+    ----------
+    collective : Collective
+        The collective, on the machine's rank count.
+    machine : Machine or str
+        The machine (or a topology spec); only its topology matters.
+
+    Returns
+    -------
+    bound : fractions.Fraction
+        The minimum rounds per chunk.
+    exact : bool
+        Whether every cut was enumerated (at most 16 ranks).
+
+    Raises
+    ------
+    networkx.NetworkXNoPath
+        When no link reaches some set of ranks that needs chunks.
+
+    References
+    ----------
+    .. [1] Cai et al., "Synthesizing Optimal Collective Algorithms" (SCCL),
+       PPoPP 2021, §3.7 (b_l, the inverse bisection bandwidth).
+
+    Examples
+    --------
+    >>> from simcoll import make_collective
+    >>> min_rounds_per_chunk(make_collective("allgather", 8), "dgx1")  # SCCL Table 3: 7/6
+    (Fraction(7, 6), True)
+    """
+    machine = as_machine(machine)
+    topology = machine.topology
     if collective.name == "allreduce":
         rs, ag = _halves(collective)
-        (b_rs, exact_rs), (b_ag, exact_ag) = min_rounds_per_chunk(rs, topology), min_rounds_per_chunk(ag, topology)
+        (b_rs, exact_rs), (b_ag, exact_ag) = min_rounds_per_chunk(rs, machine), min_rounds_per_chunk(ag, machine)
         return (b_rs + b_ag) / collective.num_ranks, exact_rs and exact_ag
     masks, exact = _cut_family(topology)
     needed = _needed_chunks(collective, masks)
-    on_routes = Routes(topology).hops_on_routes()
+    on_routes = machine.routes.hops_on_routes()
 
     def chunks_per_round(link) -> int:  # links no GPU route uses (a DGX-2's PCIe) carry no chunks
         return link.count if any((a, b, link.type) in on_routes for a, b in directed_pairs(link)) else 0
@@ -169,9 +251,43 @@ def min_rounds_per_chunk(collective: Collective, topology: Topology) -> tuple[Fr
     return best, exact
 
 
-def time_lower_bound_s(collective: Collective, machine: Machine, size_bytes: float) -> tuple[float, bool]:
-    """Bandwidth-only lower bound on the time of any algorithm moving a
-    ``size_bytes`` buffer (latency ignored), and whether it is exact over all cuts."""
+def time_lower_bound_s(collective: Collective, machine: Machine | str, size_bytes: float) -> tuple[float, bool]:
+    """Bandwidth-only lower bound on the time of any algorithm (latency ignored).
+
+    The cuts of :func:`min_rounds_per_chunk`, with capacities in bytes per
+    second over every link: ``T >= needed_bytes(S) / cap_Bps(S)``.
+
+    Parameters
+    ----------
+    collective : Collective
+        The collective, on the machine's rank count.
+    machine : Machine or str
+        The machine (or a topology spec with its default model).
+    size_bytes : float
+        The buffer the collective is named by (nccl-tests convention).
+
+    Returns
+    -------
+    time_s : float
+        The bound in seconds.
+    exact : bool
+        Whether every cut was enumerated.
+
+    References
+    ----------
+    .. [1] Cai et al., "Synthesizing Optimal Collective Algorithms" (SCCL),
+       PPoPP 2021, §3.7 (the cut bound, here in bytes per second).
+
+    Examples
+    --------
+    >>> from simcoll import make_collective
+    >>> t, exact = time_lower_bound_s(make_collective("allgather", 4), "ring:4", 4e6)
+    >>> round(t * 1e6, 1), exact  # 3 MB into a rank over two 25 GB/s links
+    (60.0, True)
+    """
+    machine = as_machine(machine)
+    if collective.name == "allreduce" and any(c.multicast for c in machine.topology.reducing_switches()):
+        return _in_network_allreduce_bound_s(collective, machine, size_bytes)
     if collective.name == "allreduce":
         rs, ag = _halves(collective)
         t_rs, e_rs = time_lower_bound_s(rs, machine, size_bytes)
@@ -182,26 +298,70 @@ def time_lower_bound_s(collective: Collective, machine: Machine, size_bytes: flo
     needed = _needed_chunks(collective, masks)
     # Integer capacities for the flow solver: kB/s keeps 1e-3 relative precision at worst.
     solver = _CutSolver(topology, lambda link: round(link.count * machine.model.link(link.type).bandwidth_Bps / 1e3))
-    nbytes = chunk_bytes(collective, size_bytes)
+    # positive and finite; not the one-byte-a-chunk rule: the bound is linear, and Allreduce's halves split chunks finer
+    nbytes = check_size_bytes(size_bytes) / collective.size_chunks
     best = 0.0
     for mask, need in zip(masks, needed, strict=True):
         if need:
             cap_Bps = solver.into(mask) * 1e3
             best = max(best, need * nbytes / cap_Bps)
-    return best, exact
+    return float(best), exact
 
 
-def lower_bounds(collective: Collective, machine: Machine | Topology, size_bytes: int | None = None) -> Bounds:
-    """All bounds at once; the time and algbw bounds need a Machine and a size."""
-    topology = machine.topology if isinstance(machine, Machine) else machine
-    routes = machine.routes if isinstance(machine, Machine) else Routes(topology)
+def _in_network_allreduce_bound_s(collective: Collective, machine: Machine, size_bytes: float) -> tuple[float, bool]:
+    """Allreduce with in-switch reduction: ``max_S N / cap_Bps(S)`` (module docstring)."""
+    topology = machine.topology
+    masks, exact = _cut_family(topology)
+    solver = _CutSolver(topology, lambda link: round(link.count * machine.model.link(link.type).bandwidth_Bps / 1e3))
+    nbytes = check_size_bytes(size_bytes)
+    best = max((nbytes / (solver.into(mask) * 1e3) for mask in masks), default=0.0)
+    return float(best), exact
+
+
+def lower_bounds(collective: Collective, machine: Machine | str, size_bytes: int | None = None) -> Bounds:
+    """Every lower bound for a collective on a machine at once.
+
+    Parameters
+    ----------
+    collective : Collective
+        The collective, on the machine's rank count.
+    machine : Machine or str
+        The machine (or a topology spec with its default model).
+    size_bytes : int, optional
+        The buffer size; with it the time and algbw bounds are filled in.
+
+    Returns
+    -------
+    Bounds
+        :func:`min_steps`, :func:`min_rounds_per_chunk` and, with a size,
+        :func:`time_lower_bound_s` and the algbw it allows.
+
+    Raises
+    ------
+    CollectiveError
+        When the collective is on another rank count.
+
+    References
+    ----------
+    .. [1] Cai et al., "Synthesizing Optimal Collective Algorithms" (SCCL),
+       PPoPP 2021, §3.7.
+
+    Examples
+    --------
+    >>> from simcoll import make_collective
+    >>> b = lower_bounds(make_collective("allgather", 8), "dgx1", 1 << 30)
+    >>> b.min_steps, b.min_rounds_per_chunk, b.exact, round(b.algbw_bound_GBps, 1)
+    (2, Fraction(7, 6), True, 171.4)
+    """
+    machine = as_machine(machine)
+    topology = machine.topology
     if collective.num_ranks != topology.num_ranks:
         raise CollectiveError(
             f"collective is on {collective.num_ranks} ranks but {topology.name} has {topology.num_ranks}"
         )
-    steps = min_steps(collective, topology, routes)
-    rounds, exact = min_rounds_per_chunk(collective, topology)
-    if isinstance(machine, Machine) and size_bytes:
+    steps = min_steps(collective, machine)
+    rounds, exact = min_rounds_per_chunk(collective, machine)
+    if size_bytes:
         t, exact_t = time_lower_bound_s(collective, machine, size_bytes)
         return Bounds(steps, rounds, exact and exact_t, t, size_bytes / t / 1e9 if t else None, size_bytes)
     return Bounds(steps, rounds, exact)

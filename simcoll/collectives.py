@@ -35,22 +35,114 @@ Layout = tuple[tuple[int, ...], ...]
 
 # -- SCCL Table 1 relations ---------------------------------------------------
 def relation_all(num_chunks: int, num_ranks: int) -> frozenset[tuple[int, int]]:
-    """All: every chunk on every rank, ``[G] × [P]``."""
+    """SYNCOLL's relation All: every chunk on every rank, ``[G] × [P]``.
+
+    Parameters
+    ----------
+    num_chunks : int
+        G, the number of chunks.
+    num_ranks : int
+        P, the number of ranks.
+
+    Returns
+    -------
+    frozenset of (int, int)
+        The (chunk, rank) pairs.
+
+    References
+    ----------
+    .. [1] Cai et al., "Synthesizing Optimal Collective Algorithms" (SCCL),
+       PPoPP 2021, Table 2.
+
+    Examples
+    --------
+    >>> sorted(relation_all(2, 2))
+    [(0, 0), (0, 1), (1, 0), (1, 1)]
+    """
     return frozenset((c, n) for c in range(num_chunks) for n in range(num_ranks))
 
 
 def relation_root(num_chunks: int, root: int) -> frozenset[tuple[int, int]]:
-    """Root: every chunk on the root, ``[G] × {root}``."""
+    """SYNCOLL's relation Root: every chunk on the root, ``[G] × {root}``.
+
+    Parameters
+    ----------
+    num_chunks : int
+        G, the number of chunks.
+    root : int
+        The root rank.
+
+    Returns
+    -------
+    frozenset of (int, int)
+        The (chunk, rank) pairs.
+
+    References
+    ----------
+    .. [1] Cai et al., "Synthesizing Optimal Collective Algorithms" (SCCL),
+       PPoPP 2021, Table 2.
+
+    Examples
+    --------
+    >>> sorted(relation_root(2, 1))
+    [(0, 1), (1, 1)]
+    """
     return frozenset((c, root) for c in range(num_chunks))
 
 
 def relation_scattered(num_chunks: int, num_ranks: int) -> frozenset[tuple[int, int]]:
-    """Scattered: chunk c on rank ``c mod P``."""
+    """SYNCOLL's relation Scattered: chunk c on rank ``c mod P``.
+
+    Parameters
+    ----------
+    num_chunks : int
+        G, the number of chunks.
+    num_ranks : int
+        P, the number of ranks.
+
+    Returns
+    -------
+    frozenset of (int, int)
+        The (chunk, rank) pairs.
+
+    References
+    ----------
+    .. [1] Cai et al., "Synthesizing Optimal Collective Algorithms" (SCCL),
+       PPoPP 2021, Table 2.
+
+    Examples
+    --------
+    >>> sorted(relation_scattered(4, 2))
+    [(0, 0), (1, 1), (2, 0), (3, 1)]
+    """
     return frozenset((c, c % num_ranks) for c in range(num_chunks))
 
 
 def relation_transpose(num_chunks: int, num_ranks: int) -> frozenset[tuple[int, int]]:
-    """Transpose: chunk c on rank ``floor(c / P) mod P``."""
+    """SYNCOLL's relation Transpose: chunk c on rank ``floor(c / P) mod P``.
+
+    Parameters
+    ----------
+    num_chunks : int
+        G, the number of chunks.
+    num_ranks : int
+        P, the number of ranks.
+
+    Returns
+    -------
+    frozenset of (int, int)
+        The (chunk, rank) pairs.
+
+    References
+    ----------
+    .. [1] Cai et al., "Synthesizing Optimal Collective Algorithms" (SCCL),
+       PPoPP 2021, Table 2 (the Alltoall postcondition).
+
+    Examples
+    --------
+    >>> sorted(relation_transpose(4, 2))
+    [(0, 0), (1, 0), (2, 1), (3, 1)]
+    """
     return frozenset((c, (c // num_ranks) % num_ranks) for c in range(num_chunks))
 
 
@@ -178,12 +270,49 @@ def canonical_name(name: str) -> str:
 def make_collective(
     name: str, num_ranks: int, chunk_factor: int = 1, *, root: int | None = None, inplace: bool = False
 ) -> Collective:
-    """A built-in collective (SCCL Table 2 and §3.5), e.g.
-    ``make_collective("allgather", 8, chunk_factor=6)``.
+    """A built-in collective by name.
 
-    Rooted collectives (broadcast, gather, scatter, reduce) take ``root``
-    (default 0); ``alltonext`` is GC3 §7.4's AllToNext: rank i sends its
-    buffer to rank i+1, the last rank sends nothing.
+    Parameters
+    ----------
+    name : str
+        A collective name or alias (``allgather``, ``allreduce``,
+        ``reducescatter``, ``alltoall``, ``broadcast``, ``reduce``, ``gather``,
+        ``scatter``, ``alltonext``).
+    num_ranks : int
+        P, the number of ranks.
+    chunk_factor : int
+        C, the chunks per rank's share of the buffer.
+    root : int, optional
+        The root of a rooted collective (broadcast, gather, scatter, reduce;
+        default 0); the others take none.
+    inplace : bool
+        Whether each rank's input is a slice of its output.
+
+    Returns
+    -------
+    Collective
+
+    Raises
+    ------
+    CollectiveError
+        For an unknown name, a bad count or a root that is not a rank or
+        that the collective does not take.
+
+    References
+    ----------
+    .. [1] Cai et al., "Synthesizing Optimal Collective Algorithms" (SCCL),
+       PPoPP 2021, Table 2 and §3.5 (combining collectives).
+    .. [2] Cowan et al., "GC3: An Optimizing Compiler for GPU Collective
+       Communication", arXiv:2201.11840, 2022, §7.4 (AllToNext: rank i sends
+       its buffer to rank i+1, the last rank sends nothing).
+
+    Examples
+    --------
+    >>> c = make_collective("allgather", 4, chunk_factor=2)
+    >>> c.num_chunks, c.input_layout[1], c.combining
+    (8, (1, 5), False)
+    >>> make_collective("reduce", 4, root=2).combining
+    True
     """
     key = canonical_name(name)
     _check_int("num_ranks", num_ranks, 1 if key != "alltonext" else 2)
@@ -251,9 +380,35 @@ def custom_collective(
     combining: bool = False,
     chunk_factor: int = 1,
 ) -> Collective:
-    """A user-defined collective from its pre- and postcondition, given as
-    per-rank buffer layouts of chunk ids.
+    """A user-defined collective from its pre- and postcondition.
 
+    Parameters
+    ----------
+    name : str
+        The collective's name.
+    input_layout, output_layout : sequence of sequence of int
+        Per rank, the chunk ids of its input and output buffers.
+    combining : bool
+        Whether chunks with one id on several ranks are reduced together.
+    chunk_factor : int
+        The chunks per rank's share, for costs and sizes.
+
+    Returns
+    -------
+    Collective
+
+    Raises
+    ------
+    CollectiveError
+        For a layout mismatch, a bad chunk id or an output chunk no input holds.
+
+    References
+    ----------
+    .. [1] Cai et al., "Synthesizing Optimal Collective Algorithms" (SCCL),
+       PPoPP 2021, §3.1 (a collective as a pre- and postcondition).
+
+    Examples
+    --------
     >>> c = custom_collective("swap", [[0], [1]], [[1], [0]])
     >>> sorted(c.post)
     [(0, 1), (1, 0)]

@@ -16,6 +16,12 @@ size.
 
 The bandwidth lower bound is reported beside them. ``best`` marks the fastest
 algorithm per size among the rows of the primary method.
+
+The ``nccl`` row is NCCL's own choice at each size
+(:func:`simcoll.nccl.baseline.nccl_algorithm`: NCCL 2.30's tuner picks the
+algorithm, protocol and channel count, and that Algorithm is timed with the
+chosen protocol); its ``choice`` column says what was chosen, e.g.
+``ring/LL128/24ch``. The other rows have an empty ``choice``.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ COLUMNS = [
     "model",
     "collective",
     "algorithm",
+    "choice",
     "chunks",
     "steps",
     "rounds",
@@ -53,6 +60,8 @@ COLUMNS = [
     "best",
 ]
 METHODS = ("simulate", "analytic")
+#: The size-dependent baseline row (not a registry generator).
+NCCL_ROW = "nccl"
 
 
 def compare(
@@ -64,6 +73,7 @@ def compare(
     program: bool = False,
     contention: bool = True,
     time_limit_s: float = 60.0,
+    algorithms: list[str] | tuple[str, ...] | None = None,
 ) -> tuple[pd.DataFrame, dict[str, str]]:
     """Time every applicable algorithm for ``collective`` on ``machine`` at
     every size.
@@ -89,6 +99,9 @@ def compare(
         Passed to :func:`simcoll.simulator.simulate`.
     time_limit_s : float, optional
         Wall-clock limit of each simulation (seconds).
+    algorithms : list of str, optional
+        Only these rows: registry names and/or ``"nccl"`` (default: every
+        applicable algorithm and the ``nccl`` row). An unknown name raises.
 
     Returns
     -------
@@ -129,10 +142,15 @@ def compare(
     if method not in METHODS:
         raise SimcollError(f"unknown compare method {method!r}: use {' or '.join(METHODS)}")
     collective = canonical_name(collective)
-    candidates = applicable(machine.topology, collective)
+    wanted = _wanted_rows(algorithms)
+    candidates = applicable(machine, collective)
+    if wanted is not None:
+        candidates = {name: a for name, a in candidates.items() if name in wanted}
+    with_nccl = wanted is None or NCCL_ROW in wanted
     algorithms = {name: a for name, a in candidates.items() if not isinstance(a, str)}
     skipped = {name: reason for name, reason in candidates.items() if isinstance(reason, str)}
-    if not algorithms:
+    nccl_ok = with_nccl and _nccl_applies(collective, skipped)
+    if not algorithms and not nccl_ok:
         reasons = "; ".join(f"{k}: {v}" for k, v in skipped.items()) or "no generator implements it"
         raise SimcollError(f"no algorithm applies to {collective} on {machine.name} ({reasons})")
     coll = make_collective(collective, machine.num_ranks)
@@ -141,7 +159,12 @@ def compare(
     lowered = _lower_all(algorithms, machine, skipped) if program else {}
     rows = []
     for size in sizes:
-        for name, algorithm in algorithms.items():
+        runs_at_size = list(algorithms.items())
+        if nccl_ok:
+            nccl = _nccl_at(machine, collective, size, skipped)
+            if nccl is not None:
+                runs_at_size.append((NCCL_ROW, nccl))
+        for name, algorithm in runs_at_size:
             chunks = algorithm.collective.size_chunks
             if size < chunks:
                 skipped[f"{name} at {format_size(size)}"] = (
@@ -163,6 +186,7 @@ def compare(
                         "model": machine.model.name,
                         "collective": algorithm.collective.name,
                         "algorithm": name,
+                        "choice": _choice(algorithm) if name == NCCL_ROW else "",
                         "chunks": algorithm.chunks,
                         "steps": algorithm.steps,
                         "rounds": algorithm.rounds,
@@ -182,6 +206,49 @@ def compare(
     df["best"] = False
     df.loc[primary, "best"] = df.loc[primary, "time_s"] == fastest
     return df, skipped
+
+
+def _wanted_rows(algorithms: list[str] | tuple[str, ...] | str | None) -> set[str] | None:
+    """The row names asked for (None: all), each checked against the registry."""
+    from .algorithms import REGISTRY
+
+    if algorithms is None:
+        return None
+    if isinstance(algorithms, str):
+        algorithms = [a.strip() for a in algorithms.split(",") if a.strip()]
+    wanted = set(algorithms)
+    unknown = sorted(wanted - set(REGISTRY) - {NCCL_ROW})
+    if unknown:
+        raise SimcollError(f"unknown algorithm(s) {', '.join(unknown)}; known: {NCCL_ROW}, {', '.join(REGISTRY)}")
+    if not wanted:
+        raise SimcollError("compare: the algorithm list is empty")
+    return wanted
+
+
+def _nccl_applies(collective: str, skipped: dict[str, str]) -> bool:
+    from .nccl.tuner import TUNED_COLLECTIVES
+
+    if collective not in TUNED_COLLECTIVES:
+        skipped[NCCL_ROW] = f"NCCL's tuner has no algorithm choice for {collective}"
+        return False
+    return True
+
+
+def _nccl_at(machine: Machine, collective: str, size: int, skipped: dict[str, str]) -> Algorithm | None:
+    """NCCL's Algorithm at ``size`` (None, with the reason in ``skipped``, where it cannot be built)."""
+    from .nccl.baseline import nccl_algorithm
+
+    try:
+        return nccl_algorithm(machine, collective, size)
+    except SimcollError as exc:
+        skipped[f"{NCCL_ROW} at {format_size(size)}"] = str(exc)
+        return None
+
+
+def _choice(algorithm: Algorithm) -> str:
+    from .nccl.baseline import choice_label
+
+    return choice_label(algorithm)
 
 
 def _simulate(schedule, machine: Machine, size: int, contention: bool, time_limit_s: float) -> float:

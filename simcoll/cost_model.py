@@ -11,7 +11,8 @@ its numbers come from. YAML schema::
       pcie:   {alpha_s: 1.0e-6, bandwidth_Bps: 13.0e9, source: "..."}
     switches:                           # keyed by component kind (optional)
       nvswitch: {latency_s: 0.0, port_bandwidth_Bps: 150e9,
-                 concurrency_efficiency: [[1, 1.0], [8, 0.9]], source: "..."}
+                 concurrency_efficiency: [[1, 1.0], [8, 0.9]],
+                 reduce_Bps: 15e9, multicast_Bps: 25e9, source: "..."}   # in-switch reduction (optional)
     host_memory: {bandwidth_Bps: 40e9, source: "..."}   # optional
     compute: {reduce_bandwidth_Bps: 400e9, reduce_launch_s: 2e-6, source: "..."}
     executor: {thread_block_bandwidth_Bps: 10e9, kernel_launch_s: 5e-6,     # optional
@@ -62,6 +63,13 @@ class SwitchParams:
     source: str
     port_bandwidth_Bps: float | None = None
     concurrency_efficiency: tuple[tuple[int, float], ...] = ()
+    # In-network reduction (switches with ``reduce: true`` in the topology): the
+    # rate per link of a switch port at which data entering it is combined,
+    # and the rate per link at which a result is multicast out of it (None:
+    # the link's own bandwidth). A reduction from P ranks over ports of c links
+    # runs at most at c * reduce_Bps (simcoll.simulator.network.switch_route).
+    reduce_Bps: float | None = None
+    multicast_Bps: float | None = None
 
     def efficiency(self, connections: int) -> float:
         points = self.concurrency_efficiency
@@ -308,11 +316,15 @@ def _parse_switches(raw_switches: Any, where: str) -> dict[str, SwitchParams]:
     switches = {}
     for kind, raw in (raw_switches or {}).items():
         here = f"{where}: switches.{kind}"
-        entry = _entry(raw, {"latency_s", "port_bandwidth_Bps", "concurrency_efficiency"}, here)
+        entry = _entry(
+            raw, {"latency_s", "port_bandwidth_Bps", "concurrency_efficiency", "reduce_Bps", "multicast_Bps"}, here
+        )
         switches[str(kind)] = SwitchParams(
             latency_s=_number(entry, "latency_s", here),
             port_bandwidth_Bps=_number(entry, "port_bandwidth_Bps", here, required=False, positive=True),
             concurrency_efficiency=_efficiency_points(entry.get("concurrency_efficiency") or [], here),
+            reduce_Bps=_number(entry, "reduce_Bps", here, required=False, positive=True),
+            multicast_Bps=_number(entry, "multicast_Bps", here, required=False, positive=True),
             source=entry["source"],
         )
     return switches
@@ -472,6 +484,9 @@ def _switch_to_dict(params: SwitchParams) -> dict[str, Any]:
         entry["port_bandwidth_Bps"] = params.port_bandwidth_Bps
     if params.concurrency_efficiency:
         entry["concurrency_efficiency"] = [list(point) for point in params.concurrency_efficiency]
+    for key in ("reduce_Bps", "multicast_Bps"):
+        if getattr(params, key) is not None:
+            entry[key] = getattr(params, key)
     entry["source"] = params.source
     return entry
 

@@ -4,10 +4,10 @@ other components as circles; edge width grows with link multiplicity."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import networkx as nx
-
-from .topology import Topology
+if TYPE_CHECKING:
+    from .topology import Topology
 
 _KIND_COLOURS = {
     "cpu": "#9ecae1",
@@ -23,7 +23,9 @@ _LINK_COLOURS = {"nvlink": "#2ca02c", "xgmi": "#d62728", "pcie": "#7f7f7f", "ib"
 
 
 def draw_topology(topology: Topology, path: str | Path) -> None:
+    """Draw ``topology`` to the image ``path`` (its suffix picks the format)."""
     import matplotlib
+    import networkx as nx
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -156,6 +156,31 @@ def bandwidth_relation(topology: Topology, routes: Routes | None = None) -> tupl
       NICs: ``({(s, d) | s in node, d elsewhere}, links from its NICs)``.
 
     The result is cached per topology (``routes`` only saves recomputing them).
+    It depends on the topology alone, so it takes one (not a Machine).
+
+    Parameters
+    ----------
+    topology : Topology
+        The topology (``machine.topology`` for a Machine).
+    routes : Routes, optional
+        Its routes, when already computed.
+
+    Returns
+    -------
+    tuple of BandwidthConstraint
+        The constraints ``(links, chunks_per_round)`` of B.
+
+    References
+    ----------
+    .. [1] Cai et al., "Synthesizing Optimal Collective Algorithms" (SCCL),
+       PPoPP 2021, §3.2.1 (the bandwidth relation B).
+
+    Examples
+    --------
+    >>> from simcoll import load_topology
+    >>> b = bandwidth_relation(load_topology("ring:4"))
+    >>> len(b), b[0].links, b[0].chunks_per_round  # one constraint per directed link
+    (8, frozenset({(0, 1)}), 1)
     """
     cached = _RELATIONS.get(topology)
     if cached is None:

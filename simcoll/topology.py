@@ -23,7 +23,14 @@ YAML schema (``topologies/*.yaml``)::
 Component fields: ``name``, ``kind`` (one of :data:`COMPONENT_KINDS`),
 ``node`` (int, default 0), ``rank`` (GPUs only; default: order of appearance),
 ``model`` (free text, e.g. "V100"), ``gpudirect`` (NICs only, default true),
-``rail`` (NICs only: index of the rail switch in per-rail clusters).
+``rail`` (NICs only: index of the rail switch in per-rail clusters),
+``reduce`` and ``multicast`` (switches only, default false: the switch can
+combine the data several ranks send into it and deliver one result, e.g.
+NVLink SHARP on third-generation NVSwitch or SHARP on InfiniBand Quantum
+switches; and it can replicate one incoming stream to several ranks). Their
+rates are the model's ``switches.<kind>.reduce_Bps`` / ``multicast_Bps``
+(:mod:`simcoll.cost_model`); Algorithms use them through
+:class:`simcoll.algorithm.SwitchReduction`.
 
 Links are full duplex unless ``directed: true``: ``count`` parallel links each
 way, each with the bandwidth the cost model gives to ``type``.
@@ -69,7 +76,9 @@ LINK_TYPES = (
 )
 # GPU-to-GPU fabrics: routes use these alone whenever they connect two GPUs.
 FABRIC_LINK_TYPES = ("nvlink", "xgmi", "infinity_fabric", "xe_link")
-_COMPONENT_FIELDS = {"name", "kind", "node", "rank", "model", "gpudirect", "rail"}
+_COMPONENT_FIELDS = {"name", "kind", "node", "rank", "model", "gpudirect", "rail", "reduce", "multicast"}
+# Component kinds that may declare in-network reduction / multicast.
+SWITCH_KINDS = ("nvswitch", "ib_switch", "switch")
 _LINK_FIELDS = {"ends", "type", "count", "directed"}
 _TOP_FIELDS = {"name", "description", "sources", "default_model", "network_link", "gpus", "components", "links"}
 
@@ -89,6 +98,8 @@ class Component:
     model: str | None = None
     gpudirect: bool = True
     rail: int | None = None
+    reduce: bool = False
+    multicast: bool = False
 
 
 @dataclass(frozen=True)
@@ -145,6 +156,12 @@ class Topology:
         if not 0 <= rank < len(gpus):
             raise TopologyError(f"{self.name}: rank {rank} out of range 0..{len(gpus) - 1}")
         return gpus[rank]
+
+    def reducing_switches(self, node: int | None | str = "any") -> tuple[Component, ...]:
+        """Switches that reduce in the network (``reduce: true``), in topology
+        order; ``node`` selects one node's switches (``None``: the fabric shared
+        by all nodes; ``"any"``: all of them)."""
+        return tuple(c for c in self.components if c.reduce and (node == "any" or c.node == node))
 
     def node_of(self, rank: int) -> int:
         return self.gpu(rank).node
@@ -273,6 +290,15 @@ def build_topology(
             )
         if comp.rank is not None and comp.kind != "gpu":
             raise TopologyError(f"{where}: component {comp.name!r}: only GPUs have a rank")
+        for capability in ("reduce", "multicast"):
+            value = getattr(comp, capability)
+            if not isinstance(value, bool):
+                raise TopologyError(f"{where}: component {comp.name!r}: {capability} must be true or false")
+            if value and comp.kind not in SWITCH_KINDS:
+                raise TopologyError(
+                    f"{where}: component {comp.name!r}: only switches ({', '.join(SWITCH_KINDS)}) can {capability}, "
+                    f"it is a {comp.kind}"
+                )
 
     gpus = [c for c in components if c.kind == "gpu"]
     if not gpus:
@@ -350,6 +376,9 @@ def _component_from_dict(raw: Any, where: str) -> Component:
     gpudirect = raw.get("gpudirect", True)
     if not isinstance(gpudirect, bool):
         raise TopologyError(f"{where}.gpudirect: must be true or false")
+    for capability in ("reduce", "multicast"):
+        if not isinstance(raw.get(capability, False), bool):
+            raise TopologyError(f"{where}.{capability}: must be true or false, got {raw[capability]!r}")
     return Component(
         name=raw["name"],
         kind=raw["kind"],
@@ -358,6 +387,8 @@ def _component_from_dict(raw: Any, where: str) -> Component:
         model=None if raw.get("model") is None else str(raw["model"]),
         gpudirect=gpudirect,
         rail=raw.get("rail"),
+        reduce=raw.get("reduce", False),
+        multicast=raw.get("multicast", False),
     )
 
 
@@ -445,6 +476,10 @@ def topology_to_dict(topology: Topology) -> dict[str, Any]:
             entry["gpudirect"] = False
         if c.rail is not None:
             entry["rail"] = c.rail
+        if c.reduce:
+            entry["reduce"] = True
+        if c.multicast:
+            entry["multicast"] = True
         comps.append(entry)
     links = [
         {"ends": [lk.src, lk.dst], "type": lk.type, "count": lk.count, **({"directed": True} if lk.directed else {})}

@@ -134,7 +134,11 @@ class FabricSpec:
     - ``gpudirect``: force every NIC's GPUDirect RDMA on or off (``None``:
       as the node says); with it off, traffic is staged through host memory
       where the model sets ``network.host_staging`` (TACCL §4.2);
-    - ``radix``, ``oversub``: the Clos switch radix and leaf oversubscription.
+    - ``radix``, ``oversub``: the Clos switch radix and leaf oversubscription;
+    - ``sharp``: whether the fabric's switches reduce and multicast (IB SHARP,
+      NCCL's CollNet); ``None``: on exactly when the node's own switches reduce
+      (NVLink-SHARP nodes such as DGX H100 come with NDR Quantum-2 fabrics,
+      whose switches run SHARPv3).
     """
 
     kind: str = "fat-tree"
@@ -142,6 +146,7 @@ class FabricSpec:
     gpudirect: bool | None = None
     radix: int = 64
     oversub: float = 1.0
+    sharp: bool | None = None
 
     def suffix(self) -> str:
         """The spec's text after ``/`` in a cluster name ('' for a plain fat tree)."""
@@ -152,6 +157,8 @@ class FabricSpec:
             opts.append(f"nics={self.nics}")
         if self.gpudirect is not None:
             opts.append(f"gdr={'on' if self.gpudirect else 'off'}")
+        if self.sharp is not None:
+            opts.append(f"sharp={'on' if self.sharp else 'off'}")
         if self.kind == "fat-tree" and not opts:
             return ""
         return f"/{self.kind}" + (":" + ",".join(opts) if opts else "")
@@ -164,7 +171,7 @@ def parse_fabric(text: str) -> FabricSpec:
     Examples
     --------
     >>> parse_fabric("clos:radix=16,oversub=2")
-    FabricSpec(kind='clos', nics=None, gpudirect=None, radix=16, oversub=2.0)
+    FabricSpec(kind='clos', nics=None, gpudirect=None, radix=16, oversub=2.0, sharp=None)
     >>> parse_fabric("rail:nics=2,gdr=off").suffix()
     '/rail:nics=2,gdr=off'
     >>> parse_fabric("torus")
@@ -184,6 +191,8 @@ def parse_fabric(text: str) -> FabricSpec:
                 fields["nics"] = int(value)
             elif key == "gdr" and value in ("on", "off"):
                 fields["gpudirect"] = value == "on"
+            elif key == "sharp" and value in ("on", "off"):
+                fields["sharp"] = value == "on"
             elif key == "radix" and kind == "clos":
                 fields["radix"] = int(value)
             elif key == "oversub" and kind == "clos":
@@ -191,7 +200,7 @@ def parse_fabric(text: str) -> FabricSpec:
             else:
                 raise ValueError
         except ValueError:
-            allowed = "nics=K, gdr=on|off" + (", radix=R, oversub=F" if kind == "clos" else "")
+            allowed = "nics=K, gdr=on|off, sharp=on|off" + (", radix=R, oversub=F" if kind == "clos" else "")
             raise TopologyError(f"fabric {text!r}: bad option {item!r} (allowed: {allowed})") from None
     spec = FabricSpec(**fields)
     if spec.nics is not None and spec.nics < 1:
@@ -270,6 +279,7 @@ def cluster(node: Topology, num_nodes: int, fabric: str | FabricSpec = "fat-tree
     nics = [c for c in node.components if c.kind == "nic"]
     gpus_per_node = node.num_ranks
     switch_kind = "ib_switch" if node.network_link == "ib" else "switch"
+    sharp = spec.sharp if spec.sharp is not None else bool(node.reducing_switches())
     wire = node.network_link
     components: list[Component] = []
     links: list[Link] = []
@@ -279,22 +289,25 @@ def cluster(node: Topology, num_nodes: int, fabric: str | FabricSpec = "fat-tree
             components.append(Component(**{**vars(c), "name": f"n{i}.{c.name}", "node": i, "rank": rank}))
         links += [Link(**{**vars(lk), "src": f"n{i}.{lk.src}", "dst": f"n{i}.{lk.dst}"}) for lk in node.links]
     if spec.kind == "fat-tree":
-        components.append(Component(name="fabric", kind=switch_kind, node=None))
+        components.append(Component(name="fabric", kind=switch_kind, node=None, reduce=sharp, multicast=sharp))
         links += [Link(f"n{i}.{nic.name}", "fabric", wire) for i in range(num_nodes) for nic in nics]
     elif spec.kind == "rail":
         for r, nic in enumerate(nics):
             rail = nic.rail if nic.rail is not None else r
             switch = f"rail{rail}"
             if not any(c.name == switch for c in components):
-                components.append(Component(name=switch, kind=switch_kind, node=None))
+                components.append(Component(name=switch, kind=switch_kind, node=None, reduce=sharp, multicast=sharp))
             links += [Link(f"n{i}.{nic.name}", switch, wire) for i in range(num_nodes)]
     else:
         endpoints = [f"n{i}.{nic.name}" for i in range(num_nodes) for nic in nics]
         leaves, down, up = clos_shape(len(endpoints), spec.radix, spec.oversub)
-        components += [Component(name=f"leaf{j}", kind=switch_kind, node=None) for j in range(leaves)]
+        components += [
+            Component(name=f"leaf{j}", kind=switch_kind, node=None, reduce=sharp, multicast=sharp)
+            for j in range(leaves)
+        ]
         links += [Link(nic, f"leaf{e // down}", wire) for e, nic in enumerate(endpoints)]
         if leaves > 1:  # the ``up`` spines as one layer: ``up`` parallel links per leaf, used together (ECMP)
-            components.append(Component(name="spine", kind=switch_kind, node=None))
+            components.append(Component(name="spine", kind=switch_kind, node=None, reduce=sharp, multicast=sharp))
             links += [Link(f"leaf{j}", "spine", wire, count=up) for j in range(leaves)]
     return build_topology(
         f"{node.name}*{num_nodes}{spec.suffix()}",

@@ -13,6 +13,16 @@ k-synchronous ones the sends of every step are also checked against the
 bandwidth relation B, scaled by the step's rounds. With a topology, every
 transfer must also have a route.
 
+In-switch reductions (:class:`~simcoll.algorithm.SwitchReduction`) are executed
+the same way: at the start of its batch the switch reads the chunk at each
+source, combines the values (a contribution counted twice is an error, as for
+``reduce`` transfers), and at the end of the batch every destination's copy is
+replaced by the result. With a topology the switch must exist, be a switch that
+declares ``reduce`` (several sources) and ``multicast`` (several destinations),
+and be reachable from every source and reach every destination without
+passing through another GPU. They are not counted against SCCL's bandwidth
+relation, which describes rank-to-rank links only.
+
 Programs are executed executor by executor: sends and receives match in FIFO
 order per connection, dependencies wait, and a stall with work left is a
 deadlock (reported with the cycle of waits when there is one). Accesses to the
@@ -32,19 +42,65 @@ from collections.abc import Iterable
 import networkx as nx
 import numpy as np
 
-from .algorithm import Algorithm, BandwidthConstraint, Transfer, constraint_loads
+from .algorithm import Algorithm, BandwidthConstraint, SwitchReduction, Transfer, constraint_loads
 from .collectives import Collective
 from .errors import VerificationError
+from .machines import Machine, as_machine
 from .program import RECEIVES, SENDS, Executor, Instruction, Program, Ref
 from .routes import Routes, bandwidth_relation
-from .topology import Topology
+from .topology import SWITCH_KINDS, Topology
 
 Value = tuple[int, frozenset[int]]
 MAX_PROBLEMS = 20
 
 
-def check(schedule: Algorithm | Program, topology: Topology | None = None) -> list[str]:
-    """Every problem found, as sentences naming what is at fault; empty when correct."""
+def check(schedule: Algorithm | Program, machine: Machine | str | None = None) -> list[str]:
+    """Every problem of a schedule, as sentences naming what is at fault.
+
+    An Algorithm is replayed step by step (module docstring) and checked
+    against its collective's postcondition and SCCL's bandwidth relation B;
+    a Program is executed executor by executor. With a machine, every
+    transfer or connection must also have a route on its topology.
+
+    Parameters
+    ----------
+    schedule : Algorithm or Program
+        The schedule to check.
+    machine : Machine or str, optional
+        The machine (or a topology spec) the schedule runs on; without one,
+        routes are not checked and B is the Algorithm's own, if any.
+
+    Returns
+    -------
+    list of str
+        The problems found (at most ``MAX_PROBLEMS`` per kind); empty when
+        the schedule is correct.
+
+    Raises
+    ------
+    TypeError
+        When ``schedule`` is neither an Algorithm nor a Program.
+    TopologyError
+        When ``machine`` is not a Machine or a topology spec.
+
+    See Also
+    --------
+    verify : the same check, raising on the first problem list.
+
+    References
+    ----------
+    .. [1] Cai et al., "Synthesizing Optimal Collective Algorithms" (SCCL),
+       PPoPP 2021, §3.2 (the pre- and postconditions and the relation B).
+
+    Examples
+    --------
+    >>> from simcoll import generate
+    >>> check(generate("ring", "ring:4", "allgather"), "ring:4")
+    []
+    >>> check(generate("ring", "ring:4", "allgather"), "ring:8")
+    ['ring is for 4 ranks but ring:8 has 8']
+    """
+    topology = as_machine(machine).topology if machine is not None else None
     if isinstance(schedule, Algorithm):
         return check_algorithm(schedule, topology)
     if isinstance(schedule, Program):
@@ -52,9 +108,39 @@ def check(schedule: Algorithm | Program, topology: Topology | None = None) -> li
     raise TypeError(f"cannot verify a {type(schedule).__name__}")
 
 
-def verify(schedule: Algorithm | Program, topology: Topology | None = None) -> None:
-    """Raise :class:`VerificationError` listing the problems, if any."""
-    problems = check(schedule, topology)
+def verify(schedule: Algorithm | Program, machine: Machine | str | None = None) -> None:
+    """Check a schedule and raise if it has any problem.
+
+    Parameters
+    ----------
+    schedule : Algorithm or Program
+        The schedule to check.
+    machine : Machine or str, optional
+        The machine (or a topology spec) whose routes the schedule must use.
+
+    Returns
+    -------
+    None
+
+    Raises
+    ------
+    VerificationError
+        Listing every problem :func:`check` found.
+
+    See Also
+    --------
+    check : the problems as a list.
+
+    Examples
+    --------
+    >>> from simcoll import generate
+    >>> verify(generate("ring", "dgx1", "allreduce"), "dgx1")
+    >>> verify(generate("ring", "ring:4", "allgather"), "ring:8")
+    Traceback (most recent call last):
+    ...
+    simcoll.errors.VerificationError: ring is for 4 ranks but ring:8 has 8
+    """
+    problems = check(schedule, machine)
     if problems:
         raise VerificationError(problems)
 
@@ -108,10 +194,16 @@ def check_algorithm(algorithm: Algorithm, topology: Topology | None = None) -> l
         for t in algorithm.transfers:
             if not routes.connected(t.src, t.dst):
                 problems.append(f"{t.describe()}: {topology.name} has no route from GPU {t.src} to GPU {t.dst}")
+    n = len(algorithm.transfers)
+    problems += _check_switch_reductions(algorithm, topology)
     state: dict[tuple[int, int], Value] = {(r, c): _initial_value(c, r) for c, r in coll.pre}
     captured: dict[int, Value | None] = {}
     for kind, label, batch in _events(algorithm):
+        switched = [i - n for i in batch if i >= n]
+        batch = [i for i in batch if i < n]
         if kind == "read":
+            for k in switched:
+                captured[n + k] = _switch_read(algorithm.switch_reductions[k], state, problems)
             for i in batch:
                 t = algorithm.transfers[i]
                 captured[i] = state.get((t.src, t.chunk))
@@ -120,7 +212,16 @@ def check_algorithm(algorithm: Algorithm, topology: Topology | None = None) -> l
                     when = f"; it only arrives at {later}" if later else "; it never arrives there"
                     problems.append(f"{t.describe()}: rank {t.src} does not hold chunk {t.chunk} yet{when}")
         else:
+            written = {(algorithm.transfers[i].dst, algorithm.transfers[i].chunk) for i in batch}
             _apply_updates([(algorithm.transfers[i], captured[i]) for i in batch], state, label, problems)
+            for k in switched:
+                r = algorithm.switch_reductions[k]
+                for d in r.destinations:
+                    if (d, r.chunk) in written:
+                        problems.append(f"{r.describe()}: rank {d} receives chunk {r.chunk} twice at {label}")
+                    written.add((d, r.chunk))
+                    if captured[n + k] is not None:
+                        state[(d, r.chunk)] = captured[n + k]
         if len(problems) >= MAX_PROBLEMS:
             return problems
     if algorithm.schedule == "steps":
@@ -130,13 +231,91 @@ def check_algorithm(algorithm: Algorithm, topology: Topology | None = None) -> l
     return problems
 
 
+def _switch_read(r: SwitchReduction, state, problems: list[str]) -> Value | None:
+    """The value switch reduction ``r`` delivers: its sources' values combined."""
+    value = None
+    for s in r.sources:
+        got = state.get((s, r.chunk))
+        if got is None:
+            problems.append(f"{r.describe()}: rank {s} does not hold chunk {r.chunk} yet")
+            return None
+        value = got if value is None else _combine(value, got, r.describe(), problems)
+    return value
+
+
+def _check_switch_reductions(algorithm: Algorithm, topology: Topology | None) -> list[str]:
+    """Collective and topology rules for the in-switch reductions (module docstring)."""
+    problems: list[str] = []
+    if not algorithm.switch_reductions:
+        return problems
+    if not algorithm.collective.combining:
+        for r in algorithm.switch_reductions:
+            if len(r.sources) > 1:
+                problems.append(f"{r.describe()}: a {algorithm.collective.name} combines nothing")
+                break
+    if topology is None:
+        return problems
+    names = {c.name: c for c in topology.components}
+    reach = _SwitchReach(topology)
+    for r in algorithm.switch_reductions:
+        comp = names.get(r.switch)
+        if comp is None or comp.kind not in SWITCH_KINDS:
+            what = "no such component" if comp is None else f"a {comp.kind}, not a switch"
+            problems.append(f"{r.describe()}: {topology.name} has {r.switch!r} as {what}")
+            continue
+        if len(r.sources) > 1 and not comp.reduce:
+            problems.append(f"{r.describe()}: switch {r.switch} does not reduce (topology {topology.name})")
+        if len(r.destinations) > 1 and not comp.multicast:
+            problems.append(f"{r.describe()}: switch {r.switch} does not multicast (topology {topology.name})")
+        for rank in r.sources:
+            if not reach.connected(topology.gpu(rank).name, r.switch):
+                problems.append(f"{r.describe()}: no path from GPU {rank} to {r.switch} in {topology.name}")
+        for rank in r.destinations:
+            if not reach.connected(r.switch, topology.gpu(rank).name):
+                problems.append(f"{r.describe()}: no path from {r.switch} to GPU {rank} in {topology.name}")
+        if len(problems) >= MAX_PROBLEMS:
+            break
+    return problems
+
+
+class _SwitchReach:
+    """Which components a GPU reaches (and which reach a GPU) through links that
+    enter no other GPU; cached per GPU."""
+
+    def __init__(self, topology: Topology):
+        self.graph = topology.to_networkx()
+        self.gpus = {g.name for g in topology.gpus}
+        self._cache: dict[tuple[str, bool], set[str]] = {}
+
+    def _reached(self, gpu: str, forward: bool) -> set[str]:
+        key = (gpu, forward)
+        if key not in self._cache:
+            seen, stack = {gpu}, [gpu]
+            while stack:
+                u = stack.pop()
+                nexts = self.graph.successors(u) if forward else self.graph.predecessors(u)
+                for v in nexts:
+                    if v not in seen and v not in self.gpus:
+                        seen.add(v)
+                        stack.append(v)
+            self._cache[key] = seen
+        return self._cache[key]
+
+    def connected(self, a: str, b: str) -> bool:
+        return b in self._reached(a, True) if a in self.gpus else a in self._reached(b, False)
+
+
 def _events(algorithm: Algorithm) -> Iterable[tuple[str, str, list[int]]]:
-    """("read" | "write", label, transfer indices) in execution order. A step
+    """("read" | "write", label, indices) in execution order: index ``i`` is
+    transfer ``i``, and ``len(transfers) + k`` switch reduction ``k``. A step
     reads the state at its start and writes at its end; a timed transfer reads
     at ``start_s`` and writes at ``end_s``, arrivals preceding departures at
     equal times."""
+    n = len(algorithm.transfers)
     if algorithm.schedule == "steps":
         by_step: dict[int, list[int]] = defaultdict(list)
+        for k, r in enumerate(algorithm.switch_reductions):
+            by_step[r.step].append(n + k)
         for i, t in enumerate(algorithm.transfers):
             by_step[t.step].append(i)
         for step in sorted(by_step):
@@ -144,7 +323,7 @@ def _events(algorithm: Algorithm) -> Iterable[tuple[str, str, list[int]]]:
             yield "write", f"step {step}", by_step[step]
         return
     moments: dict[tuple[float, int], list[int]] = defaultdict(list)
-    for i, t in enumerate(algorithm.transfers):
+    for i, t in enumerate((*algorithm.transfers, *algorithm.switch_reductions)):
         moments[(t.end_s, 0)].append(i)
         moments[(t.start_s, 1)].append(i)
     for (time, kind), batch in sorted(moments.items()):

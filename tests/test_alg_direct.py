@@ -6,7 +6,7 @@ longest shortest path elsewhere, and the α-β costs of their docstring."""
 import networkx as nx
 import pytest
 
-from simcoll import check, custom_collective, generate, load_topology, make_collective
+from simcoll import check, custom_collective, generate, load_machine, load_topology, make_collective
 from simcoll.analytic import critical_path_time_s
 from simcoll.collectives import COLLECTIVES, ROOTED
 from simcoll.cost_model import model_from_dict
@@ -43,8 +43,8 @@ def _collective(name: str, p: int, chunks: int):
 def test_direct_verifies_and_takes_one_step_per_phase_when_all_pairs_are_joined(coll, p):
     topo = load_topology(f"fully-connected:{p}")
     for chunks in CHUNK_FACTORS:
-        algo = generate("direct", topo, _collective(coll, p, chunks))
-        assert check(algo, topo) == []
+        algo = generate("direct", load_machine(topo), _collective(coll, p, chunks))
+        assert check(algo, load_machine(topo)) == []
         assert algo.steps == (2 if coll == "allreduce" else 1)  # GC3 §7.1.2: All Pairs is two steps
 
 
@@ -69,8 +69,8 @@ def test_direct_verifies_on_machines_in_as_many_steps_as_the_longest_path(spec):
     for coll in COLLECTIVES:
         for chunks in CHUNK_FACTORS:
             collective = _collective(coll, topo.num_ranks, chunks)
-            algo = generate("direct", topo, collective)
-            assert check(algo, topo) == [], (coll, chunks)
+            algo = generate("direct", load_machine(topo), collective)
+            assert check(algo, load_machine(topo)) == [], (coll, chunks)
             assert algo.steps == _steps_needed(coll, dist, collective.root), (coll, chunks)
 
 
@@ -106,7 +106,7 @@ def test_direct_costs_are_the_docstring_closed_forms(p):
     }
     for coll, closed_form in expected.items():
         chunks = p if coll == "allreduce" else 1
-        algo = generate("direct", machine.topology, _collective(coll, p, chunks))
+        algo = generate("direct", machine, _collective(coll, p, chunks))
         assert critical_path_time_s(algo, machine, m) == pytest.approx(closed_form, rel=1e-9), coll
 
 
@@ -115,8 +115,8 @@ def test_all_pairs_allreduce_moves_the_ring_volume_in_two_steps_instead_of_2p_mi
     """GC3 §7.1.2: "Ring and All Pairs exchange the same volume of data, but All
     Pairs ... uses 2 communication steps compared with Ring's 2R-2 steps"."""
     topo = load_topology(f"fully-connected:{p}")
-    pairs = generate("direct", topo, "allreduce")
-    ring = generate("ring", topo, "allreduce")
+    pairs = generate("direct", load_machine(topo), "allreduce")
+    ring = generate("ring", load_machine(topo), "allreduce")
     assert (pairs.steps, ring.steps) == (2, 2 * p - 2)
     assert len(pairs.transfers) == len(ring.transfers) == 2 * p * (p - 1)
 
@@ -131,15 +131,15 @@ def test_direct_relays_are_named_where_a_rank_cannot_reach_another(tmp_path):
         "  - {ends: [gpu1, gpu2], type: nvlink, directed: true}\n"
     )
     topo = load_topology(str(path))
-    algo = generate("direct", topo, make_collective("broadcast", 3, 2, root=0))
-    assert check(algo, topo) == [] and algo.steps == 2
+    algo = generate("direct", load_machine(topo), make_collective("broadcast", 3, 2, root=0))
+    assert check(algo, load_machine(topo)) == [] and algo.steps == 2
     with pytest.raises(NotApplicableError, match="no path between rank 2 and rank 0"):
-        generate("direct", topo, make_collective("broadcast", 3, root=2))
+        generate("direct", load_machine(topo), make_collective("broadcast", 3, root=2))
     with pytest.raises(NotApplicableError, match="no path"):
-        generate("direct", topo, "alltoall")
+        generate("direct", load_machine(topo), "alltoall")
 
 
 def test_direct_refuses_a_collective_it_does_not_know():
     swap = custom_collective("swap", [[0], [1]], [[1], [0]])
     with pytest.raises(NotApplicableError, match="not swap"):
-        generate("direct", load_topology("fully-connected:2"), swap)
+        generate("direct", "fully-connected:2", swap)

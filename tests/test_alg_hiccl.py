@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from simcoll import Algorithm, check, generate, load_topology, make_collective
+from simcoll import Algorithm, check, generate, load_machine, load_topology, make_collective
 from simcoll.algorithms import REGISTRY
 from simcoll.algorithms.hiccl import COLLECTIVES, MULTI_STEP, default_hierarchy, hiccl
 from simcoll.algorithms.hiccl_primitives import Hierarchy, Plan, multicast, nic_binding, reduction, stages
@@ -37,11 +37,11 @@ def test_every_composition_verifies_on_every_hierarchy(coll, steps, factors):
     topo = load_topology(f"fully-connected:{p}")
     for chunks in (1, 2, p):
         algo = hiccl(topo, _collective(coll, p, chunks), hierarchy=factors, steps=steps)
-        assert check(algo, topo) == [], (chunks, algo.metadata)
+        assert check(algo, load_machine(topo)) == [], (chunks, algo.metadata)
     # ring(k) across the outermost level and a pipeline of depth 3
     if not (coll == "allreduce" and steps == "single" and factors[0] > 1):
         algo = hiccl(topo, _collective(coll, p, 3), hierarchy=factors, ring=factors[0], pipeline=3, steps=steps)
-        assert check(algo, topo) == [], algo.metadata
+        assert check(algo, load_machine(topo)) == [], algo.metadata
 
 
 @pytest.mark.parametrize(
@@ -57,7 +57,7 @@ def test_larger_and_non_power_of_two_rank_counts(p, factors, colls):
     topo = load_topology(f"fully-connected:{p}")
     for coll in colls:
         algo = hiccl(topo, _collective(coll, p, 1), hierarchy=factors)
-        assert check(algo, topo) == [], coll
+        assert check(algo, load_machine(topo)) == [], coll
 
 
 @pytest.mark.parametrize("machine", ["dgx-a100*2", "ndv2*2", "dgx-h100*2", "perlmutter*4", "summit*2"])
@@ -68,12 +68,12 @@ def test_every_composition_verifies_on_clusters(machine, coll, steps):
     per_node = p // nodes
     for chunks in (1, 2, 3):
         algo = hiccl(topo, _collective(coll, p, chunks), steps=steps)
-        assert check(algo, topo) == [], chunks
+        assert check(algo, load_machine(topo)) == [], chunks
     striped = {"nics": per_node, "pipeline": 2}
     if not (coll == "allreduce" and steps == "single"):
         striped["ring"] = nodes
     algo = hiccl(topo, _collective(coll, p, 4), steps=steps, **striped)
-    assert check(algo, topo) == [], striped
+    assert check(algo, load_machine(topo)) == [], striped
 
 
 @pytest.mark.parametrize(
@@ -84,7 +84,7 @@ def test_every_collective_verifies_on_single_node_machines(machine):
     p = topo.num_ranks
     for coll, steps in FORMS:
         for chunks in (1, 2, 3):
-            assert check(hiccl(topo, _collective(coll, p, chunks), steps=steps), topo) == [], (coll, steps, chunks)
+            assert check(hiccl(topo, _collective(coll, p, chunks), steps=steps), load_machine(topo)) == [], (coll, steps, chunks)
 
 
 def test_registered_for_the_eight_collectives_of_table_1_with_cli_options():
@@ -96,8 +96,8 @@ def test_registered_for_the_eight_collectives_of_table_1_with_cli_options():
         {"hierarchy": "2,2,4", "ring": "2", "pipeline": "4", "nics": "8", "binding": "packed", "steps": "multi"}
     )
     topo = load_topology("dgx-a100*2")
-    algo = generate("hiccl", topo, "allreduce", chunks=32, **options)
-    assert algo.metadata["hierarchy"] == [2, 2, 4] and check(algo, topo) == []
+    algo = generate("hiccl", load_machine(topo), "allreduce", chunks=32, **options)
+    assert algo.metadata["hierarchy"] == [2, 2, 4] and check(algo, load_machine(topo)) == []
     with pytest.raises(SimcollError, match="binding"):
         gen.parse_options({"binding": "scattered"})
 
@@ -117,7 +117,7 @@ def test_a_hierarchy_whose_product_is_not_p_is_rejected(p, factors):
     with pytest.raises(NotApplicableError, match=rf"product {Hierarchy(factors).size}.*{p} ranks"):
         hiccl(topo, _collective("allgather", p, 1), hierarchy=factors)
     with pytest.raises(NotApplicableError, match="product"):
-        generate("hiccl", topo, "allgather", **REGISTRY["hiccl"].parse_options({"hierarchy": "2,2"}))
+        generate("hiccl", load_machine(topo), "allgather", **REGISTRY["hiccl"].parse_options({"hierarchy": "2,2"}))
 
 
 def test_clear_errors_where_hiccl_does_not_apply():
@@ -307,7 +307,7 @@ def test_bindings_follow_section_2_3():
     identity = [f"n{r // 4}.nic{r % 4}" for r in range(8)]
     for scheme in ("packed", "round-robin", "bijective"):
         algo = hiccl(perlmutter, make_collective("allgather", 8, 4), nics=4, binding=scheme)
-        assert algo.metadata["nic_binding"] == identity and check(algo, perlmutter) == []
+        assert algo.metadata["nic_binding"] == identity and check(algo, load_machine(perlmutter)) == []
 
 
 def test_striping_leaders_follow_the_binding():
@@ -319,7 +319,7 @@ def test_striping_leaders_follow_the_binding():
         algo = hiccl(topo, _collective("broadcast", 12, 4), nics=2, binding=scheme)
         assert algo.metadata["stripe_leaders"][0] == leaders
         assert len({algo.metadata["nic_binding"][r] for r in leaders}) == 2
-        assert check(algo, topo) == []
+        assert check(algo, load_machine(topo)) == []
     packed = hiccl(topo, _collective("broadcast", 12, 4), nics=2, binding="packed")
     assert _nics_leaving(packed, topo, 1) == {"n1.nic0", "n1.nic1"}  # the root, rank 11, is on node 1
 
@@ -334,7 +334,7 @@ def test_round_robin_on_aurora_uses_three_quarters_of_the_nics():
     with pytest.raises(NotApplicableError, match="divide"):
         nic_binding(topo, "packed")
     algo = hiccl(topo, make_collective("allgather", 12, 1))
-    assert algo.metadata["binding"] == "round-robin" and check(algo, topo) == []
+    assert algo.metadata["binding"] == "round-robin" and check(algo, load_machine(topo)) == []
 
 
 def test_metadata_survives_json():

@@ -67,8 +67,8 @@ def _verify_everything(topo, **options):
     for name, collectives in SUPPORTED.items():
         for coll in collectives:
             for chunks in CHUNK_FACTORS:
-                algo = generate(name, topo, make_collective(coll, topo.num_ranks, chunks), **options)
-                assert check(algo, topo) == [], (name, coll, chunks)
+                algo = generate(name, load_machine(topo), make_collective(coll, topo.num_ranks, chunks), **options)
+                assert check(algo, load_machine(topo)) == [], (name, coll, chunks)
 
 
 @pytest.mark.parametrize("shape", [(2, 2), (2, 4), (4, 8), (2, 8), (3, 3), (3, 2), (5, 1), (1, 4)])
@@ -117,7 +117,7 @@ def test_2d_ring_allreduce_is_nvgroup_eq_4(tmp_path, nodes, gpus):
             + (n - 1) * t_r(m / n)
         )
         for chunks in (p, 2 * p):
-            algo = generate("2d-ring", machine.topology, make_collective("allreduce", p, chunks))
+            algo = generate("2d-ring", machine, make_collective("allreduce", p, chunks))
             assert critical_path_time_s(algo, machine, m) == pytest.approx(eq4, rel=1e-9)
 
 
@@ -150,7 +150,7 @@ def test_hierarchical_costs_are_their_docstring_closed_forms(tmp_path, nodes, gp
         ("alltonext", "alltonext", 2 * g, to_next),
     ]
     for name, coll, chunks, closed_form in cases:
-        algo = generate(name, topo, make_collective(coll, p, chunks))
+        algo = generate(name, load_machine(topo), make_collective(coll, p, chunks))
         assert critical_path_time_s(algo, machine, m) == pytest.approx(closed_form, rel=1e-9), name
 
 
@@ -159,7 +159,7 @@ def test_2d_ring_cuts_the_ring_steps_to_the_domain_factor(spec):
     """NV-Group §3.1.1: the 2D ring's step count depends on N + N_G, not p."""
     topo = load_topology(spec)
     n, n_g = len(topo.nodes), len(topo.ranks_of_node(0))
-    two_d = generate("2d-ring", topo, "allreduce")
+    two_d = generate("2d-ring", load_machine(topo), "allreduce")
     assert two_d.steps == 2 * (n_g - 1) + 2 * (n - 1) < 2 * (topo.num_ranks - 1)
 
 
@@ -170,7 +170,7 @@ def test_inter_node_transfers_join_gpus_with_the_same_local_index():
     local = {r: topo.ranks_of_node(topo.node_of(r)).index(r) for r in range(topo.num_ranks)}
     for name, collectives in SUPPORTED.items():
         for coll in collectives:
-            algo = generate(name, topo, coll)
+            algo = generate(name, load_machine(topo), coll)
             crossing = [t for t in algo.transfers if topo.node_of(t.src) != topo.node_of(t.dst)]
             assert crossing and all(local[t.src] == local[t.dst] for t in crossing), (name, coll)
 
@@ -180,7 +180,7 @@ def test_gc3_hierarchical_reduces_slot_g_n_plus_n_on_gpu_g_of_node_n(tmp_path):
     Ring algorithm to add the intra-node sums of chunk 0 and chunk 1"; the
     reduction of chunk g*N + n completes on GPU g of node n."""
     topo = _grid(tmp_path, [3, 3])
-    algo = generate("gc3-hierarchical", topo, make_collective("allreduce", 6, 6))
+    algo = generate("gc3-hierarchical", load_machine(topo), make_collective("allreduce", 6, 6))
     crossing = [t for t in algo.transfers if topo.node_of(t.src) != topo.node_of(t.dst)]
     assert {(t.src, t.dst) for t in crossing if t.chunk in (0, 1)} == {(0, 3), (3, 0)}
     for chunk in range(6):
@@ -205,10 +205,10 @@ def test_two_step_alltoall_sends_one_inter_node_message_per_node_pair_per_gpu():
                 carried[(t.src, t.dst)] = carried.get((t.src, t.dst), 0) + 1
         return {pair: (len(steps[pair]), carried[pair]) for pair in steps}
 
-    two_step = inter_node_messages(generate("two-step-alltoall", topo, coll))
+    two_step = inter_node_messages(generate("two-step-alltoall", load_machine(topo), coll))
     assert len(two_step) == n * (n - 1) * g
     assert set(two_step.values()) == {(1, g * chunks)}
-    assert len(inter_node_messages(generate("direct", topo, coll))) == n * (n - 1) * g * g
+    assert len(inter_node_messages(generate("direct", load_machine(topo), coll))) == n * (n - 1) * g * g
 
 
 def test_alltonext_spreads_a_node_boundary_over_every_nic_and_pays_off_for_large_buffers():
@@ -217,7 +217,7 @@ def test_alltonext_spreads_a_node_boundary_over_every_nic_and_pays_off_for_large
     extra communication steps"), better for large ones."""
     machine = load_machine("dgx-a100*3")
     topo = machine.topology
-    algo = generate("alltonext", topo, "alltonext")
+    algo = generate("alltonext", load_machine(topo), "alltonext")
     g, chunks = 8, algo.chunks
     for boundary in (7, 15):
         sent = [
@@ -229,7 +229,7 @@ def test_alltonext_spreads_a_node_boundary_over_every_nic_and_pays_off_for_large
         for t in sent:
             per_pair[(t.src, t.dst)] = per_pair.get((t.src, t.dst), 0) + 1
         assert len(per_pair) == g and set(per_pair.values()) == {chunks // g}
-    baseline = generate("direct", topo, make_collective("alltonext", topo.num_ranks, chunks))
+    baseline = generate("direct", load_machine(topo), make_collective("alltonext", topo.num_ranks, chunks))
     small, large = 4 << 10, 1 << 30
     assert critical_path_time_s(algo, machine, small) > critical_path_time_s(baseline, machine, small)
     assert critical_path_time_s(algo, machine, large) < critical_path_time_s(baseline, machine, large) / 2
@@ -238,26 +238,26 @@ def test_alltonext_spreads_a_node_boundary_over_every_nic_and_pays_off_for_large
 @pytest.mark.parametrize("name", sorted(SUPPORTED))
 def test_a_single_node_needs_a_group_size(name):
     with pytest.raises(NotApplicableError, match="single node; pass group_size"):
-        generate(name, load_topology("dgx1"), SUPPORTED[name][0])
+        generate(name, "dgx1", SUPPORTED[name][0])
 
 
 @pytest.mark.parametrize("name", sorted(SUPPORTED))
 def test_irregular_nodes_are_refused(tmp_path, name):
     topo = _grid(tmp_path, [3, 2, 3])
     with pytest.raises(NotApplicableError, match=r"irregular node sizes \(node 0: 3, node 1: 2, node 2: 3\)"):
-        generate(name, topo, SUPPORTED[name][0])
+        generate(name, load_machine(topo), SUPPORTED[name][0])
 
 
 def test_bad_groups_and_missing_routes_are_named():
     with pytest.raises(NotApplicableError, match="group_size=5 does not divide"):
-        generate("2d-ring", load_topology("fully-connected:12"), "allreduce", group_size=5)
+        generate("2d-ring", "fully-connected:12", "allreduce", group_size=5)
     line = load_topology("line:6")  # 0-1-2 | 3-4-5: no ring inside a group, no 0 -> 2 route
     with pytest.raises(NotApplicableError, match=r"no ring through ranks \[0, 1, 2\]"):
-        generate("2d-ring", line, "allgather", group_size=3)
+        generate("2d-ring", load_machine(line), "allgather", group_size=3)
     with pytest.raises(NotApplicableError, match="no route from rank 0 to rank 2"):
-        generate("two-step-alltoall", line, "alltoall", group_size=3)
+        generate("two-step-alltoall", load_machine(line), "alltoall", group_size=3)
     with pytest.raises(NotApplicableError, match="implements allreduce, not allgather"):
-        generate("gc3-hierarchical", load_topology("dgx-a100*2"), "allgather")
+        generate("gc3-hierarchical", "dgx-a100*2", "allgather")
 
 
 def test_group_size_option_parses_from_the_command_line():

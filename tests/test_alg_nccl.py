@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from simcoll import load_topology, make_collective
+from simcoll import load_machine, load_topology, make_collective
 from simcoll.algorithms import REGISTRY, generate
 from simcoll.algorithms.nccl import nccl_ring, nccl_rings, nearest_nics
 from simcoll.algorithms.ring import find_rings
@@ -18,7 +18,7 @@ COLLECTIVES = ("allreduce", "allgather", "reducescatter", "broadcast", "reduce")
 @pytest.mark.parametrize("collective", COLLECTIVES)
 def test_nccl_ring_implements_its_collectives(machine, collective):
     topology = load_topology(machine)
-    algorithm = generate("nccl-ring", topology, collective)
+    algorithm = generate("nccl-ring", load_machine(topology), collective)
     verify(algorithm)
     rings = algorithm.metadata["rings"]
     assert len(rings) == 8 and all(sorted(r) == list(range(topology.num_ranks)) for r in rings)

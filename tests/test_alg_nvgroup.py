@@ -211,7 +211,7 @@ def test_verifier_accepts_it_on_builtin_machines(spec, name):
     topo = load_topology(spec)
     for factor in (1, 2, 3):
         algo = nvgroup_ring(topo, collective(name, topo.num_ranks, factor))
-        assert check(algo, topo) == [], (spec, name, factor)
+        assert check(algo, load_machine(topo)) == [], (spec, name, factor)
 
 
 SOCKETS = [(1, 2), (1, 3), (2, 2), (3, 2), (2, 4), (4, 3), (5, 2), (7, 2)]
@@ -227,23 +227,23 @@ def test_verifier_accepts_it_on_socket_machines(tmp_path, groups, size, pipeline
     for name in COLLECTIVES:
         for factor in (1, 2, 3):
             algo = nvgroup_ring(topo, collective(name, topo.num_ranks, factor), pipeline=pipeline)
-            assert check(algo, topo) == [], (groups, size, name, factor)
+            assert check(algo, uniform(topo)) == [], (groups, size, name, factor)
 
 
 def test_verifier_accepts_it_on_31_ranks_and_a_prime_group():
     topo = load_topology("fully-connected:31")
     for name in COLLECTIVES:
-        assert check(nvgroup_ring(topo, collective(name, 31, 2)), topo) == []
+        assert check(nvgroup_ring(topo, collective(name, 31, 2)), load_machine(topo)) == []
 
 
 def test_it_is_registered_with_the_paper_chunking_by_default():
     """Algorithm 2 cuts the buffer into N_nv blocks of NV_G portions: P chunks."""
     topo = load_topology("summit*2")
-    algo = generate("nvgroup-ring", topo, "allreduce")
-    assert algo.chunks == 12 and check(algo, topo) == []
+    algo = generate("nvgroup-ring", load_machine(topo), "allreduce")
+    assert algo.chunks == 12 and check(algo, load_machine(topo)) == []
     options = REGISTRY["nvgroup-ring"].parse_options({"pipeline": "true"})
     assert options == {"pipeline": True}
-    assert generate("nvgroup-ring", topo, "allgather", **options).metadata["pipeline"] is True
+    assert generate("nvgroup-ring", load_machine(topo), "allgather", **options).metadata["pipeline"] is True
     with pytest.raises(SimcollError, match="pipeline"):
         REGISTRY["nvgroup-ring"].parse_options({"pipeline": "maybe"})
 
@@ -410,8 +410,8 @@ def test_it_beats_the_flat_ring_on_summit(spec):
     """§5.2: on Summit the NVGroup ring outperforms the flat ring Allreduce (fewer
     sequential network steps and reductions, all NVLinks used)."""
     machine = load_machine(spec)
-    flat = generate("ring", machine.topology, "allreduce")
-    ours = generate("nvgroup-ring", machine.topology, "allreduce")
+    flat = generate("ring", machine, "allreduce")
+    ours = generate("nvgroup-ring", machine, "allreduce")
     for m in (1 << 20, 1 << 28):
         assert critical_path_time_s(ours, machine, m) < critical_path_time_s(flat, machine, m)
 
@@ -429,7 +429,7 @@ def test_cpu_path_is_a_correct_host_program(spec):
         for inplace in (False, True):
             coll = make_collective("allreduce", topo.num_ranks, factor, inplace=inplace)
             prog = nvgroup_cpu_allreduce(topo, coll)
-            assert check(prog, topo) == [], (spec, factor, inplace)
+            assert check(prog, load_machine(topo)) == [], (spec, factor, inplace)
 
 
 @pytest.mark.parametrize("groups", [1, 2, 3, 4, 5, 6, 7])
@@ -439,7 +439,7 @@ def test_cpu_path_runs_recursive_doubling_between_leaders(tmp_path, groups):
     messages and N - 2^k results sent back."""
     topo = load_topology(grouped(tmp_path, groups, 2))
     prog = nvgroup_cpu_allreduce(topo, make_collective("allreduce", 2 * groups, 2))
-    assert check(prog, topo) == []
+    assert check(prog, uniform(topo)) == []
     executors = [e for r in prog.ranks for e in r.executors]
     assert {e.kind for e in executors} == {"host"}
     leaders = {g.leader for g in nvlink_groups(topo)}
@@ -475,7 +475,7 @@ def test_cpu_path_accepts_unequal_groups(tmp_path):
         },
     )
     topo = load_topology(path)
-    assert check(nvgroup_cpu_allreduce(topo, make_collective("allreduce", 3, 2)), topo) == []
+    assert check(nvgroup_cpu_allreduce(topo, make_collective("allreduce", 3, 2)), uniform(topo)) == []
 
 
 def test_small_messages_take_the_cpu_path_below_16_kib_per_group():

@@ -13,7 +13,7 @@ import math
 
 import pytest
 
-from simcoll import check, load_topology, make_collective
+from simcoll import check, load_machine, load_topology, make_collective
 from simcoll.algorithms import REGISTRY, bruck, generate, recursive
 from simcoll.algorithms.bruck import bruck_alltoall_blocks
 from simcoll.analytic import critical_path_time_s, step_time_s
@@ -63,7 +63,7 @@ def split(p: int) -> tuple[int, int]:
 def test_verified_on_fully_connected_for_three_chunk_factors(name, coll, p):
     topo = load_topology(f"fully-connected:{p}")
     for chunks in CHUNK_FACTORS:
-        assert check(generate(name, topo, make_collective(coll, p, chunks)), topo) == [], chunks
+        assert check(generate(name, load_machine(topo), make_collective(coll, p, chunks)), load_machine(topo)) == [], chunks
 
 
 @pytest.mark.parametrize("name,coll", CASES)
@@ -71,7 +71,7 @@ def test_verified_on_64_ranks(name, coll):
     """64 GPUs on one switch, and 64 fully connected GPUs."""
     for spec in ("hub-and-spoke:64", "fully-connected:64"):
         topo = load_topology(spec)
-        assert check(generate(name, topo, coll, 2), topo) == []
+        assert check(generate(name, load_machine(topo), coll, 2), load_machine(topo)) == []
 
 
 @pytest.mark.parametrize("machine", ["dgx2", "summit", "ndv2*2", "dgx-a100*2", "ndv2", "dgx-h100"])
@@ -79,7 +79,7 @@ def test_verified_on_64_ranks(name, coll):
 def test_verified_on_built_in_machines(machine, name, coll):
     """Their PCIe trees, host memory and networks give every GPU pair a route."""
     topo = load_topology(machine)
-    assert check(generate(name, topo, coll, 3), topo) == []
+    assert check(generate(name, load_machine(topo), coll, 3), load_machine(topo)) == []
 
 
 @pytest.mark.parametrize("spec", ["dgx1", "hypercube:3"])
@@ -88,25 +88,25 @@ def test_exchanges_between_ranks_one_bit_apart_fit_a_hypercube(spec):
     which DGX-1's NVLinks include; Bruck's partners r ± 2^k are not all linked."""
     topo = load_topology(spec)
     for name, coll in CASES[:4]:
-        algo = generate(name, topo, coll, 8)
-        assert check(algo, topo) == []
+        algo = generate(name, load_machine(topo), coll, 8)
+        assert check(algo, load_machine(topo)) == []
         assert all(bin(t.src ^ t.dst).count("1") == 1 for t in algo.transfers)
     with pytest.raises(NotApplicableError, match=rf"bruck: {spec} has no route from rank \d to rank \d"):
-        generate("bruck", topo, "allgather")
+        generate("bruck", load_machine(topo), "allgather")
 
 
 def test_refuses_topologies_without_the_routes_it_needs():
     ring = load_topology("ring:8")
     with pytest.raises(NotApplicableError, match="recursive-doubling: ring:8 has no route from rank 0 to rank 2"):
-        generate("recursive-doubling", ring, "allgather")
+        generate("recursive-doubling", load_machine(ring), "allgather")
     with pytest.raises(NotApplicableError, match="recursive-halving: ring:8 has no route from rank 0 to rank 4"):
-        generate("recursive-halving", ring, "reducescatter")
+        generate("recursive-halving", load_machine(ring), "reducescatter")
     with pytest.raises(NotApplicableError, match="rvhd: ring:8 has no route from rank 0 to rank 4"):
-        generate("rvhd", ring, "allreduce")
+        generate("rvhd", load_machine(ring), "allreduce")
     with pytest.raises(NotApplicableError, match="bruck: ring:8 has no route from rank 0 to rank 6"):
-        generate("bruck", ring, "allgather")
+        generate("bruck", load_machine(ring), "allgather")
     with pytest.raises(NotApplicableError, match="implements reducescatter, not allgather"):
-        generate("recursive-halving", ring, "allgather")
+        generate("recursive-halving", load_machine(ring), "allgather")
 
 
 # -- structure: the papers' step counts and partners -----------------------------
@@ -117,7 +117,7 @@ def test_non_powers_of_two_fold_the_first_2r_ranks(name, coll, p):
     rank 2i+1 in the first step, sits out the power-of-two core and gets its
     result from 2i+1 in the last step."""
     n, r = split(p)
-    algo = generate(name, load_topology(f"fully-connected:{p}"), coll, 2)
+    algo = generate(name, f"fully-connected:{p}", coll, 2)
     core = 2 * n if name == "rvhd" else n
     assert algo.steps == core + 2
     last = algo.steps - 1
@@ -129,8 +129,8 @@ def test_non_powers_of_two_fold_the_first_2r_ranks(name, coll, p):
 @pytest.mark.parametrize("p", [2, 3, 5, 6, 8, 12, 31])
 def test_bruck_takes_ceil_log2_p_steps_with_partners_2k_apart(p):
     topo = load_topology(f"fully-connected:{p}")
-    gather = generate("bruck", topo, "allgather")
-    alltoall = generate("bruck", topo, "alltoall")
+    gather = generate("bruck", load_machine(topo), "allgather")
+    alltoall = generate("bruck", load_machine(topo), "alltoall")
     assert gather.steps == alltoall.steps == math.ceil(math.log2(p))
     assert all(t.dst == (t.src - (1 << t.step)) % p for t in gather.transfers)  # concatenation: to r - 2^k
     assert all(t.dst == (t.src + (1 << t.step)) % p for t in alltoall.transfers)  # index: to r + 2^k
@@ -142,12 +142,12 @@ def test_powers_of_two_match_the_standard_closed_forms(p):
     """log2 P·α + (P-1)/P·M·β, plus the reductions (Thakur et al. 2005)."""
     machine = uniform(f"fully-connected:{p}")
     n = int(math.log2(p))
-    gather = generate("recursive-doubling", machine.topology, "allgather", 2)
+    gather = generate("recursive-doubling", machine, "allgather", 2)
     assert critical_path_time_s(gather, machine, SIZE) == pytest.approx(n * ALPHA + (p - 1) / p * SIZE / BW, rel=1e-9)
-    allred = generate("recursive-doubling", machine.topology, "allreduce", 3)
+    allred = generate("recursive-doubling", machine, "allreduce", 3)
     expected = n * (ALPHA + SIZE / BW + t_r(SIZE))
     assert critical_path_time_s(allred, machine, SIZE) == pytest.approx(expected, rel=1e-9)
-    rs = generate("recursive-halving", machine.topology, "reducescatter", 2)
+    rs = generate("recursive-halving", machine, "reducescatter", 2)
     expected = n * ALPHA + (p - 1) / p * SIZE / BW + sum(t_r(SIZE / 2 ** (k + 1)) for k in range(n))
     assert critical_path_time_s(rs, machine, SIZE) == pytest.approx(expected, rel=1e-9)
     assert step_time_s(rs, machine, SIZE) == pytest.approx(expected, rel=1e-9)
@@ -157,7 +157,7 @@ def test_recursive_halving_is_the_textbook_form_when_reduction_is_per_byte():
     """With T_R = γ per byte (no launch): log2 P·α + (P-1)/P·M·(β + γ)."""
     p = 16
     machine = uniform(f"fully-connected:{p}", launch_s=0.0)
-    rs = generate("recursive-halving", machine.topology, "reducescatter")
+    rs = generate("recursive-halving", machine, "reducescatter")
     expected = 4 * ALPHA + (p - 1) / p * SIZE * (1 / BW + 1 / T_R_BW)
     assert critical_path_time_s(rs, machine, SIZE) == pytest.approx(expected, rel=1e-9)
 
@@ -169,14 +169,14 @@ def test_non_powers_of_two_cost_fold_core_and_unfold(p):
     machine = uniform(f"fully-connected:{p}")
     n, r = split(p)
     block = SIZE / p
-    gather = generate("recursive-doubling", machine.topology, "allgather", 2)
+    gather = generate("recursive-doubling", machine, "allgather", 2)
     core = sum(ALPHA + (2**k + min(2**k, r)) * block / BW for k in range(n))
     expected = (ALPHA + block / BW) + core + (ALPHA + (p - 1) * block / BW)
     assert step_time_s(gather, machine, SIZE) == pytest.approx(expected, rel=1e-9)
-    allred = generate("recursive-doubling", machine.topology, "allreduce")
+    allred = generate("recursive-doubling", machine, "allreduce")
     expected = (n + 2) * (ALPHA + SIZE / BW) + (n + 1) * t_r(SIZE)
     assert step_time_s(allred, machine, SIZE) == pytest.approx(expected, rel=1e-9)
-    rs = generate("recursive-halving", machine.topology, "reducescatter")
+    rs = generate("recursive-halving", machine, "reducescatter")
     blocks = [2 ** (n - 1 - k) + min(2 ** (n - 1 - k), r) for k in range(n)]
     core = sum(ALPHA + b * block / BW + t_r(b * block) for b in blocks)
     expected = (ALPHA + SIZE / BW + t_r(SIZE)) + core + (ALPHA + block / BW)
@@ -207,7 +207,7 @@ def test_rvhd_allreduce_is_nvgroup_eq6_corrected(p):
     ReduceScatter move more than the whole buffer, and the model disagrees."""
     for launch_s in (0.0, T_R_LAUNCH):
         machine = uniform(f"fully-connected:{p}", launch_s)
-        algo = generate("rvhd", machine.topology, "allreduce", 2 * p)
+        algo = generate("rvhd", machine, "allreduce", 2 * p)
         t = critical_path_time_s(algo, machine, SIZE)
         assert t == pytest.approx(rvhd_closed_form(p, SIZE, launch_s), rel=1e-9)
         assert t == pytest.approx(nvgroup_eq6(p, SIZE, launch_s) + (math.log2(p) - 1) * launch_s, rel=1e-9)
@@ -218,7 +218,7 @@ def test_rvhd_allreduce_is_nvgroup_eq6_corrected(p):
 def test_rvhd_non_powers_of_two_add_a_fold_and_an_unfold(p):
     n, _ = split(p)
     machine = uniform(f"fully-connected:{p}")
-    algo = generate("rvhd", machine.topology, "allreduce")  # default: 2^n chunks, one per virtual rank
+    algo = generate("rvhd", machine, "allreduce")  # default: 2^n chunks, one per virtual rank
     assert algo.chunks == 2**n
     expected = 2 * (ALPHA + SIZE / BW) + t_r(SIZE) + rvhd_closed_form(2**n, SIZE, T_R_LAUNCH)
     assert step_time_s(algo, machine, SIZE) == pytest.approx(expected, rel=1e-9)
@@ -231,10 +231,10 @@ def test_bruck_cost(p):
     agrees for powers of two)."""
     machine = uniform(f"fully-connected:{p}")
     steps = math.ceil(math.log2(p))
-    gather = generate("bruck", machine.topology, "allgather", 2)
+    gather = generate("bruck", machine, "allgather", 2)
     expected = steps * ALPHA + (p - 1) / p * SIZE / BW
     assert step_time_s(gather, machine, SIZE) == pytest.approx(expected, rel=1e-9)
-    alltoall = generate("bruck", machine.topology, "alltoall", 2)
+    alltoall = generate("bruck", machine, "alltoall", 2)
     expected_a2a = steps * ALPHA + sum(bruck_alltoall_blocks(p)) * SIZE / (p * BW)
     assert step_time_s(alltoall, machine, SIZE) == pytest.approx(expected_a2a, rel=1e-9)
     if p & (p - 1) == 0:

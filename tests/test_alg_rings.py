@@ -73,14 +73,14 @@ def test_dgx1_has_ncclS_six_logical_rings_using_every_nvlink_once():
 
 @pytest.mark.parametrize("coll", ["allgather", "reducescatter"])
 def test_dgx1_allgather_and_reducescatter_are_table3s_6_7_7(coll):
-    algo = generate("multi-ring", load_topology("dgx1"), coll)  # the generator's default chunk factor
+    algo = generate("multi-ring", "dgx1", coll)  # the generator's default chunk factor
     assert (algo.chunks, algo.steps, algo.rounds) == (6, 7, 7)
     assert len(algo.metadata["rings"]) == 6
 
 
 def test_dgx1_allreduce_is_table3s_48_14_14():
     """C counts chunks of the whole buffer: six rings, each cut into 8 blocks."""
-    algo = generate("multi-ring", load_topology("dgx1"), "allreduce")
+    algo = generate("multi-ring", "dgx1", "allreduce")
     assert (algo.chunks, algo.steps, algo.rounds) == (48, 14, 14)
 
 
@@ -89,9 +89,9 @@ def test_dgx1_allreduce_is_table3s_48_14_14():
 @pytest.mark.parametrize("root", [0, 5])
 def test_dgx1_pipelined_broadcast_and_reduce_are_table3s_6m(coll, m, root):
     topo = load_topology("dgx1")
-    algo = generate("multi-ring", topo, make_collective(coll, 8, 6 * m, root=root), m=m)
+    algo = generate("multi-ring", load_machine(topo), make_collective(coll, 8, 6 * m, root=root), m=m)
     assert (algo.chunks, algo.steps, algo.rounds) == (6 * m, 6 + m, 6 + m)
-    assert check(algo, topo) == []
+    assert check(algo, load_machine(topo)) == []
 
 
 def test_cli_generates_the_table3_allgather_by_default(tmp_path, capsys):
@@ -107,7 +107,7 @@ def test_six_ring_allgather_costs_sccl_2_4(size):
     machine = load_machine("dgx1")
     nvlink = machine.model.link("nvlink")
     alpha, beta = nvlink.alpha_s, 1 / nvlink.bandwidth_Bps
-    algo = generate("multi-ring", machine.topology, "allgather")
+    algo = generate("multi-ring", machine, "allgather")
     expected = 7 * alpha + 7 / 6 * (size / 8) * beta
     assert critical_path_time_s(algo, machine, size) == pytest.approx(expected, rel=1e-9)
     assert step_time_s(algo, machine, size) == pytest.approx(expected, rel=1e-9)
@@ -122,7 +122,7 @@ def test_pipelined_broadcast_costs_sccl_5_3(m):
     machine = load_machine("dgx1")
     nvlink = machine.model.link("nvlink")
     alpha, beta = nvlink.alpha_s, 1 / nvlink.bandwidth_Bps
-    algo = generate("multi-ring", machine.topology, "broadcast", 6 * m, root=3, m=m)
+    algo = generate("multi-ring", machine, "broadcast", 6 * m, root=3, m=m)
     for size in SIZES:
         expected = (6 + m) * alpha + (6 + m) / (6 * m) * size * beta
         assert step_time_s(algo, machine, size) == pytest.approx(expected, rel=1e-9)
@@ -137,7 +137,7 @@ def test_single_ring_is_nvgroup_eqs_1_to_3(spec):
         eq1 = (p - 1) * (ALPHA + m / (p * BW) + t_r(m / p))  # ReduceScatter
         eq2 = (p - 1) * (ALPHA + m / (p * BW))  # Allgather
         for coll, expected in (("reducescatter", eq1), ("allgather", eq2), ("allreduce", eq1 + eq2)):
-            algo = generate("ring", machine.topology, coll)  # C = 1 (Allreduce: C = P, one chunk per block)
+            algo = generate("ring", machine, coll)  # C = 1 (Allreduce: C = P, one chunk per block)
             assert critical_path_time_s(algo, machine, m) == pytest.approx(expected, rel=1e-9), coll
 
 
@@ -148,8 +148,8 @@ def test_single_ring_broadcast_and_reduce_are_a_pipelined_chain(p, chunks):
     machine = _uniform(f"ring:{p}")
     for m in SIZES:
         hop = ALPHA + m / (chunks * BW)
-        bcast = generate("ring", machine.topology, make_collective("broadcast", p, chunks, root=1))
-        reduce = generate("ring", machine.topology, make_collective("reduce", p, chunks, root=1))
+        bcast = generate("ring", machine, make_collective("broadcast", p, chunks, root=1))
+        reduce = generate("ring", machine, make_collective("reduce", p, chunks, root=1))
         assert step_time_s(bcast, machine, m) == pytest.approx((p + chunks - 2) * hop, rel=1e-9)
         assert step_time_s(reduce, machine, m) == pytest.approx((p + chunks - 2) * (hop + t_r(m / chunks)), rel=1e-9)
 
@@ -163,8 +163,8 @@ def test_bidirectional_ring_halves_the_bandwidth_term(p):
         rs = (p - 1) * (ALPHA + half / (p * BW) + t_r(half / p))
         ag = (p - 1) * (ALPHA + half / (p * BW))
         for coll, expected in (("reducescatter", rs), ("allgather", ag), ("allreduce", rs + ag)):
-            single = critical_path_time_s(generate("ring", machine.topology, coll), machine, m)
-            both = critical_path_time_s(generate("bidirectional-ring", machine.topology, coll), machine, m)
+            single = critical_path_time_s(generate("ring", machine, coll), machine, m)
+            both = critical_path_time_s(generate("bidirectional-ring", machine, coll), machine, m)
             assert both == pytest.approx(expected, rel=1e-9), coll
             bandwidth_term = (p - 1) * m / (p * BW)  # eq. (2)'s, also the ReduceScatter half of eq. (3)'s
             if coll == "allgather":
@@ -175,7 +175,7 @@ def test_bidirectional_ring_halves_the_bandwidth_term(p):
 @pytest.mark.parametrize("coll", ROOTED)
 def test_ring_chain_starts_or_ends_at_the_root_and_follows_the_ring(coll):
     topo = load_topology("ring:6")
-    algo = generate("ring", topo, make_collective(coll, 6, 4, root=3))
+    algo = generate("ring", load_machine(topo), make_collective(coll, 6, 4, root=3))
     order = algo.metadata["ring"]
     successor = dict(_pairs(order))
     assert all(successor[t.src] == t.dst for t in algo.transfers)
@@ -188,7 +188,7 @@ def test_ring_chain_starts_or_ends_at_the_root_and_follows_the_ring(coll):
 
 
 def test_bidirectional_ring_sends_each_half_one_way():
-    algo = generate("bidirectional-ring", load_topology("ring:5"), "allgather")
+    algo = generate("bidirectional-ring", "ring:5", "allgather")
     order = algo.metadata["ring"]
     forward, backward = set(_pairs(order)), {(b, a) for a, b in _pairs(order)}
     ways = {}
@@ -206,7 +206,7 @@ def test_multi_ring_rings_respect_the_bandwidth_relation(spec):
     link beyond its multiplicity, nor a switch port or NIC beyond its count."""
     topo = load_topology(spec)
     rings = find_rings(topo)
-    algo = generate("multi-ring", topo, make_collective("allgather", topo.num_ranks, len(rings)))
+    algo = generate("multi-ring", load_machine(topo), make_collective("allgather", topo.num_ranks, len(rings)))
     assert len(algo.metadata["rings"]) == len(rings)
     assert algo.rounds == algo.steps == topo.num_ranks - 1
 
@@ -214,8 +214,8 @@ def test_multi_ring_rings_respect_the_bandwidth_relation(spec):
 def test_multi_ring_uses_the_rings_option():
     topo = load_topology("dgx1")
     options = REGISTRY["multi-ring"].parse_options({"rings": "2"})
-    algo = generate("multi-ring", topo, "allgather", **options)
-    assert len(algo.metadata["rings"]) == 2 and check(algo, topo) == []
+    algo = generate("multi-ring", load_machine(topo), "allgather", **options)
+    assert len(algo.metadata["rings"]) == 2 and check(algo, load_machine(topo)) == []
 
 
 def test_docstring_examples_hold():
@@ -243,8 +243,8 @@ def test_verifier_accepts_every_rank_count(name, p):
     for spec in specs:
         topo = load_topology(spec)
         for coll in _collectives(name, p):
-            algo = generate(name, topo, coll)
-            assert check(algo, topo) == [], (spec, coll.describe())
+            algo = generate(name, load_machine(topo), coll)
+            assert check(algo, load_machine(topo)) == [], (spec, coll.describe())
 
 
 @pytest.mark.parametrize(
@@ -255,10 +255,10 @@ def test_verifier_accepts_builtin_machines(name, spec):
     topo = load_topology(spec)
     p = topo.num_ranks
     for coll in _collectives(name, p):
-        algo = generate(name, topo, coll)
-        assert check(algo, topo) == [], coll.describe()
+        algo = generate(name, load_machine(topo), coll)
+        assert check(algo, load_machine(topo)) == [], coll.describe()
     for coll in REGISTRY[name].collectives:  # and the generator's default chunk factor
-        assert check(generate(name, topo, coll), topo) == []
+        assert check(generate(name, load_machine(topo), coll), load_machine(topo)) == []
 
 
 # -- where rings do not apply --------------------------------------------------------------
@@ -275,16 +275,16 @@ def test_no_ring_without_a_hamiltonian_cycle(name, spec, tmp_path):
         spec = _write(tmp_path, "star", ["[gpu0, gpu1, nvlink]", "[gpu0, gpu2, nvlink]", "[gpu0, gpu3, nvlink]"])
     topo = load_topology(spec)
     with pytest.raises(NotApplicableError, match="no Hamiltonian cycle"):
-        generate(name, topo, "allgather")
+        generate(name, load_machine(topo), "allgather")
 
 
 def test_one_way_ring_has_no_bidirectional_ring(tmp_path):
     one_way = [f"{{ends: [gpu{i}, gpu{(i + 1) % 4}], type: nvlink, directed: true}}" for i in range(4)]
     topo = load_topology(_write(tmp_path, "oneway", one_way))
-    assert check(generate("ring", topo, "allgather"), topo) == []
-    assert len(generate("multi-ring", topo, "allgather").metadata["rings"]) == 1
+    assert check(generate("ring", load_machine(topo), "allgather"), load_machine(topo)) == []
+    assert len(generate("multi-ring", load_machine(topo), "allgather").metadata["rings"]) == 1
     with pytest.raises(NotApplicableError, match="cannot run backwards"):
-        generate("bidirectional-ring", topo, "allgather")
+        generate("bidirectional-ring", load_machine(topo), "allgather")
 
 
 @pytest.mark.parametrize(
@@ -302,7 +302,7 @@ def test_one_way_ring_has_no_bidirectional_ring(tmp_path):
 def test_clear_errors(name, coll, options, message):
     topo = load_topology("dgx1" if "ring" not in options else "ring:8")
     with pytest.raises(NotApplicableError, match=message):
-        generate(name, topo, coll, **options)
+        generate(name, load_machine(topo), coll, **options)
 
 
 def test_ring_search_has_a_time_limit():

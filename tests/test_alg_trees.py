@@ -12,7 +12,7 @@ import math
 
 import pytest
 
-from simcoll import check, load_topology, make_collective
+from simcoll import check, load_machine, load_topology, make_collective
 from simcoll.algorithms import REGISTRY, generate, trees
 from simcoll.algorithms.trees import double_binary_tree_pair, tree_height
 from simcoll.analytic import critical_path_time_s, step_time_s
@@ -68,8 +68,8 @@ def test_verified_on_fully_connected_for_three_chunk_factors_and_roots(name, col
     topo = load_topology(f"fully-connected:{p}")
     for i, chunks in enumerate(CHUNK_FACTORS):
         root = root_for(coll, p, i)
-        algo = generate(name, topo, make_collective(coll, p, chunks, root=root))
-        assert check(algo, topo) == [], (chunks, root)
+        algo = generate(name, load_machine(topo), make_collective(coll, p, chunks, root=root))
+        assert check(algo, load_machine(topo)) == [], (chunks, root)
 
 
 @pytest.mark.parametrize("name,coll", CASES)
@@ -77,14 +77,14 @@ def test_verified_on_64_ranks(name, coll):
     """64 GPUs on one switch: every pair has a route, as through an NVSwitch."""
     topo = load_topology("hub-and-spoke:64")
     chunks = CHUNK_FACTORS[CASES.index((name, coll)) % 3]
-    algo = generate(name, topo, make_collective(coll, 64, chunks, root=37 if coll in ROOTED else None))
-    assert check(algo, topo) == []
+    algo = generate(name, load_machine(topo), make_collective(coll, 64, chunks, root=37 if coll in ROOTED else None))
+    assert check(algo, load_machine(topo)) == []
 
 
 @pytest.mark.parametrize("name", ["binomial-tree", "double-binary-tree"])
 def test_allreduce_verified_on_64_fully_connected_ranks(name):
     topo = load_topology("fully-connected:64")
-    assert check(generate(name, topo, "allreduce", 3), topo) == []
+    assert check(generate(name, load_machine(topo), "allreduce", 3), load_machine(topo)) == []
 
 
 @pytest.mark.parametrize("machine", ["dgx2", "summit", "ndv2*2", "dgx-a100*2", "ndv2", "dgx-h100"])
@@ -92,8 +92,8 @@ def test_allreduce_verified_on_64_fully_connected_ranks(name):
 def test_verified_on_built_in_machines(machine, name, coll):
     """Their PCIe trees, host memory and networks give every GPU pair a route."""
     topo = load_topology(machine)
-    algo = generate(name, topo, coll, 2, root=topo.num_ranks - 1 if coll in ROOTED else None)
-    assert check(algo, topo) == []
+    algo = generate(name, load_machine(topo), coll, 2, root=topo.num_ranks - 1 if coll in ROOTED else None)
+    assert check(algo, load_machine(topo)) == []
 
 
 def test_on_dgx1_binomial_and_chain_use_nvlinks_and_the_double_tree_needs_missing_pairs():
@@ -103,34 +103,34 @@ def test_on_dgx1_binomial_and_chain_use_nvlinks_and_the_double_tree_needs_missin
     topo = load_topology("dgx1")
     for coll in ("broadcast", "reduce", "gather", "scatter"):
         for root in range(8):
-            assert check(generate("binomial-tree", topo, coll, 1, root=root), topo) == []
+            assert check(generate("binomial-tree", load_machine(topo), coll, 1, root=root), load_machine(topo)) == []
     for coll in ("broadcast", "reduce", "allreduce"):
-        assert check(generate("chain", topo, coll, 4, root=5 if coll in ROOTED else None), topo) == []
+        assert check(generate("chain", load_machine(topo), coll, 4, root=5 if coll in ROOTED else None), load_machine(topo)) == []
     with pytest.raises(NotApplicableError, match=r"double-binary-tree: dgx1 has no route from rank \d to rank \d"):
-        generate("double-binary-tree", topo, "allreduce")
+        generate("double-binary-tree", load_machine(topo), "allreduce")
 
 
 def test_refuses_topologies_without_the_routes_it_needs():
     ring = load_topology("ring:8")
     with pytest.raises(NotApplicableError, match="binomial-tree: ring:8 has no route from rank 0 to rank 2"):
-        generate("binomial-tree", ring, "broadcast")
+        generate("binomial-tree", load_machine(ring), "broadcast")
     with pytest.raises(NotApplicableError, match=r"double-binary-tree: ring:8 has no route from rank \d to rank \d"):
-        generate("double-binary-tree", ring, "allreduce")
+        generate("double-binary-tree", load_machine(ring), "allreduce")
     # a chain only needs a path, which a ring has from every rank
-    assert check(generate("chain", ring, "broadcast", root=3), ring) == []
+    assert check(generate("chain", load_machine(ring), "broadcast", root=3), load_machine(ring)) == []
     with pytest.raises(NotApplicableError, match="no path through every rank starting at rank 2"):
-        generate("chain", load_topology("line:5"), "broadcast", root=2)
+        generate("chain", "line:5", "broadcast", root=2)
     with pytest.raises(NotApplicableError, match="must start at the root, rank 1"):
-        generate("chain", ring, "broadcast", root=1, order=[0, 1, 2, 3, 4, 5, 6, 7])
+        generate("chain", load_machine(ring), "broadcast", root=1, order=[0, 1, 2, 3, 4, 5, 6, 7])
     with pytest.raises(NotApplicableError, match="ring:8 has no route from rank 1 to rank 3"):
-        generate("chain", ring, "broadcast", root=0, order=[0, 1, 3, 2, 4, 5, 6, 7])
+        generate("chain", load_machine(ring), "broadcast", root=0, order=[0, 1, 3, 2, 4, 5, 6, 7])
     with pytest.raises(NotApplicableError, match="implements broadcast, reduce, allreduce, not allgather"):
-        generate("chain", ring, "allgather")
+        generate("chain", load_machine(ring), "allgather")
 
 
 def test_chain_follows_the_given_order():
     order = [3, 2, 1, 0, 7, 6, 5, 4]
-    algo = generate("chain", load_topology("fully-connected:8"), "broadcast", 4, root=3, order=order)
+    algo = generate("chain", "fully-connected:8", "broadcast", 4, root=3, order=order)
     pairs = {(t.src, t.dst) for t in algo.transfers}
     assert pairs == set(zip(order, order[1:], strict=False))
 
@@ -151,7 +151,7 @@ def test_double_binary_tree_pair_is_complementary_and_log_deep(n):
 
 
 def test_double_binary_tree_gives_each_tree_half_the_buffer():
-    algo = generate("double-binary-tree", load_topology("fully-connected:8"), "allreduce", 16)
+    algo = generate("double-binary-tree", "fully-connected:8", "allreduce", 16)
     top1, top2 = algo.metadata["tops"]
     into_top = {t.chunk for t in algo.transfers if t.op == "reduce" and t.dst == top1}
     assert into_top == set(range(8))  # the first tree reduces chunks 0-7 at its top, the second 8-15
@@ -166,14 +166,14 @@ def test_binomial_broadcast_reduce_allreduce_cost(p):
     machine = uniform(f"fully-connected:{p}")
     steps, depth = math.ceil(math.log2(p)), math.floor(math.log2(p))
     hop, reduce_hop = ALPHA + SIZE / BW, ALPHA + SIZE / BW + t_r(SIZE)
-    bcast = generate("binomial-tree", machine.topology, "broadcast", 3, root=p - 1)
+    bcast = generate("binomial-tree", machine, "broadcast", 3, root=p - 1)
     assert bcast.steps == steps
     assert step_time_s(bcast, machine, SIZE) == pytest.approx(steps * hop, rel=1e-9)
     assert critical_path_time_s(bcast, machine, SIZE) == pytest.approx(depth * hop, rel=1e-9)
-    red = generate("binomial-tree", machine.topology, "reduce", 3, root=p // 2)
+    red = generate("binomial-tree", machine, "reduce", 3, root=p // 2)
     assert step_time_s(red, machine, SIZE) == pytest.approx(steps * reduce_hop, rel=1e-9)
     assert critical_path_time_s(red, machine, SIZE) == pytest.approx(depth * reduce_hop, rel=1e-9)
-    allred = generate("binomial-tree", machine.topology, "allreduce", 3)
+    allred = generate("binomial-tree", machine, "allreduce", 3)
     assert allred.steps == 2 * steps
     assert critical_path_time_s(allred, machine, SIZE) == pytest.approx(depth * (hop + reduce_hop), rel=1e-9)
 
@@ -184,7 +184,7 @@ def test_binomial_gather_scatter_cost(coll, p):
     """⌈log2 P⌉α + (P-1)/P·M/B: each block crosses log-many hops but the
     message sizes double, so the bandwidth term is that of one exchange."""
     machine = uniform(f"fully-connected:{p}")
-    algo = generate("binomial-tree", machine.topology, coll, 2, root=1)
+    algo = generate("binomial-tree", machine, coll, 2, root=1)
     expected = math.ceil(math.log2(p)) * ALPHA + (p - 1) / p * SIZE / BW
     assert step_time_s(algo, machine, SIZE) == pytest.approx(expected, rel=1e-9)
     if p & (p - 1) == 0:
@@ -198,14 +198,14 @@ def test_pipelined_chain_cost(p, chunks):
     machine = uniform(f"ring:{p}")
     c = SIZE / chunks
     stream = (chunks - 1) * c / BW
-    bcast = generate("chain", machine.topology, "broadcast", chunks, root=p - 1)
+    bcast = generate("chain", machine, "broadcast", chunks, root=p - 1)
     assert bcast.steps == (p - 1) + (chunks - 1)
     assert step_time_s(bcast, machine, SIZE) == pytest.approx(bcast.steps * (ALPHA + c / BW), rel=1e-9)
     assert critical_path_time_s(bcast, machine, SIZE) == pytest.approx((p - 1) * (ALPHA + c / BW) + stream, rel=1e-9)
-    red = generate("chain", machine.topology, "reduce", chunks, root=p - 1)
+    red = generate("chain", machine, "reduce", chunks, root=p - 1)
     expected = (p - 1) * (ALPHA + c / BW + t_r(c)) + stream
     assert critical_path_time_s(red, machine, SIZE) == pytest.approx(expected, rel=1e-9)
-    allred = generate("chain", machine.topology, "allreduce", chunks)
+    allred = generate("chain", machine, "allreduce", chunks)
     assert allred.steps == 2 * (p - 1) + (chunks - 1)
     expected = 2 * (p - 1) * (ALPHA + c / BW) + (p - 1) * t_r(c) + stream
     assert critical_path_time_s(allred, machine, SIZE) == pytest.approx(expected, rel=1e-9)
@@ -218,7 +218,7 @@ def test_chain_on_dgx1_has_the_steps_of_one_of_nccls_pipelined_rings(m):
     the 8 GPUs' NVLinks with m chunks takes the same."""
     topo = load_topology("dgx1")
     for coll in ("broadcast", "reduce"):
-        algo = generate("chain", topo, coll, m, root=2)
+        algo = generate("chain", load_machine(topo), coll, m, root=2)
         assert (algo.steps, algo.rounds) == (6 + m, 6 + m)
 
 
@@ -237,7 +237,7 @@ def nvgroup_eq5(p: int, size: float) -> float:
 @pytest.mark.parametrize("chunks", [2, 7, 24])
 def test_double_binary_tree_allreduce_is_its_closed_form(p, chunks):
     machine = uniform(f"fully-connected:{p}")
-    algo = generate("double-binary-tree", machine.topology, "allreduce", chunks)
+    algo = generate("double-binary-tree", machine, "allreduce", chunks)
     depth = math.ceil(math.log2(p - p % 2))
     assert algo.metadata["depth"] == depth
     assert algo.steps == 2 * depth + (chunks + 1) // 2 - 1  # up and down, then one step per further chunk
@@ -254,7 +254,7 @@ def test_double_binary_tree_allreduce_is_nvgroup_eq5_plus_the_pipeline_stream(p)
     eq. (5) is the latency of one chunk through the 2·log2 p pipeline stages.
     So it is close for small messages and under by up to M/(2B) for large ones."""
     machine = uniform(f"fully-connected:{p}")
-    algo = generate("double-binary-tree", machine.topology, "allreduce")
+    algo = generate("double-binary-tree", machine, "allreduce")
     assert algo.chunks == 2 * p
     for size in (4 << 10, 1 << 20, SIZE):
         t = critical_path_time_s(algo, machine, size)
@@ -272,10 +272,10 @@ def test_double_binary_tree_broadcast_and_reduce_cost(p):
     c = SIZE / chunks
     depth = 1 + math.ceil(math.log2((p - 1) - (p - 1) % 2))
     stream = (chunks // 2 - 1) * c / BW
-    bcast = generate("double-binary-tree", machine.topology, "broadcast", chunks, root=p // 3)
+    bcast = generate("double-binary-tree", machine, "broadcast", chunks, root=p // 3)
     assert bcast.metadata["depth"] == depth and bcast.steps == depth + chunks // 2 - 1
     assert critical_path_time_s(bcast, machine, SIZE) == pytest.approx(depth * (ALPHA + c / BW) + stream, rel=1e-9)
-    red = generate("double-binary-tree", machine.topology, "reduce", chunks, root=p - 1)
+    red = generate("double-binary-tree", machine, "reduce", chunks, root=p - 1)
     expected = depth * (ALPHA + c / BW + t_r(c)) + stream
     assert critical_path_time_s(red, machine, SIZE) == pytest.approx(expected, rel=1e-9)
 

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from simcoll import Algorithm, check, generate, load_topology, make_collective
+from simcoll import Algorithm, check, generate, load_machine, load_topology, make_collective
 from simcoll.algorithms import applicable, find_ring
 from simcoll.errors import AlgorithmError, NotApplicableError, VerificationError
 from simcoll.verify import verify
@@ -21,8 +21,8 @@ COLLS = ("allgather", "reducescatter", "allreduce")
 def test_generators_verify_for_every_rank_count(name, coll, p):
     topo = load_topology(f"fully-connected:{p}" if name == "direct" else f"ring:{p}")
     for chunks in (1, 2, p):
-        algo = generate(name, topo, make_collective(coll, p, chunks))
-        assert check(algo, topo) == []
+        algo = generate(name, load_machine(topo), make_collective(coll, p, chunks))
+        assert check(algo, load_machine(topo)) == []
 
 
 @pytest.mark.parametrize(
@@ -31,11 +31,11 @@ def test_generators_verify_for_every_rank_count(name, coll, p):
 @pytest.mark.parametrize("coll", COLLS)
 def test_generators_verify_on_machines(topo, coll):
     t = load_topology(topo)
-    results = applicable(t, coll)
+    results = applicable(load_machine(t), coll)
     assert not isinstance(results["direct"], str), results["direct"]  # direct applies everywhere
     for algo in results.values():
         if not isinstance(algo, str):
-            assert check(algo, t) == []
+            assert check(algo, load_machine(t)) == []
 
 
 def test_ring_on_dgx1_uses_a_hamiltonian_cycle_of_nvlinks():
@@ -44,25 +44,25 @@ def test_ring_on_dgx1_uses_a_hamiltonian_cycle_of_nvlinks():
     links = t.gpu_link_counts()
     assert sorted(order) == list(range(8))
     assert all(links[order[i]][order[(i + 1) % 8]] >= 1 for i in range(8))
-    algo = generate("ring", t, "allgather")
+    algo = generate("ring", load_machine(t), "allgather")
     assert (algo.chunks, algo.steps, algo.rounds) == (1, 7, 7)
 
 
 def test_direct_allgather_on_dgx1_is_the_latency_optimal_point():
     """SCCL Table 4: (C, S, R) = (1, 2, 2) is latency-optimal on DGX-1."""
-    algo = generate("direct", load_topology("dgx1"), "allgather")
+    algo = generate("direct", "dgx1", "allgather")
     assert (algo.chunks, algo.steps, algo.rounds) == (1, 2, 2)
 
 
 def test_no_ring_on_a_line():
     with pytest.raises(NotApplicableError, match="no Hamiltonian cycle"):
-        generate("ring", load_topology("line:4"), "allgather")
+        generate("ring", "line:4", "allgather")
     with pytest.raises(NotApplicableError, match="no route from rank 0 to rank 2"):
-        generate("ring", load_topology("ring:4"), "allgather", ring=[0, 2, 1, 3])
+        generate("ring", "ring:4", "allgather", ring=[0, 2, 1, 3])
 
 
 def test_json_round_trip_preserves_everything(tmp_path):
-    algo = generate("ring", load_topology("dgx1"), "allreduce", 16)
+    algo = generate("ring", "dgx1", "allreduce", 16)
     path = tmp_path / "a.json"
     algo.save(path)
     again = Algorithm.load(path)
@@ -86,7 +86,7 @@ def test_json_round_trip_preserves_everything(tmp_path):
 
 # -- mutations ----------------------------------------------------------------------
 def _ring_allreduce(p=5):
-    return generate("ring", load_topology(f"ring:{p}"), "allreduce")
+    return generate("ring", f"ring:{p}", "allreduce")
 
 
 def test_dropped_send_is_named():
@@ -96,7 +96,7 @@ def test_dropped_send_is_named():
     problems = check(broken)
     # the destination keeps its own partial: the reduction lacks the others' contributions
     assert any(f"rank {victim.dst}" in p and f"chunk {victim.chunk} lacks the contributions" in p for p in problems)
-    ag = generate("ring", load_topology("ring:5"), "allgather")
+    ag = generate("ring", "ring:5", "allgather")
     last = ag.transfers[-1]
     problems = check(ag.with_changes(transfers=ag.transfers[:-1]))
     assert any(f"rank {last.dst}" in p and f"chunk {last.chunk} never arrives" in p for p in problems)
@@ -111,7 +111,7 @@ def test_duplicated_reduction_is_named():
 
 
 def test_send_before_the_chunk_arrives_is_named():
-    algo = generate("ring", load_topology("ring:5"), "allgather")
+    algo = generate("ring", "ring:5", "allgather")
     late = next(t for t in algo.transfers if t.step == 2)
     early = dataclasses.replace(late, step=0)
     transfers = tuple(early if t == late else t for t in algo.transfers)
@@ -123,16 +123,16 @@ def test_send_before_the_chunk_arrives_is_named():
 
 
 def test_bandwidth_relation_is_enforced():
-    algo = generate("ring", load_topology("ring:4"), "allgather", 2)
+    algo = generate("ring", "ring:4", "allgather", 2)
     squeezed = algo.with_changes(rounds_per_step=(1,) * algo.steps)  # 2 chunks per link need 2 rounds
-    problems = check(squeezed, load_topology("ring:4"))
+    problems = check(squeezed, "ring:4")
     assert any("exceed its 1 chunk(s) per round" in p for p in problems)
-    assert check(algo, load_topology("ring:4")) == []
+    assert check(algo, "ring:4") == []
 
 
 def test_transfers_need_a_route_on_the_given_topology():
-    algo = generate("direct", load_topology("fully-connected:4"), "allgather")
-    problems = check(algo, load_topology("ring:4"))
+    algo = generate("direct", "fully-connected:4", "allgather")
+    problems = check(algo, "ring:4")
     assert any("no route from GPU 0 to GPU 2" in p for p in problems)
 
 
@@ -178,8 +178,8 @@ def test_random_topologies_verify_and_mutations_are_caught(tmp_path, yaml_text, 
     path = tmp_path / "random.yaml"
     path.write_text(yaml_text)
     topo = load_topology(str(path))
-    algo = generate("direct", topo, make_collective(coll, topo.num_ranks, chunks))
-    assert check(algo, topo) == []
+    algo = generate("direct", load_machine(topo), make_collective(coll, topo.num_ranks, chunks))
+    assert check(algo, load_machine(topo)) == []
     i = data.draw(st.integers(0, len(algo.transfers) - 1))
     victim = algo.transfers[i]
     kind = data.draw(st.sampled_from(["drop", "duplicate", "early"]))

@@ -42,19 +42,19 @@ def test_ring_allreduce_is_nvgroup_eqs_1_to_3(p, m):
     machine = _uniform(p)
     eq1 = (p - 1) * (ALPHA + m / (p * BW) + t_r(m / p))  # T(RS_Ring)
     eq2 = (p - 1) * (ALPHA + m / (p * BW))  # T(Allgather_Ring)
-    ar = generate("ring", machine.topology, "allreduce")  # C = P
+    ar = generate("ring", machine, "allreduce")  # C = P
     assert critical_path_time_s(ar, machine, m) == pytest.approx(eq1 + eq2, rel=1e-12)  # eq. 3
     assert step_time_s(ar, machine, m) == pytest.approx(eq1 + eq2, rel=1e-12)
-    rs = generate("ring", machine.topology, "reducescatter")
+    rs = generate("ring", machine, "reducescatter")
     assert critical_path_time_s(rs, machine, m) == pytest.approx(eq1, rel=1e-12)
-    ag = generate("ring", machine.topology, "allgather")
+    ag = generate("ring", machine, "allgather")
     assert critical_path_time_s(ag, machine, m) == pytest.approx(eq2, rel=1e-12)
 
 
 def test_ring_on_a_heterogeneous_ring_is_paced_by_its_slowest_link():
     """NV-Group's B is the slowest interconnect: z52's PCIe links pace the ring."""
     machine = load_machine("z52")
-    ag = generate("ring", machine.topology, "allgather")
+    ag = generate("ring", machine, "allgather")
     m = 1 << 26
     slow = min(
         machine.route(a, b).bandwidth_Bps for a, b in zip(ag.metadata["ring"], ag.metadata["ring"][1:], strict=False)
@@ -70,7 +70,7 @@ def test_k_synchronous_formula_is_sccl_3_6():
 
 def test_k_synchronous_formula_matches_steps_model_on_a_uniform_ring():
     machine = _uniform(5)
-    ag = generate("ring", machine.topology, make_collective("allgather", 5, 1))
+    ag = generate("ring", machine, make_collective("allgather", 5, 1))
     size = 5 << 20  # the output buffer; each rank contributes L = size / 5
     expected = k_synchronous_time_s(ag.steps, ag.rounds, ag.chunks, size / 5, ALPHA, 1 / BW)
     assert step_time_s(ag, machine, size) == pytest.approx(expected, rel=1e-12)
@@ -80,19 +80,19 @@ def test_dgx1_allgather_bounds_are_sccls():
     """SCCL Table 4: on DGX-1, 2 steps (diameter) and 7/6 rounds per chunk."""
     topo = load_topology("dgx1")
     coll = make_collective("allgather", 8)
-    assert min_steps(coll, topo) == 2
-    assert min_rounds_per_chunk(coll, topo) == (Fraction(7, 6), True)
+    assert min_steps(coll, load_machine(topo)) == 2
+    assert min_rounds_per_chunk(coll, load_machine(topo)) == (Fraction(7, 6), True)
 
 
 def test_dgx1_allreduce_bounds_are_rs_plus_ag():
     """(48, 6, 14) and (48, 14, 14) are SCCL's bandwidth-optimal Allreduce: R/C = 14/48 = 7/24."""
-    b = lower_bounds(make_collective("allreduce", 8, 48), load_topology("dgx1"))
+    b = lower_bounds(make_collective("allreduce", 8, 48), "dgx1")
     assert b.min_rounds_per_chunk == Fraction(7, 24) and b.min_steps == 4
 
 
 def test_bandwidth_bound_counts_switch_capacity():
     """DGX-2: a GPU has 6 NVLinks into the NVSwitch fabric, so Allgather needs 15/6 rounds per chunk."""
-    b, exact = min_rounds_per_chunk(make_collective("allgather", 16), load_topology("dgx2"))
+    b, exact = min_rounds_per_chunk(make_collective("allgather", 16), "dgx2")
     assert b == Fraction(15, 6) and exact
 
 
@@ -110,10 +110,10 @@ def test_no_algorithm_beats_the_time_bound():
     for coll in ("allgather", "reducescatter", "allreduce"):
         b = lower_bounds(make_collective(coll, 8), machine, 1 << 30)
         for name in ("ring", "direct"):
-            algo = generate(name, machine.topology, coll)
+            algo = generate(name, machine, coll)
             assert critical_path_time_s(algo, machine, 1 << 30) >= b.time_bound_s
 
 
 def test_large_machines_use_a_cut_family():
-    b, exact = min_rounds_per_chunk(make_collective("allgather", 32), load_topology("dgx-a100*4"))
+    b, exact = min_rounds_per_chunk(make_collective("allgather", 32), "dgx-a100*4")
     assert not exact and b > 0

@@ -152,7 +152,9 @@ def test_both_ndv2_models_cover_the_ndv2_cluster(model_name):
 
 @pytest.mark.parametrize("model_name", ["dgx2", "dgx2-taccl"])
 def test_both_dgx2_models_cover_the_dgx2_cluster(model_name):
-    load_machine("dgx2*2", model_name)
+    machine = load_machine("dgx2*2", model_name)
+    assert machine.num_ranks == 32 and machine.model.name == model_name
+    assert set(machine.topology.link_types) == {"nvlink", "pcie", "qpi", "ib"} <= set(machine.model.links)
 
 
 # ---------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """The simcoll command line, as a user runs it."""
 
+import argparse
 import json
 import subprocess
 import sys
@@ -7,11 +8,61 @@ import sys
 import pandas as pd
 import pytest
 
-from simcoll.cli import main
+from simcoll.cli import build_parser, main
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "simcoll.cli", *args], capture_output=True, text=True, timeout=300)
+    return subprocess.run([sys.executable, "-m", "simcoll", *args], capture_output=True, text=True, timeout=300)
+
+
+HEAVY = ("pandas", "matplotlib", "ortools", "z3", "simpy")
+
+
+def test_python_m_simcoll_help_lists_every_command():
+    result = run("--help")
+    assert result.returncode == 0, result.stderr
+    for command in ("topo", "bounds", "verify", "algo", "synth", "compare", "simulate", "export", "import"):
+        assert command in result.stdout
+
+
+def test_the_cli_imports_no_solver_pandas_or_plotting():
+    """Building the whole parser (what `simcoll --help` does) loads none of the heavy dependencies."""
+    code = (
+        "import sys\n"
+        "from simcoll.cli import build_parser\n"
+        "build_parser()\n"
+        f"print(','.join(m for m in {HEAVY!r} if m in sys.modules))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == ""
+
+
+def _leaf_commands(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()):
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subs:
+        yield prefix
+    for action in subs:
+        for name, child in action.choices.items():
+            yield from _leaf_commands(child, (*prefix, name))
+
+
+def test_every_command_builds_its_options_and_prints_help(capsys):
+    """Options are added when a command is parsed: each one's --help must build them and exit 0."""
+    leaves = list(_leaf_commands(build_parser()))
+    assert {("topo", "show"), ("algo", "generate"), ("synth", "taccl"), ("compare",), ("export",)} <= set(leaves)
+    for leaf in leaves:
+        with pytest.raises(SystemExit) as exit_info:
+            build_parser().parse_args([*leaf, "--help"])
+        assert exit_info.value.code == 0, leaf
+        assert capsys.readouterr().out.startswith(f"usage: simcoll {' '.join(leaf)}"), leaf
+
+
+def test_shared_options_keep_their_short_forms():
+    args = build_parser().parse_args(["bounds", "-t", "dgx1", "-c", "allgather", "-m", "dgx1"])
+    assert (args.topology, args.collective, args.model, args.chunks) == ("dgx1", "allgather", "dgx1", 1)
+    args = build_parser().parse_args(["compare"])
+    assert (args.topology, args.collective, args.sizes) == ("dgx1", "allreduce", "1KB:1GB")
 
 
 def test_topo_show_dgx1_json(capsys):

@@ -10,8 +10,9 @@ import pytest
 from simcoll.algorithm import Algorithm, Transfer
 from simcoll.algorithms import REGISTRY, applicable, generate
 from simcoll.collectives import COLLECTIVES, make_collective
+from simcoll.errors import AlgorithmError
 from simcoll.compiler import CompileError, Loc, algorithm_trace, check_fifo_bound, compile_trace, lower_algorithm
-from simcoll.machines import load_topology
+from simcoll.machines import load_machine, load_topology
 from simcoll.synthesis import synthesize
 from simcoll.verify import check
 
@@ -19,7 +20,7 @@ TOPOLOGIES = ("ring:8", "fully-connected:8", "dgx1")
 
 
 def algorithms(spec):
-    topo = load_topology(spec)
+    topo = load_machine(spec)
     for coll in COLLECTIVES:
         for name, algo in applicable(topo, coll).items():
             if isinstance(algo, Algorithm):
@@ -30,7 +31,7 @@ def algorithms(spec):
 def test_every_registered_generator_lowers_to_a_verified_program(spec):
     lowered = set()
     for topo, coll, name, algo in algorithms(spec):
-        program = lower_algorithm(algo, topology=topo)
+        program = lower_algorithm(algo, machine=topo)
         assert check(program, topo) == [], (coll, name)
         assert check_fifo_bound(program, 8) == [], (coll, name)
         for rp in program.ranks:
@@ -45,17 +46,24 @@ def test_multi_node_generators_lower_on_a_cluster_and_every_generator_is_covered
     spec = "dgx-a100*2"  # 2 nodes x 8 GPUs: the hierarchical generators apply here
     covered = set()
     for topo, coll, name, algo in algorithms(spec):
-        assert check(lower_algorithm(algo, topology=topo), topo) == [], (coll, name)
+        assert check(lower_algorithm(algo, machine=topo), topo) == [], (coll, name)
         covered.add(name)
     for small in TOPOLOGIES:
         covered |= {name for _, _, name, _ in algorithms(small)}
+    # in-switch reductions (NVLS, SHARP) have no Program form: lowering refuses them by name
+    for hopper in ("dgx-h100", "dgx-h100*2"):
+        for topo, coll, name, algo in algorithms(hopper):
+            if algo.switch_reductions:
+                with pytest.raises(AlgorithmError, match="in-switch"):
+                    lower_algorithm(algo, machine=topo)
+                covered.add(name)
     assert covered == set(REGISTRY)
 
 
 def test_ring_allreduce_lowers_to_the_fused_ring_instructions():
     topo = load_topology("ring:8")
-    algo = applicable(topo, "allreduce")["ring"]
-    counts = lower_algorithm(algo, topology=topo).instruction_counts()
+    algo = applicable(load_machine(topo), "allreduce")["ring"]
+    counts = lower_algorithm(algo, machine=load_machine(topo)).instruction_counts()
     p = 8  # each of the P chunks: send, P-2 rrs, rrcs, P-2 rcs, recv (as the real ring XML)
     assert (counts["send"], counts["rrs"], counts["rrcs"], counts["rcs"], counts["recv"]) == (
         p,
@@ -70,10 +78,10 @@ def test_ring_allreduce_lowers_to_the_fused_ring_instructions():
 def test_instances_replicate_on_separate_channels(instances):
     topo = load_topology("dgx1")
     for name in ("ring", "recursive-doubling"):
-        algo = applicable(topo, "allgather")[name]
-        base = lower_algorithm(algo, topology=topo)
-        program = lower_algorithm(algo, topology=topo, instances=instances)
-        assert check(program, topo) == []
+        algo = applicable(load_machine(topo), "allgather")[name]
+        base = lower_algorithm(algo, machine=load_machine(topo))
+        program = lower_algorithm(algo, machine=load_machine(topo), instances=instances)
+        assert check(program, load_machine(topo)) == []
         assert program.collective.chunk_factor == instances * algo.collective.chunk_factor
         assert program.num_channels == instances * base.num_channels
         assert sum(program.instruction_counts().values()) >= instances * (
@@ -83,7 +91,7 @@ def test_instances_replicate_on_separate_channels(instances):
 
 @pytest.fixture(scope="module")
 def synthesized():
-    topo = load_topology("dgx1")
+    topo = load_machine("dgx1")
     out = []
     for coll, c, s, r in (("allgather", 2, 3, 3), ("allreduce", 8, 4, 4)):
         result = synthesize(topo, coll, c, s, r, time_limit_s=60)
@@ -96,7 +104,7 @@ def test_sccl_synthesized_algorithms_lower_to_verified_programs(synthesized):
     topo, algos = synthesized
     for algo in algos:
         for kw in ({}, {"instances": 2}, {"aggregate": True}, {"protocol": "LL"}):
-            program = lower_algorithm(algo, topology=topo, **kw)
+            program = lower_algorithm(algo, machine=topo, **kw)
             assert check(program, topo) == [], (algo.name, kw)
 
 
@@ -124,7 +132,7 @@ def test_timed_schedules_lower_to_verified_programs(synthesized):
     for algo in algos + [applicable(topo, "allreduce")["ring"], applicable(topo, "alltoall")["direct"]]:
         timed = as_timed(algo)
         assert timed.schedule == "timed" and check(timed, topo) == []
-        assert check(lower_algorithm(timed, topology=topo), topo) == []
+        assert check(lower_algorithm(timed, machine=topo), topo) == []
 
 
 def test_contiguity_groups_become_one_message():
@@ -153,11 +161,11 @@ def test_same_step_swap_ping_pongs_between_output_and_scratch():
     # so every exchange is one send and one rrc, with no staging copy or local reduce
     # (nops, which only hold dependencies and move no data, aside)
     topo = load_topology("fully-connected:8")
-    algo = applicable(topo, "allreduce")["recursive-doubling"]
+    algo = applicable(load_machine(topo), "allreduce")["recursive-doubling"]
     p, steps = 8, 3
     for share in (True, False):
-        program = lower_algorithm(algo, topology=topo, share_peer_blocks=share)
-        assert check(program, topo) == []
+        program = lower_algorithm(algo, machine=load_machine(topo), share_peer_blocks=share)
+        assert check(program, load_machine(topo)) == []
         assert all("stage" not in rp.buffers for rp in program.ranks)
         assert program.ranks[0].buffers.get("scratch", 0) > 0
         moves = {k: v for k, v in program.instruction_counts().items() if v and k != "nop"}
@@ -166,7 +174,7 @@ def test_same_step_swap_ping_pongs_between_output_and_scratch():
 
 def test_bad_arguments():
     topo = load_topology("ring:4")
-    algo = applicable(topo, "allgather")["ring"]
+    algo = applicable(load_machine(topo), "allgather")["ring"]
     with pytest.raises(Exception, match="protocol"):
         lower_algorithm(algo, protocol="Fast")
     with pytest.raises(Exception, match="instances"):
@@ -180,9 +188,9 @@ def test_lowering_is_compile_trace_with_the_lowering_fusion_options(instances, c
     # fan_out=False, prune=True); the output slots may also be given explicitly, in the
     # trace's own coordinates (each stands for its replicas; an in-place output is its input)
     topo = load_topology("ring:4")
-    algo = generate("ring", topo, make_collective(coll, 4, chunks, inplace=inplace))
+    algo = generate("ring", load_machine(topo), make_collective(coll, 4, chunks, inplace=inplace))
     trace = algorithm_trace(algo, topology=topo, instances=instances)
-    lowered = lower_algorithm(algo, topology=topo, instances=instances)
+    lowered = lower_algorithm(algo, machine=load_machine(topo), instances=instances)
     options = {"fan_out": False, "prune": True, "share_peer_blocks": False}
     assert compile_trace(trace, live_out="output", **options) == lowered
     outputs = [Loc(r, "output", i) for r in range(4) for i in range(len(algo.collective.output_layout[r]))]
@@ -195,7 +203,7 @@ def test_without_live_out_every_slot_matters_and_partial_sums_are_stored():
     # a ring ReduceScatter's partial sums land in slots nothing overwrites: with the
     # outputs as the only live slots they are not stored (rrs), otherwise they are (rrcs)
     topo = load_topology("ring:4")
-    trace = algorithm_trace(generate("ring", topo, "reducescatter"), topology=topo)
+    trace = algorithm_trace(generate("ring", load_machine(topo), "reducescatter"), topology=topo)
     lean = compile_trace(trace, live_out="output", fan_out=False, prune=True).instruction_counts()
     stored = compile_trace(trace, fan_out=False, prune=True).instruction_counts()
     assert (lean.get("rrs", 0), lean.get("rrcs", 0)) == (8, 0)

@@ -27,9 +27,9 @@ FUSED = frozenset({"rcs", "rrs", "rrcs"})
 def lowered_ring(p: int, coll: str, inplace: bool = False):
     topo = load_topology(f"ring:{p}")
     chunks = p if coll == "allreduce" else 1
-    algo = generate("ring", topo, make_collective(coll, p, chunks, inplace=inplace))
-    program = lower_algorithm(algo, topology=topo)
-    assert check(program, topo) == []
+    algo = generate("ring", load_machine(topo), make_collective(coll, p, chunks, inplace=inplace))
+    program = lower_algorithm(algo, machine=load_machine(topo))
+    assert check(program, load_machine(topo)) == []
     return program
 
 
@@ -88,10 +88,10 @@ def test_every_registered_out_of_place_reduction_needs_no_local_copy():
     for spec in ("dgx1", "ring:8"):
         topo = load_topology(spec)
         for coll in ("reduce", "reducescatter", "allreduce"):
-            for name, algo in applicable(topo, coll).items():
+            for name, algo in applicable(load_machine(topo), coll).items():
                 if not isinstance(algo, Algorithm) or name == "recursive-doubling":
                     continue  # recursive doubling swaps in place: staged through scratch
-                assert "copy" not in counts(lower_algorithm(algo, topology=topo)), (spec, coll, name)
+                assert "copy" not in counts(lower_algorithm(algo, machine=load_machine(topo))), (spec, coll, name)
 
 
 def test_a_reduced_result_several_ranks_need_is_stored_then_sent_separately():
@@ -99,8 +99,8 @@ def test_a_reduced_result_several_ranks_need_is_stored_then_sent_separately():
     of the result, none of which waits for another's send."""
     p = 8
     topo = load_topology(f"fully-connected:{p}")
-    program = lower_algorithm(generate("direct", topo, "allreduce"), topology=topo)
-    assert check(program, topo) == []
+    program = lower_algorithm(generate("direct", load_machine(topo), "allreduce"), machine=load_machine(topo))
+    assert check(program, load_machine(topo)) == []
     assert counts(program) == {"send": 2 * p * (p - 1), "rrc": p * (p - 1), "recv": p * (p - 1)}
     for rp in program.ranks:
         executors = {e.id: e for e in rp.executors}
@@ -115,8 +115,8 @@ def test_multi_ring_gives_concurrent_messages_of_one_link_pair_their_own_thread_
     doubled NVLink pair): every GPU then drives each of its 6 NVLinks with one
     sending thread block."""
     topo = load_topology("dgx1")
-    program = lower_algorithm(generate("multi-ring", topo, coll), topology=topo)
-    assert check(program, topo) == []
+    program = lower_algorithm(generate("multi-ring", load_machine(topo), coll), machine=load_machine(topo))
+    assert check(program, load_machine(topo)) == []
     for rp in program.ranks:
         assert len([e for e in rp.executors if e.send_peer is not None]) == 6
 
@@ -152,8 +152,8 @@ EXACT = {
 def test_lowered_programs_take_the_analytic_critical_path_time_without_executor_costs(spec):
     machine = no_executor_machine(spec)
     for coll, name in EXACT[spec]:
-        algo = generate(name, machine.topology, coll)
-        program = lower_algorithm(algo, topology=machine.topology)
+        algo = generate(name, machine, coll)
+        program = lower_algorithm(algo, machine=machine)
         for size in (64 * 1024, 16 << 20):
             program_s = simulate(program, machine, size, contention=False).time_s
             assert program_s == pytest.approx(critical_path_time_s(algo, machine, size), rel=1e-9), (coll, name, size)
@@ -175,7 +175,7 @@ def test_with_the_full_dgx1_model_lowered_rings_run_at_the_thread_block_rate(nam
     formula_s = (2 if coll == "allreduce" else 1) * moved / block_Bps
     if coll != "allgather":
         formula_s += machine.model.reduce_time_s(moved)
-    program = lower_algorithm(generate(name, machine.topology, coll), topology=machine.topology)
+    program = lower_algorithm(generate(name, machine, coll), machine=machine)
     program_s = simulate(program, machine, size).time_s
     assert formula_s <= program_s <= 1.04 * formula_s
 
@@ -183,23 +183,23 @@ def test_with_the_full_dgx1_model_lowered_rings_run_at_the_thread_block_rate(nam
 def test_a_broadcast_roots_output_copies_run_on_thread_blocks_of_their_own():
     # the root copies its P chunks input -> output: one chunk per copying thread block
     topo = load_topology("ring:8")
-    program = lower_algorithm(generate("ring", topo, "broadcast"), topology=topo)
-    assert check(program, topo) == []
+    program = lower_algorithm(generate("ring", load_machine(topo), "broadcast"), machine=load_machine(topo))
+    assert check(program, load_machine(topo)) == []
     root = program.ranks[0]
     copiers = [e for e in root.executors if any(i.op == "copy" for i in e.instructions)]
     assert len(copiers) == len(instructions(program, "copy")) == 8
     assert all(len(e.instructions) == 1 and e.send_peer is None and e.recv_peer is None for e in copiers)
-    capped = lower_algorithm(generate("ring", topo, "broadcast"), topology=topo, copy_threadblocks=2)
-    assert check(capped, topo) == []
+    capped = lower_algorithm(generate("ring", load_machine(topo), "broadcast"), machine=load_machine(topo), copy_threadblocks=2)
+    assert check(capped, load_machine(topo)) == []
     assert len([e for e in capped.ranks[0].executors if e.send_peer is None and e.recv_peer is None]) == 2
 
 
 def test_max_channels_bounds_the_lanes_and_one_channel_still_verifies():
     topo = load_topology("dgx1")
-    algo = generate("multi-ring", topo, "allreduce")
-    one = lower_algorithm(algo, topology=topo, max_channels=1)
-    assert check(one, topo) == [] and one.num_channels == 1
-    assert lower_algorithm(algo, topology=topo).num_channels == 2
+    algo = generate("multi-ring", load_machine(topo), "allreduce")
+    one = lower_algorithm(algo, machine=load_machine(topo), max_channels=1)
+    assert check(one, load_machine(topo)) == [] and one.num_channels == 1
+    assert lower_algorithm(algo, machine=load_machine(topo)).num_channels == 2
     with pytest.raises(Exception, match="max_channels"):
         lower_algorithm(algo, max_channels=0)
 
@@ -207,9 +207,9 @@ def test_max_channels_bounds_the_lanes_and_one_channel_still_verifies():
 def test_lanes_compose_with_instances_for_every_generator():
     topo = load_topology("dgx1")
     for coll in COLLECTIVES:
-        for name, algo in applicable(topo, coll).items():
+        for name, algo in applicable(load_machine(topo), coll).items():
             if isinstance(algo, Algorithm):
-                assert check(lower_algorithm(algo, topology=topo, instances=2), topo) == [], (coll, name)
+                assert check(lower_algorithm(algo, machine=load_machine(topo), instances=2), load_machine(topo)) == [], (coll, name)
 
 
 @pytest.mark.parametrize(
@@ -231,7 +231,7 @@ def test_lowered_tree_allreduce_pipelines_tiles_at_one_stage_per_tile(spec, name
     makes the whole round trip, which made lowered trees ~1.85x slower than
     Algorithm mode at 1 GB. Lowering gives the two their own blocks."""
     machine = load_machine(spec, "dgx1")
-    algo = generate(name, machine.topology, "allreduce")
+    algo = generate(name, machine, "allreduce")
     ex, route = machine.model.executor, machine.route(0, 1)
     tile = ex.slot_bytes
     stage_s = route.alpha_s + tile / min(ex.thread_block_bandwidth_Bps, route.bandwidth_Bps)
@@ -242,8 +242,8 @@ def test_lowered_tree_allreduce_pipelines_tiles_at_one_stage_per_tile(spec, name
         t16, t32 = (simulate(program, machine, tiles * tile * chunks).time_s for tiles in (16, 32))
         return (t32 - t16) / 16
 
-    lowered = lower_algorithm(algo, topology=machine.topology)
+    lowered = lower_algorithm(algo, machine=machine)
     assert per_tile_s(lowered) == pytest.approx(chunks_per_block * stage_s, rel=1e-6)
-    shared = lower_algorithm(algo, topology=machine.topology, share_peer_blocks=True)
+    shared = lower_algorithm(algo, machine=machine, share_peer_blocks=True)
     one_tile_s = simulate(shared, machine, tile * chunks).time_s
     assert per_tile_s(shared) >= 0.9 * one_tile_s  # a round trip per tile

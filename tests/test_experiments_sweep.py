@@ -328,7 +328,7 @@ def test_pareto_utilisation_and_gantt_plots(tmp_path):
     assert ax.get_xlabel() == "steps S" and [line.get_label() for line in ax.get_lines()] == ["Pareto frontier"]
     assert list(ax.get_lines()[0].get_ydata()) == [3.0, 7 / 6]
     machine = load_machine("dgx1")
-    result = simulate(generate("ring", machine.topology, "allgather"), machine, 1 << 20)
+    result = simulate(generate("ring", machine, "allgather"), machine, 1 << 20)
     util = plots.plot_link_utilisation(result, tmp_path / "util.png", bins=20)
     grid = util.axes[0].get_images()[0].get_array()
     assert grid.shape[1] == 20 and 0 < float(grid.max()) <= 1 + 1e-9

@@ -35,7 +35,7 @@ def test_microbenchmarks_verify_and_run_bit_identically_on_host_threads():
     benches = cal.microbenchmarks(sizes=(1024, 96 * 1024), tile_bytes=16 * 1024)
     assert {b.kind for b in benches} == set(cal.KINDS)
     for b in benches:
-        assert check(b.program, topo) == [], b.name
+        assert check(b.program, load_machine(topo)) == [], b.name
         for size in b.sizes:
             result = host.check_table(to_table(b.program), size, "float32")
             assert result.ok, (b.name, size, result)

@@ -15,34 +15,16 @@ from simcoll.gpu.errors import GpuUnavailableError
 from simcoll.gpu.table import to_table
 
 from simcoll.algorithms import applicable
+from simcoll.cli.gpu import main  # noqa: E402  (a broken import fails the module, never skips it)
 from simcoll.compiler import lower_algorithm
 from simcoll.errors import SimcollError
-from simcoll.machines import load_topology
+from simcoll.machines import load_machine
 from tests.test_gpu_table import ring2
 
 
-def _load_cli():
-    """simcoll.cli.gpu, also before simcoll/cli/ becomes a package (loaded by path)."""
-    try:
-        from simcoll.cli.gpu import main as cli_main
-    except ModuleNotFoundError:
-        import importlib.util
-        from pathlib import Path
-
-        path = Path(simcoll.gpu.__file__).resolve().parents[1] / "simcoll" / "cli" / "gpu.py"
-        spec = importlib.util.spec_from_file_location("simcoll_cli_gpu", path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        cli_main = module.main
-    return cli_main
-
-
-main = _load_cli()
-
-
 def saved_ring(tmp_path):
-    topo = load_topology("ring:4")
-    program = lower_algorithm(applicable(topo, "allreduce")["ring"], topology=topo)
+    machine = load_machine("ring:4")
+    program = lower_algorithm(applicable(machine, "allreduce")["ring"], machine=machine)
     path = tmp_path / "ring.json"
     program.save(path)
     return program, path

@@ -11,7 +11,7 @@ import simcoll.gpu
 
 from simcoll.algorithms import applicable
 from simcoll.compiler import lower_algorithm
-from simcoll.machines import load_topology
+from simcoll.machines import load_machine, load_topology
 
 pytestmark = pytest.mark.skipif(not simcoll.gpu.cuda_available(), reason="needs CuPy and a CUDA GPU")
 
@@ -22,7 +22,7 @@ def test_ring_allreduce_is_bit_identical_on_the_gpu(protocol, dtype):
     from simcoll.gpu.runner import run
 
     topo = load_topology("fully-connected:4")
-    prog = dataclasses.replace(lower_algorithm(applicable(topo, "allreduce")["ring"], topology=topo), protocol=protocol)
+    prog = dataclasses.replace(lower_algorithm(applicable(load_machine(topo), "allreduce")["ring"], machine=load_machine(topo)), protocol=protocol)
     result = run(prog, prog.collective.size_chunks * 2 * 100_000, iters=3, dtype=dtype)
     assert result.verified, result.problems
 

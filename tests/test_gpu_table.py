@@ -30,7 +30,7 @@ from simcoll.algorithms import applicable
 from simcoll.collectives import COLLECTIVES, make_collective
 from simcoll.compiler import lower_algorithm
 from simcoll.errors import AlgorithmError
-from simcoll.machines import load_topology
+from simcoll.machines import load_machine, load_topology
 from simcoll.program import Program
 from tests.program_builders import op, program, tb
 
@@ -42,9 +42,9 @@ def lowered(specs=("ring:4", "fully-connected:4")):
     for spec in specs:
         topo = load_topology(spec)
         for coll in COLLECTIVES:
-            for name, algo in applicable(topo, coll).items():
+            for name, algo in applicable(load_machine(topo), coll).items():
                 if isinstance(algo, Algorithm):
-                    yield f"{spec}/{coll}/{name}", lower_algorithm(algo, topology=topo)
+                    yield f"{spec}/{coll}/{name}", lower_algorithm(algo, machine=load_machine(topo))
 
 
 def ring2():

@@ -12,13 +12,9 @@ import simcoll.gpu
 from simcoll.gpu import validate as val
 
 from simcoll import load_machine, simulate
+from simcoll.cli.gpu import report_validation
 from simcoll.errors import SimcollError
-from tests.test_gpu_cli_and_kernel import _load_cli, main, saved_ring
-
-
-def report_validation(*args):
-    """simcoll.cli.gpu.report_validation, however the CLI module was loaded."""
-    return _load_cli().__globals__["report_validation"](*args)
+from tests.test_gpu_cli_and_kernel import main, saved_ring
 
 
 def test_errors_are_simulated_against_measured_and_the_median_is_judged(tmp_path):

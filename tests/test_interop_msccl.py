@@ -450,7 +450,7 @@ def _runtime_view(program: Program) -> tuple:
 
 
 def _gc3_examples():
-    examples = pytest.importorskip("simcoll.dsl.examples")
+    from simcoll.dsl import examples
     return {
         "ring allreduce 8 ranks, 2 channels, 2 instances": lambda: examples.ring_allreduce(8, channels=2, instances=2),
         "all-pairs allreduce 8": lambda: examples.allpairs_allreduce(8),
@@ -508,12 +508,10 @@ def test_lowered_classical_algorithms_export(name, collective, root):
     collective; rooted collectives' roots (not written in MSCCL XML) are
     recovered as the rank that never receives (broadcast, scatter) or never
     sends (reduce, gather)."""
-    compiler = pytest.importorskip("simcoll.compiler")
+    from simcoll import compiler
     from simcoll.algorithms import generate
-    from simcoll.machines import load_topology
 
-    topology = load_topology("fully-connected:4")
-    algorithm = generate(name, topology, collective, root=root or 0)
+    algorithm = generate(name, "fully-connected:4", collective, root=root or 0)
     program = compiler.lower_algorithm(algorithm)
     again = parse_msccl_xml(export_msccl_xml(program))
     assert check(again) == [] and again.collective == program.collective
@@ -525,11 +523,10 @@ def test_custom_combining_postcondition_is_inferred():
     a collective MSCCL does not know) comes back as a combining collective
     with Allreduce's pre- and postcondition: contributions reduced together
     are one chunk, numbered by rank 0's input slots."""
-    compiler = pytest.importorskip("simcoll.compiler")
+    from simcoll import compiler
     from simcoll.algorithms import generate
-    from simcoll.machines import load_topology
 
-    program = compiler.lower_algorithm(generate("ring", load_topology("ring:4"), "allreduce"))  # out of place
+    program = compiler.lower_algorithm(generate("ring", "ring:4", "allreduce"))  # out of place
     allreduce = program.collective
     inputs = [list(x) for x in allreduce.input_layout]
     unknown = dataclasses.replace(

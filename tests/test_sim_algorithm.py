@@ -30,7 +30,7 @@ def _cases():
     for topo in TOPOLOGIES:
         machine = load_machine(topo)
         for coll in COLLECTIVES:
-            for name, algorithm in applicable(machine.topology, coll).items():
+            for name, algorithm in applicable(machine, coll).items():
                 if not isinstance(algorithm, str):
                     cases.append(pytest.param(topo, coll, name, id=f"{topo}-{coll}-{name}"))
     return cases
@@ -47,7 +47,7 @@ def test_every_topology_has_cases():
 @pytest.mark.parametrize("topo, coll, name", CASES)
 def test_uncontended_simulation_equals_the_critical_path(topo, coll, name):
     machine = load_machine(topo)
-    algorithm = applicable(machine.topology, coll)[name]
+    algorithm = applicable(machine, coll)[name]
     analytic = critical_path_time_s(algorithm, machine, SIZE)
     ideal = simulate(algorithm, machine, SIZE, contention=False)
     assert ideal.time_s == pytest.approx(analytic, rel=1e-9)
@@ -74,7 +74,7 @@ def test_ring_allreduce_closed_form():
     expected = 2 * (p - 1) * (link.alpha_s + size / p / link.bandwidth_Bps) + (p - 1) * machine.model.reduce_time_s(
         size / p
     )
-    result = simulate(generate("ring", machine.topology, "allreduce"), machine, size)
+    result = simulate(generate("ring", machine, "allreduce"), machine, size)
     assert result.time_s == pytest.approx(expected, rel=1e-9)
     assert result.algbw_GBps == pytest.approx(size / expected / 1e9)
     assert result.busbw_GBps == pytest.approx(result.algbw_GBps * 2 * (p - 1) / p)
@@ -101,7 +101,7 @@ def test_contiguity_group_is_one_message():
 def test_sharing_slows_direct_alltoall_on_a_switch():
     # dgx2: 15 flows leave each GPU at once through its 6 NVSwitch links
     machine = load_machine("dgx2")
-    algorithm = generate("direct", machine.topology, "alltoall")
+    algorithm = generate("direct", machine, "alltoall")
     size = 64 << 20
     ideal = simulate(algorithm, machine, size, contention=False)
     shared = simulate(algorithm, machine, size)
@@ -124,7 +124,7 @@ def test_an_incorrect_schedule_is_refused_not_timed():
     """A schedule that does not implement its collective has no meaningful
     time: ``simulate`` verifies first (``verify=False`` times it anyway)."""
     machine = load_machine("ring:4")
-    ring = generate("ring", machine.topology, "allgather")
+    ring = generate("ring", machine, "allgather")
     truncated = ring.with_changes(transfers=ring.transfers[:-1])
     with pytest.raises(VerificationError, match="truncated|lacks|missing|never"):
         simulate(truncated.with_changes(name="truncated"), machine, SIZE)
@@ -134,22 +134,22 @@ def test_an_incorrect_schedule_is_refused_not_timed():
 def test_size_must_be_positive():
     machine = load_machine("ring:4")
     with pytest.raises(SizeError, match="positive"):
-        simulate(generate("ring", machine.topology, "allgather"), machine, 0)
+        simulate(generate("ring", machine, "allgather"), machine, 0)
     # a chunk cannot be smaller than a byte: 4 ranks' Allgather has 4 chunks
     with pytest.raises(SizeError, match="smaller than its 4 chunks"):
-        simulate(generate("ring", machine.topology, "allgather"), machine, 3)
-    assert simulate(generate("ring", machine.topology, "allgather"), "ring:4", 4).time_s > 0
+        simulate(generate("ring", machine, "allgather"), machine, 3)
+    assert simulate(generate("ring", machine, "allgather"), "ring:4", 4).time_s > 0
 
 
 def test_wall_clock_limit_is_enforced():
     machine = load_machine("ring:64")
-    algorithm = generate("ring", machine.topology, "allreduce")
+    algorithm = generate("ring", machine, "allreduce")
     with pytest.raises(SimulationError, match="wall-clock limit"):
         simulate(algorithm, machine, SIZE, time_limit_s=1e-9)
 
 
 def test_wrong_machine_and_mode_are_errors():
-    algorithm = generate("ring", load_machine("ring:4").topology, "allgather")
+    algorithm = generate("ring", load_machine("ring:4"), "allgather")
     with pytest.raises(SimcollError, match="4 ranks"):
         simulate(algorithm, load_machine("ring:8"), SIZE)
     with pytest.raises(SimcollError, match="unknown simulation mode"):
@@ -158,7 +158,7 @@ def test_wrong_machine_and_mode_are_errors():
 
 def test_same_inputs_give_bit_identical_results():
     machine = load_machine("dgx2")
-    algorithm = generate("direct", machine.topology, "alltoall")
+    algorithm = generate("direct", machine, "alltoall")
     a, b = simulate(algorithm, machine, 1 << 22), simulate(algorithm, machine, 1 << 22)
     assert a.time_s == b.time_s
     pd.testing.assert_frame_equal(a.timeline, b.timeline, check_exact=True)
@@ -167,7 +167,7 @@ def test_same_inputs_give_bit_identical_results():
 
 def test_timeline_utilisation_and_trace(tmp_path):
     machine = load_machine("ring:4")
-    result = simulate(generate("ring", machine.topology, "allreduce"), machine, 4 << 20)
+    result = simulate(generate("ring", machine, "allreduce"), machine, 4 << 20)
     tl = result.timeline
     sends = tl[tl.kind.isin(["copy", "reduce"])]
     assert len(sends) == result.transfers == 2 * 3 * 4
@@ -222,7 +222,7 @@ def test_private_pairs_give_exactly_what_the_network_gives(monkeypatch, topo, co
     # so computing them directly must equal sending them through the fluid network,
     # bit for bit: time, timeline rows and utilisation intervals.
     machine = load_machine(topo)
-    algorithm = applicable(machine.topology, coll)[name]
+    algorithm = applicable(machine, coll)[name]
     fast = simulate(algorithm, machine, SIZE, contention=contention)
     assert fast.stats["private_messages"] > 0
     again = simulate(algorithm, machine, SIZE, contention=contention)
@@ -251,7 +251,7 @@ def test_contiguity_groups_on_private_pairs_match_the_network(monkeypatch):
 def test_which_pairs_are_private():
     # a pair is private when no other pair of the schedule uses any of its resources
     dgx2 = load_machine("dgx2")
-    alltoall = generate("direct", dgx2.topology, "alltoall")
+    alltoall = generate("direct", dgx2, "alltoall")
     assert simulate(alltoall, dgx2, SIZE).stats["private_messages"] == 0
     # without contention flows never share: all private unless utilisation must sum them
     ideal = simulate(alltoall, dgx2, SIZE, contention=False, record_utilisation=False)

@@ -14,7 +14,7 @@ from simcoll.compare import compare
 @pytest.fixture()
 def ring_file(tmp_path):
     machine = load_machine("dgx1")
-    algorithm = generate("ring", machine.topology, "allreduce")
+    algorithm = generate("ring", machine, "allreduce")
     path = tmp_path / "ring.json"
     path.write_text(algorithm.to_json())
     return path, algorithm, machine
@@ -79,7 +79,6 @@ def test_compare_simulates_by_default_and_keeps_analytic():
 
 
 def test_compare_with_program_mode_rows():
-    pytest.importorskip("simcoll.simulator.program_mode")
     machine = load_machine("ring:4")
     df, _ = compare(machine, "allgather", [1 << 20], program=True)
     assert {"simulate", "program"} <= set(df["method"])
@@ -101,8 +100,6 @@ def test_compare_cli_analytic_flag(capsys):
 
 
 def test_simulate_program_mode_lowers_an_algorithm(ring_file, capsys):
-    pytest.importorskip("simcoll.simulator.program_mode")
-    pytest.importorskip("simcoll.compiler")
     path, algorithm, machine = ring_file
     out = _json(capsys, ["simulate", str(path), "-t", "dgx1", "--size", "1MB", "--mode", "program", "--json"])
     assert out["mode"] == "program" and out["transfers"] >= len(algorithm.transfers)

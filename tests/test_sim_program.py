@@ -426,7 +426,7 @@ def test_gc3_hierarchical_allreduce_pipelines_tiles_in_one_persistent_kernel():
     launch_s = m.model.executor.kernel_launch_s
     slot = m.model.executor.slot_bytes
     prog = hierarchical_allreduce()
-    assert check(prog, m.topology) == []
+    assert check(prog, m) == []
     split = hierarchical_allreduce(metadata={"kernels": [[0], [1], [2]]})
     one_tile = 8 * slot  # one slot per chunk
     a, b = simulate_program(prog, m, one_tile), simulate_program(split, m, one_tile)
@@ -448,7 +448,7 @@ def test_ring_allreduce_matches_the_closed_form_ring_formula(p):
     """NV-Group eq. (3) = (1) + (2): 2(p-1)(t_s + M/(pB)) + (p-1) T_R(M/p),
     plus one kernel launch."""
     prog = ring_allreduce(p)
-    assert check(prog, load_topology(f"ring:{p}")) == []
+    assert check(prog, f"ring:{p}") == []
     m = machine(f"ring:{p}")
     size = 8 * MB
     n = size / p
@@ -506,7 +506,7 @@ def test_nvgroup_cpu_allreduce_runs_on_host_threads_without_kernel_launches():
 
     topo = load_topology("summit")
     prog = nvgroup_cpu_allreduce(topo, make_collective("allreduce", 6))
-    assert check(prog, topo) == []
+    assert check(prog, load_machine(topo)) == []
     base = load_machine(topo)
     host_signal_s = 5e-6
     model = model_from_dict(
@@ -585,15 +585,13 @@ def test_a_lowered_ring_allreduce_takes_the_algorithms_analytic_time_without_exe
     """With no executor parameters (no thread-block cap, launch or tiling) and
     an ideal network, Program mode of the compiled ring equals the α-β
     critical path of the Algorithm it was lowered from."""
-    compiler = pytest.importorskip("simcoll.compiler")
-    if not hasattr(compiler, "lower_algorithm"):
-        pytest.skip("simcoll.compiler.lower_algorithm is not available")
+    from simcoll import compiler
     from simcoll.algorithms import generate
     from simcoll.analytic import critical_path_time_s
 
     m = load_machine("dgx1")
     m = Machine(m.topology, model_from_dict({k: v for k, v in m.model.raw.items() if k != "executor"}))
-    algo = generate("ring", m.topology, "allreduce")
+    algo = generate("ring", m, "allreduce")
     prog = compiler.lower_algorithm(algo)
     for size in (64 * 1024, 16 * MB):
         assert close(simulate_program(prog, m, size, contention=False).time_s, critical_path_time_s(algo, m, size))

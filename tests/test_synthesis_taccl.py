@@ -180,7 +180,7 @@ def test_outputs_verify(mini, collective, conn, reversal):
     if collective in ("reducescatter", "allreduce") and reversal:
         assert any(reversal in line for line in lines)
     algo = r.algorithm
-    assert check(algo, mini.topology) == []
+    assert check(algo, mini) == []
     assert algo.schedule == "timed" and algo.predicted_time_s == r.predicted_time_s
     lt = logical_topology(mini, load_sketch(_sketch(conn=conn)))
     assert all((t.src, t.dst) in lt.links for t in algo.transfers)  # only the sketch's links
@@ -244,7 +244,7 @@ def test_ndv2_pair_allgather_is_bounded_by_its_one_ib_link():
     single IB link, so no schedule beats 8 × (α + β n) of that link."""
     machine = load_machine("ndv2*2", "ndv2-taccl")
     r = taccl_synthesize(machine, "ndv2-sk-1", "allgather", time_limit_s=10)
-    assert check(r.algorithm, machine.topology) == []
+    assert check(r.algorithm, machine) == []
     ib = 8 * (1.7e-6 + 106e-12 * (1 << 20))
     assert r.predicted_time_s >= ib * (1 - 1e-6)
     crossing = [t for t in r.algorithm.transfers if machine.topology.node_of(t.src) != machine.topology.node_of(t.dst)]
@@ -291,7 +291,7 @@ def test_switch_hyperedge_policy_counts_connections(policy, links_used):
         "hyperparameters": {"input_size": "1M"},
     }
     r = taccl_synthesize(machine, sketch, "allgather", gap_limit=0.0)
-    assert check(r.algorithm, machine.topology) == []
+    assert check(r.algorithm, machine) == []
     assert len({(t.src, t.dst) for t in r.algorithm.transfers}) == links_used
 
 
@@ -306,7 +306,7 @@ def test_reorder_extension_is_never_worse_and_verifies():
     }
     fixed = taccl_synthesize(machine, sketch, "allgather", gap_limit=0.0)
     free = taccl_synthesize(machine, sketch, "allgather", gap_limit=0.0, reorder=True)
-    assert check(free.algorithm, machine.topology) == []
+    assert check(free.algorithm, machine) == []
     assert free.predicted_time_s <= fixed.predicted_time_s + 1e-12
 
 
@@ -383,7 +383,7 @@ def test_improved_orders_bound_stage_3_and_verify():
     }
     r = taccl_synthesize(machine, sketch, "allgather", improve_passes=8)
     plain = taccl_synthesize(machine, sketch, "allgather", improve_passes=0)
-    assert check(r.algorithm, machine.topology) == [] and check(plain.algorithm, machine.topology) == []
+    assert check(r.algorithm, machine) == [] and check(plain.algorithm, machine) == []
     assert r.predicted_time_s <= r.greedy_time_s + 1e-12
     assert plain.predicted_time_s <= plain.greedy_time_s + 1e-12
 

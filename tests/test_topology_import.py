@@ -32,15 +32,8 @@ ROCM_PCIE = DUMPS / "rocm_smi_lib108_pcie.txt"
 
 
 def _cli_module():
-    """simcoll/cli/topo_import.py, whether or not simcoll.cli is a package yet."""
-    try:
-        return importlib.import_module("simcoll.cli.topo_import")
-    except ImportError:
-        path = Path(importlib.import_module("simcoll").__file__).parent / "cli" / "topo_import.py"
-        spec = importlib.util.spec_from_file_location("simcoll.cli.topo_import", path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
+    """simcoll.cli.topo_import (a broken import fails the test, never skips it)."""
+    return importlib.import_module("simcoll.cli.topo_import")
 
 
 def _kinds(topology, kind):
@@ -258,19 +251,20 @@ def test_round_trip_through_files_load_machine_compare_and_simulate(tmp_path, mo
     assert machine.model == imported.model
     df, _ = compare(machine, "allreduce", [1 << 20], method="analytic")
     assert len(df) > 0 and (df.time_s > 0).all()
-    ring = generate("ring", machine.topology, "allgather")
-    assert simulate(ring, machine, 1 << 20).time_s > 0
+    ring = generate("ring", machine, "allgather")
+    saved = simulate(ring, machine, 1 << 20).time_s
+    assert saved > 0 and saved == pytest.approx(simulate(ring, imported.machine, 1 << 20).time_s, rel=1e-12)
 
 
 def test_imported_dgx1_simulates_like_the_builtin():
     imported = import_machine("nvidia-smi", DGX1, fabric_only=True)
     builtin = load_machine("dgx1")
-    ring = generate("ring", builtin.topology, "allgather")
+    ring = generate("ring", builtin, "allgather")
     ours = simulate(ring, imported.machine, 1 << 24).time_s
     theirs = simulate(ring, builtin, 1 << 24).time_s
     assert ours == pytest.approx(theirs, rel=1e-9)
     df, _ = compare(imported.machine, "allgather", [1 << 20])
-    assert len(df) > 0
+    assert {"ring", "direct"} <= set(df.algorithm) and df.best.sum() >= 1
 
 
 # -- the CLI handler ----------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from program_builders import op, program, tb
 from simcoll.collectives import make_collective
 from simcoll.dsl.examples import alltoall_two_step
 from simcoll.errors import AlgorithmError, VerificationError
-from simcoll.machines import load_topology
+from simcoll.machines import load_machine
 from simcoll.program import RECEIVES, SENDS, Program, RankProgram, Ref
 from simcoll.topology import topology_from_dict
 from simcoll.verify import check, verify
@@ -491,13 +491,13 @@ def test_json_that_is_not_a_program_is_rejected():
 
 # -- 5. topology --------------------------------------------------------------------
 def test_rings_on_a_ring_topology_have_routes():
-    assert check(ring_allgather(), load_topology("ring:4")) == []
-    assert check(ring_allreduce_inplace(), load_topology("ring:4")) == []
+    assert check(ring_allgather(), "ring:4") == []
+    assert check(ring_allreduce_inplace(), "ring:4") == []
 
 
 def test_ring_on_a_line_has_no_route_between_the_ends():
     """On line:4 GPUs do not relay, so the ring's 3 -> 0 connection has no route."""
-    problems = check(ring_allgather(), load_topology("line:4"))
+    problems = check(ring_allgather(), "line:4")
     assert any(
         "rank 0 executor 0 receives from rank 3" in p and "no route from rank 3 to rank 0" in p for p in problems
     )
@@ -505,7 +505,7 @@ def test_ring_on_a_line_has_no_route_between_the_ends():
 
 
 def test_program_for_another_rank_count_is_rejected():
-    assert check(ring_allgather(), load_topology("ring:8")) == ["test is for 4 ranks but ring:8 has 8"]
+    assert check(ring_allgather(), "ring:8") == ["test is for 4 ranks but ring:8 has 8"]
 
 
 def one_way_ring(p=P):
@@ -514,13 +514,13 @@ def one_way_ring(p=P):
 
 
 def test_ring_along_one_way_links_has_routes():
-    assert check(ring_allgather(), one_way_ring()) == []
+    assert check(ring_allgather(), load_machine(one_way_ring())) == []
     assert check(ring_allgather(d=-1)) == []
 
 
 def test_ring_against_one_way_links_has_no_route():
     """Rank r sending to r-1 on a ring whose links only go r -> r+1 has no route."""
-    problems = check(ring_allgather(d=-1), one_way_ring())
+    problems = check(ring_allgather(d=-1), load_machine(one_way_ring()))
     assert any("rank 1 executor 0 sends to rank 0" in p and "no route from rank 1 to rank 0" in p for p in problems)
 
 
@@ -542,10 +542,10 @@ def put_allgather():
 
 def test_puts_between_directly_linked_ranks_are_accepted():
     assert check(put_allgather()) == []
-    assert check(put_allgather(), load_topology("fully-connected:4")) == []
+    assert check(put_allgather(), "fully-connected:4") == []
 
 
 def test_put_to_a_rank_without_route_is_reported():
     """On line:4 rank 0 cannot write into rank 3's memory: no route joins them."""
-    problems = check(put_allgather(), load_topology("line:4"))
+    problems = check(put_allgather(), "line:4")
     assert any("no route" in p and "rank 3" in p for p in problems), problems

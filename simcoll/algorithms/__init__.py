@@ -15,11 +15,12 @@ from typing import Any
 from ..algorithm import Algorithm
 from ..collectives import ROOTED, Collective, canonical_name, make_collective
 from ..errors import NotApplicableError, SimcollError
-from ..topology import Topology
+from ..machines import Machine, as_machine
 from . import bruck as _bruck
 from . import direct as _direct
 from . import hiccl as _hiccl
 from . import hierarchical as _hierarchical
+from . import innetwork as _innetwork
 from . import nccl as _nccl
 from . import nvgroup as _nvgroup
 from . import recursive as _recursive
@@ -30,7 +31,7 @@ from .registry import Generator, Option
 from .ring import find_ring, ring, ring_allgather, ring_allreduce, ring_reducescatter
 
 #: Every family module, in the order ``simcoll algo list`` shows them.
-FAMILIES = (_ring, _trees, _recursive, _bruck, _direct, _hierarchical, _nvgroup, _hiccl, _nccl)
+FAMILIES = (_ring, _trees, _recursive, _bruck, _direct, _hierarchical, _nvgroup, _hiccl, _nccl, _innetwork)
 
 REGISTRY: dict[str, Generator] = {g.name: g for family in FAMILIES for g in family.GENERATORS}
 
@@ -42,17 +43,50 @@ def parse_options(generator: Generator, options: dict[str, str]) -> dict[str, An
 
 def generate(
     name: str,
-    topology: Topology,
+    machine: Machine | str,
     collective: Collective | str,
     chunks: int | None = None,
     root: int | None = None,
     **options: Any,
 ) -> Algorithm:
-    """Run the generator ``name``; ``collective`` may be a name, completed with
-    the topology's rank count, ``chunks`` (default: the generator's) and, for
-    rooted collectives, ``root`` (default 0)."""
+    """Run a registered generator on a machine.
+
+    Parameters
+    ----------
+    name : str
+        The generator, a key of :data:`REGISTRY` (``simcoll algo list``).
+    machine : Machine or str
+        The machine, or a topology spec such as ``"dgx1"``.
+    collective : Collective or str
+        A collective, or a name completed with the machine's rank count,
+        ``chunks`` and ``root``.
+    chunks : int, optional
+        The chunk factor of a named collective (default: the generator's).
+    root : int, optional
+        The root of a named rooted collective (default 0).
+    **options
+        The generator's own options (:attr:`Generator.options`).
+
+    Returns
+    -------
+    Algorithm
+
+    Raises
+    ------
+    SimcollError
+        For an unknown generator name.
+    NotApplicableError
+        When the generator does not apply to this machine or collective.
+
+    Examples
+    --------
+    >>> algo = generate("ring", "ring:4", "allgather")
+    >>> algo.steps, len(algo.transfers)  # P-1 steps, each rank sending one chunk a step
+    (3, 12)
+    """
     if name not in REGISTRY:
         raise SimcollError(f"unknown algorithm {name!r}; known: {', '.join(REGISTRY)}")
+    topology = as_machine(machine).topology
     generator = REGISTRY[name]
     if isinstance(collective, str):
         coll_name = canonical_name(collective)
@@ -65,16 +99,39 @@ def generate(
     return generator.function(topology, collective, **options)
 
 
-def applicable(topology: Topology, collective: str, chunks: int | None = None) -> dict[str, Algorithm | str]:
-    """Every registered generator for ``collective`` on ``topology``: the
-    Algorithm, or the reason it does not apply."""
+def applicable(machine: Machine | str, collective: str, chunks: int | None = None) -> dict[str, Algorithm | str]:
+    """Every registered generator for a collective on a machine.
+
+    Parameters
+    ----------
+    machine : Machine or str
+        The machine, or a topology spec.
+    collective : str
+        The collective's name.
+    chunks : int, optional
+        The chunk factor (default: each generator's).
+
+    Returns
+    -------
+    dict of str to Algorithm or str
+        Per generator name, its Algorithm or the reason it does not apply.
+
+    Examples
+    --------
+    >>> found = applicable("ring:4", "allgather")
+    >>> found["ring"].steps
+    3
+    >>> found["bruck"]
+    'bruck: ring:4 has no route from rank 0 to rank 2'
+    """
+    machine = as_machine(machine)
     collective = canonical_name(collective)
     out: dict[str, Algorithm | str] = {}
     for name, generator in REGISTRY.items():
         if collective not in generator.collectives:
             continue
         try:
-            out[name] = generate(name, topology, collective, chunks)
+            out[name] = generate(name, machine, collective, chunks)
         except NotApplicableError as exc:
             out[name] = str(exc)
     return out

@@ -23,6 +23,14 @@ GPU closes the cycle. On one node, the channels are the edge-disjoint rings of
 Every channel runs NCCL's ring algorithm on its share of the buffer (chunks
 dealt round-robin over the channels): ReduceScatter then Allgather for
 Allreduce, the pipelined chain from (or to) the root for Broadcast and Reduce.
+
+``nccl-tree`` (Allreduce): NCCL's tree channels (``NCCL_ALGO=Tree``). Channel
+``c`` runs, on each node, a chain through the node's GPUs headed by local GPU
+``c mod G`` (whose NIC is on rail ``c mod G``), and across nodes tree ``c mod
+2`` of NCCL's double binary tree over the heads
+(:func:`~simcoll.algorithms.innetwork.double_tree_parent`): every chunk is
+reduced up the chains into the heads, up the tree to its root, and sent back
+down the tree and the chains. Chunks are dealt round-robin over the channels.
 """
 
 from __future__ import annotations
@@ -31,7 +39,7 @@ from collections.abc import Sequence
 
 import networkx as nx
 
-from ..algorithm import Algorithm
+from ..algorithm import Algorithm, Transfer
 from ..collectives import Collective
 from ..errors import NotApplicableError
 from ..routes import Routes
@@ -198,6 +206,56 @@ def _nccl_ring_chunks(collective: str, num_ranks: int) -> int:
     return DEFAULT_CHANNELS * num_ranks if collective == "allreduce" else DEFAULT_CHANNELS
 
 
+def nccl_tree(topology: Topology, collective: Collective, channels: int | None = None) -> Algorithm:
+    """NCCL's tree algorithm (module docstring) over ``channels`` channels
+    (default: the largest count up to ``2 ×`` :data:`DEFAULT_CHANNELS` that
+    divides the chunk factor).
+
+    >>> from simcoll import load_topology, make_collective
+    >>> a = nccl_tree(load_topology("dgx-a100*2"), make_collective("allreduce", 16, 16))
+    >>> a.metadata["channels"], a.steps  # 7 chain steps up, a 1-deep tree up and down, 7 chain steps down
+    (16, 16)
+    """
+    from .innetwork import tree_transfers
+
+    require(collective, topology, ("allreduce",), "nccl-tree")
+    if channels is not None and (not isinstance(channels, int) or channels < 1):
+        raise NotApplicableError(f"nccl-tree: option channels must be a positive integer, got {channels!r}")
+    c_factor = collective.chunk_factor
+    if channels is None:
+        channels = max(k for k in range(1, min(2 * DEFAULT_CHANNELS, c_factor) + 1) if c_factor % k == 0)
+    if c_factor % channels:
+        raise NotApplicableError(
+            f"nccl-tree: {channels} channels need a chunk factor that is a multiple of {channels}, got {c_factor}"
+        )
+    per_node = [topology.ranks_of_node(n) for n in topology.nodes]
+    g = len(per_node[0])
+    if any(len(r) != g for r in per_node):
+        raise NotApplicableError(f"nccl-tree: {topology.name} has nodes with different GPU counts")
+    transfers: list[Transfer] = []
+    for chunk in range(collective.num_chunks):
+        ch = chunk % channels
+        head = ch % g
+        chains = [[ranks[(head + k) % g] for k in range(g)] for ranks in per_node]
+        # reduce up each chain into its head: the tail sends first
+        for chain in chains:
+            transfers += [
+                Transfer(chunk, chain[k + 1], chain[k], "reduce", step=g - 2 - k) for k in range(g - 1)
+            ]
+        up, down, _, after = tree_transfers([chain[0] for chain in chains], chunk, ch % 2, g - 1)
+        transfers += up + down
+        for chain in chains:
+            transfers += [Transfer(chunk, chain[k], chain[k + 1], "copy", step=after + k) for k in range(g - 1)]
+    routes = Routes(topology)
+    require_routes("nccl-tree", topology, routes, transfers)
+    return finish("nccl-tree", collective, topology, transfers, routes, channels=channels)
+
+
+def _nccl_tree_chunks(collective: str, num_ranks: int) -> int:
+    """Four chunks per channel, so the chains and trees pipeline."""
+    return 8 * DEFAULT_CHANNELS
+
+
 GENERATORS = (
     Generator(
         "nccl-ring",
@@ -211,5 +269,13 @@ GENERATORS = (
             )
         },
         chunks=_nccl_ring_chunks,
+    ),
+    Generator(
+        "nccl-tree",
+        nccl_tree,
+        ("allreduce",),
+        "NCCL's tree channels: per channel an intra-node chain and an inter-node double binary tree",
+        {"channels": Option(f"number of tree channels (default {2 * DEFAULT_CHANNELS})", positive_int)},
+        chunks=_nccl_tree_chunks,
     ),
 )

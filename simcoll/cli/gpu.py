@@ -117,7 +117,6 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         return 2
     from simcoll.gpu import calibrate
     from simcoll.gpu.runner import device_name
-
     from simcoll.machines import load_model
     from simcoll.units import parse_size_range
 
@@ -163,7 +162,6 @@ def report_validation(program: Any, args: argparse.Namespace, measure: Any) -> i
     the table and write the CSV / plot asked for (the GPU-independent part of
     ``simcoll gpu validate``)."""
     from simcoll.gpu import validate as val
-
     from simcoll.units import parse_size, parse_size_range
 
     sizes = [parse_size(args.size)] if args.size is not None else parse_size_range(args.sizes, args.factor)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from ..errors import VerificationError
 from ..program import RECEIVES, SENDS, Program
 from ..topology import Topology
-from ..verify import check
+from ..verify import check_program
 
 
 def check_fifo_bound(program: Program, fifo_slots: int) -> list[str]:
@@ -71,7 +71,7 @@ def check_fifo_bound(program: Program, fifo_slots: int) -> list[str]:
 def check_compiled(program: Program, topology: Topology | None = None, fifo_slots: int | None = None) -> list[str]:
     """Every problem of a compiled Program: :func:`simcoll.verify.check`
     and, with ``fifo_slots``, :func:`check_fifo_bound`."""
-    problems = check(program, topology)
+    problems = check_program(program, topology)
     if not problems and fifo_slots is not None:
         problems = check_fifo_bound(program, fifo_slots)
     return problems

@@ -42,6 +42,7 @@ from dataclasses import replace
 
 from ..algorithm import Algorithm, Transfer
 from ..cost_model import DEFAULT_FIFO_SLOTS
+from ..machines import Machine, as_machine
 from ..program import PROTOCOLS, Program
 from ..topology import Topology
 from .pipeline import compile_trace
@@ -262,7 +263,7 @@ def lower_algorithm(
     *,
     instances: int = 1,
     protocol: str = "Simple",
-    topology: Topology | None = None,
+    machine: Machine | str | None = None,
     aggregate: bool = False,
     max_channels: int = 8,
     copy_threadblocks: int = 8,
@@ -276,17 +277,16 @@ def lower_algorithm(
     are :func:`algorithm_trace`'s and :func:`compile_lowered`'s.
 
     >>> from simcoll.algorithms import generate
-    >>> from simcoll.machines import load_topology
-    >>> topo = load_topology("ring:4")
-    >>> program = lower_algorithm(generate("ring", topo, "allgather"), topology=topo, instances=2)
+    >>> program = lower_algorithm(generate("ring", "ring:4", "allgather"), machine="ring:4", instances=2)
     >>> program.instruction_counts()["rcs"], program.num_channels
     (16, 2)
     """
+    algorithm.require_point_to_point("lowering to a Program (Program mode, MSCCL XML export)")
     trace = algorithm_trace(
         algorithm,
         instances=instances,
         protocol=protocol,
-        topology=topology,
+        topology=as_machine(machine).topology if machine is not None else None,
         aggregate=aggregate,
         max_channels=max_channels,
         copy_threadblocks=copy_threadblocks,

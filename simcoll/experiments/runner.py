@@ -21,8 +21,6 @@ stop the sweep. A batch lost with its worker is recorded as ``error`` too.
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
-import inspect
 import json
 import logging
 import math
@@ -65,18 +63,11 @@ def _machine(spec: MachineSpec):
     return load_machine(spec.topology, model)
 
 
-def _target(function, machine):
-    """What ``function`` takes as its second argument: the Machine, or its
-    Topology where the public signature still names a ``topology``."""
-    second = next(iter(list(inspect.signature(function).parameters)[1:2]), "machine")
-    return machine.topology if second == "topology" else machine
-
-
 def _generate(name: str, machine, collective: str, chunks: int | None, options: dict[str, Any]):
     """``simcoll.generate`` on ``machine``."""
     from .. import generate
 
-    return generate(name, _target(generate, machine), collective, chunks=chunks, **options)
+    return generate(name, machine, collective, chunks=chunks, **options)
 
 
 @lru_cache(maxsize=128)
@@ -89,13 +80,10 @@ def _schedule(machine_spec: MachineSpec, collective: str, algorithm: AlgorithmSp
         options = REGISTRY[algorithm.name].parse_options(dict(algorithm.options))
         return _generate(algorithm.name, machine, collective, algorithm.chunks, options)
     if algorithm.kind == "nccl":
-        for name in ("nccl", "nccl-ring"):
-            if name in REGISTRY and collective in REGISTRY[name].collectives:
-                options = REGISTRY[name].parse_options({k: str(v) for k, v in algorithm.options})
-                return _generate(name, machine, collective, None, options)
-        if importlib.util.find_spec("simcoll.nccl") is None:
-            raise SimcollError("nccl baseline not available (simcoll.nccl is not installed in this simcoll)")
-        raise SimcollError(f"nccl baseline not available for {collective} (no 'nccl' or 'nccl-ring' generator)")
+        from ..nccl.baseline import nccl_algorithm
+
+        # the Algorithm at 1 GiB names the row (chunks, steps); run_batch re-chooses it per size
+        return nccl_algorithm(machine, collective, 1 << 30)
     if algorithm.kind == "sccl":
         from ..synthesis import synthesize
 
@@ -170,7 +158,7 @@ def run_batch(batch: Batch, study: str = "") -> list[dict[str, Any]]:
     if batch.verify:
         from ..verify import check
 
-        problems = check(schedule, _target(check, machine))
+        problems = check(schedule, machine)
         if problems:
             message = f"verification: {problems[0]}" + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else "")
             return [_row(base, p, status="error", error=message) for p in batch.points]
@@ -182,6 +170,11 @@ def run_batch(batch: Batch, study: str = "") -> list[dict[str, Any]]:
     rows = []
     for point in batch.points:
         try:
+            if spec.kind == "nccl":  # NCCL's choice depends on the size (simcoll.nccl.baseline)
+                from ..nccl.baseline import nccl_algorithm
+
+                lowered = {}
+                schedule = nccl_algorithm(machine, batch.collective, point.size_bytes)
             t = _time_point(schedule, machine, point, batch.time_limit_s, lowered)
         except NotApplicableError as exc:
             rows.append(_row(base, point, status="not-applicable", error=str(exc)))

@@ -9,7 +9,7 @@ Chrome trace). The network model is in :mod:`.network`.
 >>> from simcoll import load_machine
 >>> from simcoll.algorithms import generate
 >>> m = load_machine("ring:8")
->>> result = simulate(generate("ring", m.topology, "allreduce"), m, 1 << 20)
+>>> result = simulate(generate("ring", m, "allreduce"), m, 1 << 20)
 >>> result.mode, result.transfers
 ('algorithm', 112)
 """
@@ -107,10 +107,10 @@ def simulate(
     >>> from simcoll import load_machine
     >>> from simcoll.algorithms import generate
     >>> m = load_machine("ring:4")
-    >>> r = simulate(generate("ring", m.topology, "allgather"), m, 4e6)
+    >>> r = simulate(generate("ring", m, "allgather"), m, 4e6)
     >>> round(r.time_s * 1e6, 3)   # 3 steps of 0.7 us + 1 MB / 25 GB/s
     122.1
-    >>> simulate(generate("ring", m.topology, "allgather"), "ring:4", 4e6, mode="program").mode
+    >>> simulate(generate("ring", m, "allgather"), "ring:4", 4e6, mode="program").mode
     'program'
 
     References
@@ -134,7 +134,7 @@ def simulate(
     if verify:
         from ..verify import check
 
-        problems = check(schedule, machine.topology)
+        problems = check(schedule, machine)
         if problems:
             raise VerificationError([f"{schedule.name}: {p}" for p in problems])
     options = {
@@ -162,4 +162,4 @@ def lower_for(algorithm: Algorithm, machine: Machine, lower_algorithm) -> Progra
     that would deadlock on this machine is refused at compile time."""
     executor = machine.model.executor
     options = {"fifo_slots": executor.fifo_slots} if executor is not None else {}
-    return lower_algorithm(algorithm, topology=machine.topology, **options)
+    return lower_algorithm(algorithm, machine=machine, **options)

@@ -18,6 +18,14 @@ uncontended network both agree to rounding error):
   later; a ``reduce`` then costs ``model.reduce_time_s(n)`` at the receiver
   (NV-Group Table 2's T_R) before the chunk counts as updated.
 
+- An in-switch reduction (:class:`~simcoll.algorithm.SwitchReduction`) is one
+  message: it waits for its chunk at every source, streams from all sources
+  into the switch and from the switch to all destinations as one flow
+  (:meth:`~.network.FluidNetwork.switch_route`, at the switch's reduce /
+  multicast rate), and updates the chunk at every destination when it lands.
+  Messages of one (switch, sources, destinations) group are FIFO like a rank
+  pair's; no reduction cost is charged at the GPUs (the switch reduces).
+
 There are no step barriers (k-synchronous steps order the reads; they do not
 synchronise the ranks), exactly as in the analytic critical-path model.
 
@@ -50,7 +58,7 @@ from ..analytic import chunk_bytes
 from ..errors import AlgorithmError, SimulationError
 from ..machines import Machine
 from .engine import run_with_limit
-from .network import Flow, FluidNetwork, alone_rate_Bps
+from .network import Flow, FluidNetwork, SwitchPath, alone_rate_Bps
 from .results import TIMELINE_COLUMNS, SimulationResult, make_result
 
 
@@ -74,6 +82,7 @@ class _Plan:
     wait_msg: np.ndarray
     queues: dict[tuple[int, int], list[int]]
     describe: Callable[[int], str]
+    fanout: dict[int, list[int]] = None  # type: ignore[assignment]  # switch reductions: slots they update
 
     @property
     def messages(self) -> int:
@@ -152,10 +161,34 @@ def _plan_grouped(algorithm: Algorithm, num_chunks: int, present: np.ndarray) ->
     wait_slot, wait_landed, wait_msg = [], [], []
     queues: dict[tuple[int, int], list[int]] = {}
     keys = []
-    for transfers_of_batch in algorithm.batches():
-        first_of_batch = transfers_of_batch[0]
+    fanout: dict[int, list[int]] = {}
+    for transfers_of_batch, switched in algorithm.schedule_batches():
+        first_of_batch = (transfers_of_batch or switched)[0]
         keys.append(first_of_batch.start_s if timed else first_of_batch.step)
         writes = []
+        for r in switched:
+            m = len(src)
+            need = 0
+            for s in r.sources:
+                slot = r.chunk + s * num_chunks
+                landed = written.get(slot, 0)
+                if landed:
+                    wait_slot.append(slot)
+                    wait_landed.append(landed)
+                    wait_msg.append(m)
+                    need += 1
+                elif not present[slot]:
+                    raise AlgorithmError(f"{algorithm.name}: {r.describe()} before rank {s} holds the chunk")
+            fanout[m] = [r.chunk + d * num_chunks for d in r.destinations]
+            writes += fanout[m]
+            src.append(r.sources[0])
+            dst.append(r.destinations[0])
+            chunk.append(r.chunk)
+            reduce.append(False)
+            batch.append(len(keys) - 1)
+            pending.append(need)
+            firsts.append(r)
+            queues.setdefault((SwitchPath(r.switch, r.sources, r.destinations), None), []).append(m)
         for message in messages(transfers_of_batch):
             m = len(src)
             first = message[0]
@@ -197,6 +230,7 @@ def _plan_grouped(algorithm: Algorithm, num_chunks: int, present: np.ndarray) ->
         wait_msg=np.array(wait_msg, dtype=np.int64),
         queues=queues,
         describe=lambda m: firsts[m].describe(),
+        fanout=fanout,
     )
 
 
@@ -230,6 +264,7 @@ class _Run:
         self.plan = plan = self._make_plan()
         # the plan's per-message columns the event handlers read (:class:`_Plan`)
         self.pending, self.groups, self.is_reduce = plan.pending, plan.groups, plan.reduce
+        self.fanout = plan.fanout or {}
         self._wait_tables()
         self.reduce_time = machine.model.reduce_time_s
         self.after_one = self.reduce_time(self.nbytes)
@@ -253,7 +288,7 @@ class _Run:
         present = np.zeros(num_chunks * algorithm.num_ranks, dtype=bool)
         pre = np.array([c + r * num_chunks for c, r in algorithm.collective.pre], dtype=np.int64)
         present[pre] = True
-        if any(t.group is not None for t in algorithm.transfers):
+        if algorithm.switch_reductions or any(t.group is not None for t in algorithm.transfers):
             return _plan_grouped(algorithm, num_chunks, present)
         return _plan_vectorised(algorithm, num_chunks, present)
 
@@ -386,7 +421,12 @@ class _Run:
         """Message ``m`` has landed (and reduced): its chunks are updated."""
         group = self.groups.get(m)
         if group is None:
-            self._release(self.msg_slot[m], now)
+            fanout = self.fanout.get(m) if self.fanout else None
+            if fanout is None:
+                self._release(self.msg_slot[m], now)
+            else:
+                for slot in fanout:
+                    self._release(slot, now)
         else:
             num_chunks = self.num_chunks
             for t in group:

@@ -32,12 +32,26 @@ Two regimes (``contention``):
   TACCL §4.2) and GPU→NIC binding (``network.nic_binding``, HiCCL §2.3).
   PCIe sharing needs no parameter: GPUs and NICs below one PCIe switch share
   its uplink because the uplink is one resource.
+
+In-switch reduction (:class:`~simcoll.algorithm.SwitchReduction`, a
+:class:`SwitchPath` in place of the rank pair): one flow streams the chunk
+from every source into the switch and the result out to every destination
+at once, as NVLink SHARP and IB SHARP pipeline it. Its resources are the links
+of each source's path to the switch and of the switch's path to each
+destination (shortest paths entering no other GPU), plus, per switch port of
+``c`` links, a *reduce port* of capacity ``c × reduce_Bps`` on the way in
+(several sources) and a *multicast port* of ``c × multicast_Bps`` on the way
+out (several destinations), from ``switches.<kind>`` in the model; these apply
+with and without ``contention``. Alone on the machine it therefore takes
+``α + n / min over its resources (capacity)``, α being the largest α of the
+link types crossed plus the latencies of the switches on the way.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import networkx as nx
@@ -55,6 +69,16 @@ from .results import Timeline, Utilisation
 _SWITCH_KINDS = ("nvswitch", "ib_switch", "pcie_switch", "root_complex", "switch")
 _REL_TOL = 1e-12
 _NUMPY_FROM = 24  # components with this many flows use the vectorised max-min
+
+
+@dataclass(frozen=True)
+class SwitchPath:
+    """The route key of an in-switch reduction: ``switch`` combines what
+    ``sources`` send and multicasts it to ``destinations`` (module docstring)."""
+
+    switch: str
+    sources: tuple[int, ...]
+    destinations: tuple[int, ...]
 
 
 class Resource:
@@ -234,6 +258,9 @@ class FluidNetwork:
         cached = self._routes.get(key)
         if cached is not None:
             return cached
+        if isinstance(src, SwitchPath):
+            info = self._routes[key] = self.switch_route(src)
+            return info
         if src == dst:
             raise TopologyError(f"{self.machine.name}: a transfer from rank {src} to itself")
         route = self.machine.route(src, dst)
@@ -261,6 +288,73 @@ class FluidNetwork:
         info = (route.alpha_s, bandwidth, resources)
         self._routes[key] = info
         return info
+
+    def switch_route(self, path: SwitchPath) -> tuple[float, float, tuple[tuple[Resource, float], ...]]:
+        """``(alpha_s, bandwidth_Bps, ((resource, weight), ...))`` of an in-switch
+        reduction (module docstring), as :meth:`route` gives for a rank pair."""
+        sw = path.switch
+        kind = self._kinds.get(sw)
+        if kind is None:
+            raise TopologyError(f"{self.machine.name}: no switch named {sw!r} for an in-switch reduction")
+        params = self.machine.model.switches.get(kind)
+        rate_of = {"reduce": None, "multicast": None}
+        wanted = (("reduce", "reduce_Bps", path.sources), ("multicast", "multicast_Bps", path.destinations))
+        for what, key, many in wanted:
+            if len(many) > 1:
+                rate = None if params is None else getattr(params, key)
+                if rate is None and what == "reduce":
+                    raise ModelError(
+                        f"model {self.machine.model.name!r}: switches.{kind}.reduce_Bps is needed to reduce in {sw}"
+                    )
+                rate_of[what] = rate
+        merged: dict[int, tuple[Resource, float]] = {}
+        types: set[str] = set()
+        latency = {"in": 0.0, "out": 0.0}
+        for direction, ranks in (("in", path.sources), ("out", path.destinations)):
+            for rank in ranks:
+                gpu = self._topo.gpu(rank).name
+                hops = self._switch_hops(rank, gpu, sw, direction == "in")
+                types.update(h.type for h in hops)
+                between = sum(self.machine.model.switch_latency_s(self._kinds[h.dst]) for h in hops[:-1])
+                latency[direction] = max(latency[direction], between)
+                used = [res for hop in hops for res in self._hop_resources(hop, 1.0)]
+                port_hop = hops[-1] if direction == "in" else hops[0]
+                rate = rate_of["reduce" if direction == "in" else "multicast"]
+                if rate is not None:
+                    end = port_hop.src if direction == "in" else port_hop.dst
+                    what = "reduce" if direction == "in" else "multicast"
+                    port = self._resource(
+                        (what, sw, end), f"{sw} {what} port {end}", f"switch_{what}", port_hop.count * rate, params
+                    )
+                    used.append((port, 1.0))
+                for res, weight in used:
+                    merged[res.id] = (res, weight)
+        alpha = (
+            max(self.machine.model.link(t).alpha_s for t in types)
+            + latency["in"]
+            + latency["out"]
+            + self.machine.model.switch_latency_s(kind)
+        )
+        resources = tuple(merged.values())
+        bandwidth = min(r.capacity_Bps / w for r, w in resources)
+        return alpha, bandwidth, resources
+
+    def _switch_hops(self, rank: int, gpu: str, sw: str, inbound: bool) -> list[RouteHop]:
+        """Path between ``gpu`` and switch ``sw`` (towards it when ``inbound``):
+        to a switch outside the nodes through the rank's NIC (``nic_binding``,
+        else round-robin over the node's NICs, one per GPU on DGX nodes), to
+        one inside a node along the shortest path."""
+        if self._topo.component(sw).node is None:
+            binding = self.nic_binding
+            try:
+                self.nic_binding = binding or "round-robin"
+                nic = self.nic_of(rank)
+            finally:
+                self.nic_binding = binding
+            if inbound:
+                return self._path(gpu, nic) + self._path(nic, sw, avoid_fabric=False)
+            return self._path(sw, nic, avoid_fabric=False) + self._path(nic, gpu)
+        return self._path(gpu, sw, avoid_fabric=False) if inbound else self._path(sw, gpu, avoid_fabric=False)
 
     def _weights(self, src: int, dst: int, hops, bandwidth_Bps: float) -> list[tuple[RouteHop, float]]:
         """Each hop's share of a maximum flow of the route DAG (1 on a chain).

@@ -238,7 +238,7 @@ class SimulationResult:
         >>> from simcoll import load_machine, simulate
         >>> from simcoll.algorithms import generate
         >>> m = load_machine("ring:4")
-        >>> r = simulate(generate("ring", m.topology, "allgather"), m, 4e6)
+        >>> r = simulate(generate("ring", m, "allgather"), m, 4e6)
         >>> r.transfers  # 3 steps × 4 ranks
         12
         """
@@ -258,7 +258,7 @@ class SimulationResult:
         >>> from simcoll import load_machine, simulate
         >>> from simcoll.algorithms import generate
         >>> m = load_machine("ring:4")
-        >>> r = simulate(generate("ring", m.topology, "allgather"), m, 4e6)
+        >>> r = simulate(generate("ring", m, "allgather"), m, 4e6)
         >>> round(r.algbw_GBps, 2)  # 4 MB in 122.1 us
         32.76
 
@@ -283,7 +283,7 @@ class SimulationResult:
         >>> from simcoll import load_machine, simulate
         >>> from simcoll.algorithms import generate
         >>> m = load_machine("ring:4")
-        >>> r = simulate(generate("ring", m.topology, "allgather"), m, 4e6)
+        >>> r = simulate(generate("ring", m, "allgather"), m, 4e6)
         >>> round(r.busbw_GBps, 2)  # algbw × 3/4: near the 25 GB/s of a ring link
         24.57
 
@@ -308,7 +308,7 @@ class SimulationResult:
         >>> from simcoll import load_machine, simulate
         >>> from simcoll.algorithms import generate
         >>> m = load_machine("ring:4")
-        >>> r = simulate(generate("ring", m.topology, "allgather"), m, 4e6)
+        >>> r = simulate(generate("ring", m, "allgather"), m, 4e6)
         >>> d = r.to_dict()
         >>> d["topology"], d["mode"], d["transfers"]
         ('ring:4', 'algorithm', 12)
@@ -345,7 +345,7 @@ class SimulationResult:
         >>> from simcoll import load_machine, simulate
         >>> from simcoll.algorithms import generate
         >>> m = load_machine("ring:4")
-        >>> r = simulate(generate("ring", m.topology, "allgather"), m, 4e6)
+        >>> r = simulate(generate("ring", m, "allgather"), m, 4e6)
         >>> trace = r.to_chrome_trace()
         >>> sum(e["ph"] == "X" for e in trace["traceEvents"]) == len(r.timeline) + len(r.utilisation)
         True
@@ -431,7 +431,7 @@ class SimulationResult:
         >>> from simcoll import load_machine, simulate
         >>> from simcoll.algorithms import generate
         >>> m = load_machine("ring:4")
-        >>> r = simulate(generate("ring", m.topology, "allgather"), m, 4e6)
+        >>> r = simulate(generate("ring", m, "allgather"), m, 4e6)
         >>> import tempfile, pathlib
         >>> with tempfile.TemporaryDirectory() as tmp:
         ...     r.save_chrome_trace(pathlib.Path(tmp) / "ring.json").stat().st_size > 0

@@ -17,8 +17,7 @@ Allgather input, the ReduceScatter output, the Broadcast buffer, the
 Allreduce buffer (so Allreduce C = 8 on 8 ranks is one chunk per rank after
 the ReduceScatter), the whole Alltoall buffer (C/P chunks per destination).
 
->>> from simcoll import load_topology
->>> r = synthesize(load_topology("ring:4"), "allgather", chunks=1, steps=2, rounds=2)
+>>> r = synthesize("ring:4", "allgather", chunks=1, steps=2, rounds=2)
 >>> r.status, r.algorithm.steps
 ('sat', 2)
 """
@@ -34,9 +33,9 @@ from fractions import Fraction
 from ..algorithm import Algorithm, BandwidthConstraint, Transfer
 from ..collectives import Collective, canonical_name, custom_collective, make_collective
 from ..errors import SynthesisError
-from ..machines import Machine
+from ..machines import Machine, as_machine
 from ..topology import Topology
-from ..verify import check
+from ..verify import check_algorithm
 from .cpsat import solve_cpsat
 from .instance import Instance, reversed_relation, topology_relation
 from .result import SolverOutcome, SynthesisResult
@@ -64,13 +63,13 @@ class Target:
 
 
 def make_target(
-    machine: Topology | Machine | None, bandwidth: tuple[BandwidthConstraint, ...] | None = None, num_ranks=None
+    machine: Machine | str | None, bandwidth: tuple[BandwidthConstraint, ...] | None = None, num_ranks=None
 ) -> Target:
-    """A target from a topology or machine (B derived from its links), or an
-    explicit relation B (then ``num_ranks`` is needed unless a topology is given)."""
-    topology = machine.topology if isinstance(machine, Machine) else machine
+    """A target from a machine or topology spec (B derived from its links), or an
+    explicit relation B (then ``num_ranks`` is needed unless a machine is given)."""
+    topology = as_machine(machine).topology if machine is not None else None
     if topology is None and (bandwidth is None or num_ranks is None):
-        raise SynthesisError("give a topology, or an explicit bandwidth relation with num_ranks")
+        raise SynthesisError("give a machine, or an explicit bandwidth relation with num_ranks")
     p = topology.num_ranks if topology is not None else int(num_ranks)
     relation = tuple(bandwidth) if bandwidth is not None else topology_relation(topology)
     if not relation:
@@ -110,7 +109,7 @@ def paper_chunks(collective: Collective) -> int:
 
 # -- one query --------------------------------------------------------------------
 def synthesize(
-    machine: Topology | Machine | None,
+    machine: Machine | str | None,
     collective: str | Collective,
     chunks: int = 1,
     steps: int = 1,
@@ -122,10 +121,57 @@ def synthesize(
     num_ranks: int | None = None,
     root: int | None = None,
 ) -> SynthesisResult:
-    """Synthesize a (C, S, R) algorithm (R defaults to S: 0-synchronous).
+    """Synthesize a (C, S, R) algorithm, or prove there is none.
 
-    The answer's ``algorithm`` (on "sat") has passed the verifier against the
-    collective and B (and the topology's routes, when there is one).
+    The SCCL encoding (module docstring) is solved with one backend; the
+    answer's ``algorithm`` (on "sat") has passed the verifier against the
+    collective and B (and the machine's routes, when there is one).
+
+    Parameters
+    ----------
+    machine : Machine or str or None
+        The machine (or a topology spec) whose links give B; None with an
+        explicit ``bandwidth`` and ``num_ranks``.
+    collective : str or Collective
+        A collective name (then ``chunks`` counts as the paper's C) or one.
+    chunks, steps : int
+        C and S.
+    rounds : int, optional
+        R; default S (0-synchronous).
+    backend : {"cpsat", "z3"}
+        The solver.
+    time_limit_s : float
+        Past it the answer is "unknown".
+    bandwidth : tuple of BandwidthConstraint, optional
+        An explicit relation B instead of the machine's.
+    num_ranks : int, optional
+        P, with an explicit ``bandwidth`` and no machine.
+    root : int, optional
+        The root of a rooted collective.
+
+    Returns
+    -------
+    SynthesisResult
+        ``status`` "sat", "unsat" or "unknown", the solve time and, on "sat",
+        the verified ``algorithm``.
+
+    Raises
+    ------
+    SynthesisError
+        For an unknown backend, a non-positive time limit, a chunk count the
+        collective cannot take, or a target with no links.
+
+    References
+    ----------
+    .. [1] Cai et al., "Synthesizing Optimal Collective Algorithms" (SCCL),
+       PPoPP 2021, §3 (the (C, S, R) encoding) and §4 (the solver queries).
+
+    Examples
+    --------
+    >>> synthesize("ring:4", "allgather", chunks=1, steps=1).status  # the diameter is 2
+    'unsat'
+    >>> synthesize("ring:4", "allgather", chunks=1, steps=2).algorithm.name
+    'sccl-allgather-c1-s2-r2'
     """
     if backend not in BACKENDS:
         raise SynthesisError(f"unknown backend {backend!r}; choose {' or '.join(BACKENDS)}")
@@ -170,7 +216,7 @@ def synthesize(
             "solve_s": round(elapsed, 4),
         },
     )
-    problems = check(algorithm, target.topology)
+    problems = check_algorithm(algorithm, target.topology)
     if problems:  # a solver or encoding bug, never the user's input
         raise SynthesisError(f"synthesized {algorithm.name} failed verification: {problems[0]}")
     return SynthesisResult("sat", coll.name, paper_chunks(coll), steps, rounds, backend, elapsed, algorithm=algorithm)
@@ -337,7 +383,7 @@ class ParetoPoint:
 
 
 def pareto_synthesize(
-    machine: Topology | Machine | None,
+    machine: Machine | str | None,
     collective: str,
     *,
     k: int = 0,
@@ -360,7 +406,37 @@ def pareto_synthesize(
     after it at the same S are then not proven optimal (``optimal`` stays
     True only when every cheaper candidate was "unsat"). Stops at b_l or at
     ``max_steps`` (default a_l + 8 + k).
+
+    Parameters
+    ----------
+    machine : Machine or str or None
+        The machine (or a topology spec); None with ``bandwidth`` and ``num_ranks``.
+    collective : str
+        The collective's name.
+    k : int
+        Rounds per step beyond one that a step may take (k-synchronous).
+    backend, time_limit_s, bandwidth, num_ranks, root
+        As for :func:`synthesize`.
+    max_steps : int, optional
+        The last S tried.
+
+    Yields
+    ------
+    ParetoPoint
+        Every query as it is answered.
+
+    References
+    ----------
+    .. [1] Cai et al., "Synthesizing Optimal Collective Algorithms" (SCCL),
+       PPoPP 2021, Algorithm 1.
+
+    Examples
+    --------
+    >>> points = pareto_synthesize("ring:4", "allgather", max_steps=3)
+    >>> [(p.result.chunks, p.result.steps, str(p.rounds_per_chunk)) for p in points if p.optimal]
+    [(1, 2, '2'), (2, 3, '3/2')]
     """
+    machine = as_machine(machine) if machine is not None else None
     target = make_target(machine, bandwidth, num_ranks)
     key = canonical_name(collective)
     probe = collective_for(key, target.num_ranks, target.num_ranks if key in ("allreduce", "alltoall") else 1, root)
@@ -382,7 +458,7 @@ def pareto_synthesize(
         proven = True
         for ratio, chunks, rounds in sorted(candidates):
             result = synthesize(
-                target.topology,
+                machine,
                 key,
                 chunks,
                 steps,

@@ -7,7 +7,7 @@ three-stage routing / ordering / contiguity synthesizer on OR-Tools CP-SAT.
   :mod:`.contiguity`: stage 3 (B.3);
 - :mod:`.combining`: plans, ReduceScatter by inversion, Allreduce (§5.3);
 - :mod:`.synthesizer`: :func:`taccl_synthesize`, the whole pipeline;
-- :mod:`.command`: ``simcoll synth taccl``.
+- ``simcoll synth taccl``: :mod:`simcoll.cli.synth`.
 """
 
 from .sketch import LogicalTopology, Sketch, builtin_sketches, load_sketch, logical_topology, sketch_from_dict

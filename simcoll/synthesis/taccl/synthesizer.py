@@ -251,7 +251,7 @@ def taccl_synthesize(
     )
 
     algorithm = _algorithm(coll, sk, machine, plan, schedule, chunk_bytes)
-    problems = check(algorithm, machine.topology)
+    problems = check(algorithm, machine)
     if problems:
         raise SynthesisError(f"TACCL produced an algorithm that fails verification: {problems[0]}")
     total = _time.perf_counter() - t_all

@@ -11,18 +11,26 @@ JSON output keys: ``time_s``, ``algbw_GBps``, ``busbw_GBps``, ``transfers``
 
 from __future__ import annotations
 
-import json
+import argparse
 
-from ..algorithm import Algorithm
-from ..errors import SimcollError
-from ..units import format_size, parse_size
+from .options import (
+    add_command,
+    add_model_option,
+    add_size_option,
+    add_time_limit_option,
+    add_topology_option,
+    print_json,
+)
 
 
-def cmd_simulate(args) -> int:
+def cmd_simulate(args: argparse.Namespace) -> int:
+    from ..algorithm import Algorithm
     from ..analytic import algbw_GBps, busbw_GBps, critical_path_time_s
-    from ..interop import load_schedule
+    from ..errors import SimcollError
+    from ..interop.schedules import load_schedule
     from ..machines import load_machine
-    from . import simulate
+    from ..simulator import simulate
+    from ..units import format_size, parse_size
 
     schedule = load_schedule(args.file)
     machine = load_machine(args.topology, args.model)
@@ -60,7 +68,7 @@ def cmd_simulate(args) -> int:
             result.save_chrome_trace(args.trace)
             summary["trace"] = str(args.trace)
     if args.json:
-        print(json.dumps(summary, indent=2))
+        print_json(summary)
         return 0
     how = "analytic alpha-beta" if args.analytic else f"simulated, {summary['mode']} mode"
     print(
@@ -76,18 +84,21 @@ def cmd_simulate(args) -> int:
     return 0
 
 
-def register(subparsers, add_command) -> None:
-    """Add this feature's sub-commands to ``subparsers``."""
-    p = add_command(subparsers, "simulate", cmd_simulate, "simulate an Algorithm or Program on a machine")
+def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", help="Algorithm or Program JSON (or MSCCL XML where the importer supports it)")
-    p.add_argument("--topology", "-t", required=True)
-    p.add_argument("--model", "-m", help="cost model (default: the topology's)")
-    p.add_argument("--size", "-s", required=True, help="buffer size, e.g. 1MB, 256KiB (nccl-tests convention)")
+    add_topology_option(p)
+    add_model_option(p, help="cost model (default: the topology's)")
+    add_size_option(p, short=True, required=True, help="buffer size, e.g. 1MB, 256KiB (nccl-tests convention)")
     p.add_argument("--mode", choices=("algorithm", "program"), help="default: the file's kind")
     p.add_argument("--analytic", action="store_true", help="print the closed-form alpha-beta time instead")
     p.add_argument(
         "--no-contention", action="store_true", help="ideal network: no sharing and no contention parameters"
     )
-    p.add_argument("--time-limit", type=float, default=60.0, help="wall-clock limit in seconds (default 60)")
+    add_time_limit_option(p, "wall-clock limit in seconds (default 60)")
     p.add_argument("--trace", help="write a Chrome trace JSON (Perfetto) here")
     p.add_argument("--no-verify", action="store_true", help="time the schedule even if it is not a correct collective")
+
+
+def register(subparsers) -> None:
+    """Add ``simulate`` to ``subparsers``."""
+    add_command(subparsers, "simulate", cmd_simulate, "simulate an Algorithm or Program on a machine", _arguments)

@@ -10,19 +10,18 @@ command line.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
-import json
 from pathlib import Path
 
-from ..algorithm import Algorithm
-from ..errors import AlgorithmError, SimcollError
-from .msccl_xml import DEFAULT_DIALECT, DIALECTS, export_msccl_xml
-from .schedules import load_schedules
+from .options import add_command, add_index_option, add_output_option, print_json
 
 FORMATS = ("msccl-xml",)
 
 
 def _pick(schedules: list, index: int | None, path: str):
+    from ..errors import AlgorithmError
+
     if index is None:
         if len(schedules) > 1:
             raise AlgorithmError(
@@ -34,7 +33,12 @@ def _pick(schedules: list, index: int | None, path: str):
     return schedules[index]
 
 
-def cmd_export(args) -> int:
+def cmd_export(args: argparse.Namespace) -> int:
+    from ..algorithm import Algorithm
+    from ..errors import SimcollError
+    from ..interop.msccl_xml import export_msccl_xml
+    from ..interop.schedules import load_schedules
+
     schedule = _pick(load_schedules(args.file), args.index, args.file)
     lowered = False
     if isinstance(schedule, Algorithm):
@@ -62,38 +66,38 @@ def cmd_export(args) -> int:
         "thread_blocks": sum(len(r.executors) for r in schedule.ranks),
     }
     if args.json:
-        print(json.dumps(summary, indent=2))
+        print_json(summary)
     else:
         how = " (lowered from an Algorithm)" if lowered else ""
         print(f"wrote {args.output}: {schedule.name}{how}, {args.format} {args.dialect} dialect")
     return 0
 
 
-def cmd_import(args) -> int:
+def cmd_import(args: argparse.Namespace) -> int:
+    from ..algorithm import Algorithm
+    from ..interop.schedules import load_schedules
+
     schedule = _pick(load_schedules(args.file), args.index, args.file)
     schedule.save(args.output)
     kind = "algorithm" if isinstance(schedule, Algorithm) else "program"
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "file": args.file,
-                    "output": args.output,
-                    "kind": kind,
-                    "name": schedule.name,
-                    "collective": schedule.collective.name,
-                },
-                indent=2,
-            )
+        print_json(
+            {
+                "file": args.file,
+                "output": args.output,
+                "kind": kind,
+                "name": schedule.name,
+                "collective": schedule.collective.name,
+            }
         )
     else:
         print(f"wrote {args.output}: {kind} {schedule.name} ({schedule.collective.describe()})")
     return 0
 
 
-def register(subparsers, add_command) -> None:
-    """Add ``export`` and ``import`` to ``subparsers``."""
-    p = add_command(subparsers, "export", cmd_export, "export a Program (or lowered Algorithm) to MSCCL XML")
+def _export_arguments(p: argparse.ArgumentParser) -> None:
+    from ..interop.msccl_xml import DEFAULT_DIALECT, DIALECTS  # only when `export` is parsed
+
     p.add_argument("file", help="Program JSON, MSCCL XML, or Algorithm / SCCL JSON (lowered first)")
     p.add_argument("--format", default="msccl-xml", choices=FORMATS)
     p.add_argument("--dialect", default=DEFAULT_DIALECT, choices=DIALECTS, help=f"default {DEFAULT_DIALECT}")
@@ -102,9 +106,25 @@ def register(subparsers, add_command) -> None:
         choices=("Simple", "LL", "LL128"),
         help="protocol to write (default: the Program's; Simple when lowering)",
     )
-    p.add_argument("--index", type=int, help="which <algo> of an XML file holding several")
-    p.add_argument("-o", "--output", required=True)
-    p = add_command(subparsers, "import", cmd_import, "import MSCCL XML (→ Program JSON) or SCCL JSON (→ Algorithm)")
+    add_index_option(p)
+    add_output_option(p, required=True)
+
+
+def _import_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file")
-    p.add_argument("--index", type=int, help="which <algo> of an XML file holding several")
-    p.add_argument("-o", "--output", required=True)
+    add_index_option(p)
+    add_output_option(p, required=True)
+
+
+def register(subparsers) -> None:
+    """Add ``export`` and ``import`` to ``subparsers``."""
+    add_command(
+        subparsers, "export", cmd_export, "export a Program (or lowered Algorithm) to MSCCL XML", _export_arguments
+    )
+    add_command(
+        subparsers,
+        "import",
+        cmd_import,
+        "import MSCCL XML (→ Program JSON) or SCCL JSON (→ Algorithm)",
+        _import_arguments,
+    )

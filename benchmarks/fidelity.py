@@ -1,0 +1,118 @@
+"""How close the simulated NCCL baseline comes to published nccl-tests runs.
+
+For every healthy log in ``../shared/reference/measurements/`` (see its
+README: ``_degraded``, ``_incomplete``, ``nvls-inactive``, ``_bad_`` and the
+logs flagged as slow for their hardware are left out) whose machine simcoll
+can describe, this calibrates the machine's model on the log
+(:func:`simcoll.calibration.calibrate.calibrate`) and prints the geometric-mean
+error ``exp(mean |ln(sim / measured)|) - 1`` of busbw for sizes >= 64 MB and
+<= 64 KB, before (shipped model) and after calibration. For a multi-node log
+it also applies the model calibrated on the same GPUs' one-node allreduce log.
+Logs without a matching topology are listed with the reason.
+
+Usage: ``python benchmarks/fidelity.py [--measurements DIR] [--max-ranks N] [--only SUBSTRING]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import sys
+import time
+from pathlib import Path
+
+from simcoll.calibration.calibrate import CalibrationError, calibrate, error_summary, validate
+from simcoll.errors import SimcollError
+from simcoll.machines import load_machine
+
+DEFAULT_DIR = Path(__file__).resolve().parents[2] / "shared" / "reference" / "measurements"
+#: (GPU name prefix of the file name, GPUs per node) -> simcoll topology of one node.
+NODE_TOPOLOGIES = {
+    ("a100-sxm4-40gb", 8): "dgx-a100",
+    ("a100-sxm4-80gb", 8): "dgx-a100",
+    ("h100-80gb-hbm3", 8): "dgx-h100",
+    ("h100-80gb", 8): "dgx-h100",
+    ("h100", 8): "dgx-h100",
+    ("v100-sxm2-16gb", 8): "dgx1",
+}
+#: Not accuracy targets (measurements README).
+UNHEALTHY = ("_degraded", "_incomplete", "nvls-inactive", "_bad_", "a100-sxm4-40gb-x8_all_reduce_cs244c", "kalavai")
+UNHEALTHY_FILES = ("a100-sxm4-80gb-x8-n16_all_reduce_coreweave.log",)
+NAME = re.compile(r"^(?P<gpu>.+?)-x(?P<g>\d+)(?:-n(?P<nodes>\d+))?_")
+
+
+def topology_for(path: Path) -> tuple[str | None, str]:
+    """The topology spec of a log's machine, or None and why."""
+    match = NAME.match(path.name)
+    if not match:
+        return None, "file name does not give GPUs per node"
+    gpu, g, nodes = match["gpu"], int(match["g"]), int(match["nodes"] or 1)
+    node = NODE_TOPOLOGIES.get((gpu, g))
+    if node is None:
+        return None, f"no simcoll topology for {g}x {gpu} per node"
+    return (node if nodes == 1 else f"{node}*{nodes}"), ""
+
+
+def _pct(x: float) -> str:
+    return "    -" if x is None or math.isnan(x) else f"{100 * x:5.1f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--measurements", type=Path, default=DEFAULT_DIR)
+    parser.add_argument("--max-ranks", type=int, default=16, help="skip larger machines (simulation time)")
+    parser.add_argument("--only", help="only logs whose name contains this")
+    args = parser.parse_args(argv)
+    if not args.measurements.is_dir():
+        print(f"no measurements at {args.measurements}")
+        return 0
+    logs = sorted(p for p in args.measurements.glob("*.log") if not args.only or args.only in p.name)
+    one_node_models: dict[str, object] = {}
+    print(f"{'log':<58} {'topology':<12} {'base>=64MB':>10} {'base<=64KB':>10} {'cal>=64MB':>9} {'cal<=64KB':>9}")
+    unmatched = []
+    for path in logs:
+        if any(u in path.name for u in UNHEALTHY) or path.name in UNHEALTHY_FILES:
+            unmatched.append((path.name, "not an accuracy target (measurements README)"))
+            continue
+        spec, why = topology_for(path)
+        if spec is None:
+            unmatched.append((path.name, why))
+            continue
+        try:
+            machine = load_machine(spec)
+            if machine.num_ranks > args.max_ranks:
+                unmatched.append((path.name, f"{spec}: {machine.num_ranks} ranks > --max-ranks {args.max_ranks}"))
+                continue
+            started = time.time()
+            base = error_summary(validate(path, machine))
+            model, _ = calibrate([path], machine)
+            cal = error_summary(validate(path, machine, model))
+        except (CalibrationError, SimcollError) as exc:
+            unmatched.append((path.name, str(exc)))
+            continue
+        if "*" not in spec and "_all_reduce" in path.name:
+            one_node_models.setdefault(spec, model)
+        print(
+            f"{path.name:<58} {spec:<12} {_pct(base['large']):>10} {_pct(base['small']):>10}"
+            f" {_pct(cal['large']):>9} {_pct(cal['small']):>9}   ({time.time() - started:.0f} s)",
+            flush=True,
+        )
+        node_spec = spec.split("*")[0]
+        if "*" in spec and node_spec in one_node_models:
+            from simcoll.machines import Machine
+
+            try:
+                cross = error_summary(validate(path, Machine(machine.topology, one_node_models[node_spec])))
+                text = _pct(cross["large"])
+            except SimcollError as exc:
+                text = f"failed: {exc}"
+            print(f"{'  ^ with the 1-node-calibrated ' + node_spec + ' model':<71} {'':>21} {text:>9}")
+    print("errors: geometric-mean |ln(sim/measured)| as exp(.)-1, percent")
+    for name, why in unmatched:
+        print(f"not run: {name}: {why}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

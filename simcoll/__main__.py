@@ -1,0 +1,7 @@
+"""``python -m simcoll``: the ``simcoll`` command."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

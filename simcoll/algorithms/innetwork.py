@@ -1,0 +1,328 @@
+"""NCCL's in-network algorithms: NVLS, NVLS-Tree and CollNet.
+
+They reduce in switches (:class:`~simcoll.algorithm.SwitchReduction`):
+
+- ``nvls`` (one node whose switches declare ``reduce`` and ``multicast``, the
+  NVLink SHARP NVSwitches of a DGX H100): Allreduce reduces every chunk in a
+  switch and multicasts the sum back to all GPUs in one step, as NCCL's NVLS
+  algorithm does with ``multimem.ld_reduce`` / ``multimem.st`` (NCCL ≥ 2.17);
+  ReduceScatter reduces each chunk into its owner; Allgather multicasts each
+  chunk from its owner. Chunks are dealt to the node's reducing switches in
+  proportion to the links every GPU has to each (5/4/4/5 on a DGX H100), so
+  each GPU's NVLinks carry an equal share.
+- ``nvls-tree`` (several such nodes): per chunk, NVLS reduction inside each
+  node into the chunk's node-local owner (local index ``c mod G``, whose NIC
+  is on rail ``c mod G``), NCCL's double binary tree across the nodes between
+  the owners (reduce up, broadcast down; odd channels use the second tree),
+  then a multicast from the owner to its node.
+- ``collnet`` (IB SHARP; several nodes whose fabric switch reduces, e.g.
+  ``dgx-h100*2`` or ``dgx-a100*2/fat-tree:sharp=on``): per chunk, reduction
+  into the node-local owner (in the NVSwitch where it reduces, else by direct
+  ``reduce`` sends), the owners' contributions reduced in the IB switch and
+  multicast back to them, then the owner's copy spread over its node
+  (multicast or direct sends): NCCL's CollNet Direct.
+
+Timing is the simulator's: a switch reduction streams through the switch at the
+model's ``switches.<kind>.reduce_Bps`` per link (:mod:`simcoll.simulator.network`).
+"""
+
+from __future__ import annotations
+
+import networkx as nx
+
+from ..algorithm import Algorithm, SwitchReduction, Transfer
+from ..collectives import Collective
+from ..errors import NotApplicableError
+from ..routes import Routes
+from ..topology import Topology
+from .common import minimal_rounds, require, require_routes
+from .registry import Generator
+
+NVLS_COLLECTIVES = ("allreduce", "reducescatter", "allgather")
+
+
+# -- switches ----------------------------------------------------------------------
+def node_switch_shares(topology: Topology, node: int, name: str, *, multicast: bool = True) -> list[tuple[str, int]]:
+    """The node's reducing switches that every GPU of the node links to
+    directly, with the fewest links any GPU has to each (its share of chunks).
+    Raises :class:`NotApplicableError` naming the topology when there is none."""
+    ranks = topology.ranks_of_node(node)
+    gpus = {topology.gpu(r).name for r in ranks}
+    links: dict[tuple[str, str], int] = {}
+    for link in topology.links:
+        links[(link.src, link.dst)] = links.get((link.src, link.dst), 0) + link.count
+        if not link.directed:
+            links[(link.dst, link.src)] = links.get((link.dst, link.src), 0) + link.count
+    shares = []
+    for sw in topology.reducing_switches(node):
+        if multicast and not sw.multicast:
+            continue
+        counts = [min(links.get((g, sw.name), 0), links.get((sw.name, g), 0)) for g in sorted(gpus)]
+        if min(counts) > 0:
+            shares.append((sw.name, min(counts)))
+    if not shares:
+        raise NotApplicableError(
+            f"{name}: node {node} of {topology.name} has no switch that reduces and multicasts with a direct link to "
+            "every GPU (NVLink SHARP needs third-generation NVSwitches, e.g. dgx-h100)"
+        )
+    return shares
+
+
+def _deal(shares: list[tuple[str, int]], index: int) -> str:
+    """Switch of the ``index``-th chunk: weighted round-robin over ``shares``."""
+    total = sum(w for _, w in shares)
+    pos = index % total
+    for name, weight in shares:
+        if pos < weight:
+            return name
+        pos -= weight
+    raise AssertionError("unreachable")
+
+
+def fabric_reducing_switch(topology: Topology, ranks: list[int], name: str) -> str:
+    """The reducing fabric switch (shared by all nodes) nearest to all of
+    ``ranks`` over links that enter no other GPU."""
+    candidates = [c.name for c in topology.reducing_switches(None) if c.multicast]
+    if not candidates:
+        raise NotApplicableError(
+            f"{name}: {topology.name} has no network switch that reduces and multicasts (IB SHARP); build the cluster "
+            "with a SHARP fabric, e.g. 'dgx-a100*2/fat-tree:sharp=on'"
+        )
+    graph = nx.Graph()
+    gpus = {g.name for g in topology.gpus}
+    for link in topology.links:
+        graph.add_edge(link.src, link.dst)
+    best: tuple[int, str] | None = None
+    for sw in candidates:
+        view = nx.subgraph_view(graph, filter_node=lambda n: n not in gpus)
+        dist = nx.single_source_shortest_path_length(view, sw)
+        far = 0
+        for r in ranks:
+            g = topology.gpu(r).name
+            near = [dist[n] for n in graph.neighbors(g) if n in dist]
+            if not near:
+                far = None
+                break
+            far = max(far, 1 + min(near))
+        if far is not None and (best is None or far < best[0]):
+            best = (far, sw)
+    if best is None:
+        raise NotApplicableError(f"{name}: no SHARP switch of {topology.name} reaches ranks {ranks}")
+    return best[1]
+
+
+def _nodes(topology: Topology, name: str, *, multi: bool) -> list[list[int]]:
+    nodes = topology.nodes
+    if multi and len(nodes) < 2:
+        raise NotApplicableError(f"{name} joins several nodes; {topology.name} has one (use nvls there)")
+    if not multi and len(nodes) != 1:
+        raise NotApplicableError(
+            f"{name} runs inside one node; {topology.name} has {len(nodes)} (use nvls-tree or collnet)"
+        )
+    per_node = [topology.ranks_of_node(n) for n in nodes]
+    if any(len(r) != len(per_node[0]) for r in per_node):
+        raise NotApplicableError(f"{name}: {topology.name} has nodes with different GPU counts")
+    return per_node
+
+
+def _algorithm(
+    name: str,
+    collective: Collective,
+    topology: Topology,
+    transfers: list[Transfer],
+    reductions: list[SwitchReduction],
+    **metadata,
+) -> Algorithm:
+    """An Algorithm whose steps take the fewest rounds the topology's rank
+    links allow (one round where only switches work)."""
+    routes = Routes(topology)
+    require_routes(name, topology, routes, transfers)
+    steps = 1 + max((x.step for x in (*transfers, *reductions)), default=-1)
+    rounds = list(minimal_rounds(transfers, topology, routes)) if transfers else []
+    rounds += [1] * (steps - len(rounds))
+    return Algorithm(
+        name=name,
+        collective=collective,
+        transfers=tuple(transfers),
+        rounds_per_step=tuple(rounds),
+        topology=topology.name,
+        metadata={"generator": name, **metadata},
+        switch_reductions=tuple(reductions),
+    )
+
+
+# -- nvls ------------------------------------------------------------------------------
+def nvls(topology: Topology, collective: Collective) -> Algorithm:
+    """NVLink SHARP inside one node (module docstring).
+
+    >>> from simcoll import load_topology, make_collective
+    >>> a = nvls(load_topology("dgx-h100"), make_collective("allreduce", 8, 18))
+    >>> len(a.switch_reductions), a.steps
+    (18, 1)
+    """
+    require(collective, topology, NVLS_COLLECTIVES, "nvls")
+    (ranks,) = _nodes(topology, "nvls", multi=False)
+    shares = node_switch_shares(topology, topology.nodes[0], "nvls")
+    p = collective.num_ranks
+    everyone = tuple(ranks)
+    reductions = []
+    for c in range(collective.num_chunks):
+        sw = _deal(shares, c if collective.name == "allreduce" else c // p)
+        if collective.name == "allreduce":
+            reductions.append(SwitchReduction(c, sw, everyone, everyone, step=0))
+        elif collective.name == "reducescatter":
+            reductions.append(SwitchReduction(c, sw, everyone, (c % p,), step=0))
+        else:  # allgather: chunk c starts at rank c mod P
+            owner = c % p
+            reductions.append(SwitchReduction(c, sw, (owner,), tuple(r for r in ranks if r != owner), step=0))
+    return _algorithm("nvls", collective, topology, [], reductions, switches=[s for s, _ in shares])
+
+
+def _nvls_chunks(collective: str, num_ranks: int) -> int:
+    """72 chunks for Allreduce: a multiple of a DGX H100's 18 NVLinks per GPU
+    (so the 5/4/4/5 split over its NVSwitches is exact) and of 8 GPUs; one per
+    rank otherwise."""
+    return 72 if collective == "allreduce" else 1
+
+
+# -- trees across nodes ---------------------------------------------------------------
+def binary_tree_parent(num: int, index: int) -> int | None:
+    """Parent of ``index`` in NCCL's binary tree over ``num`` members (node 0 is
+    the root with one child; a member's parent clears its lowest set bit and
+    sets the next one up, or only clears it where that leaves the range)."""
+    if index == 0:
+        return None
+    bit = index & -index
+    up = (index ^ bit) | (bit << 1)
+    return up if up < num else index ^ bit
+
+
+def double_tree_parent(num: int, index: int, tree: int) -> int | None:
+    """Parent in tree 0 or 1 of NCCL's double binary tree: tree 1 mirrors tree 0
+    for an even number of members and shifts it by one for an odd number, so
+    that a member is a leaf in one tree and interior in the other."""
+    if tree == 0:
+        return binary_tree_parent(num, index)
+    if num % 2 == 0:
+        parent = binary_tree_parent(num, num - 1 - index)
+        return None if parent is None else num - 1 - parent
+    parent = binary_tree_parent(num, (index - 1) % num)
+    return None if parent is None else (parent + 1) % num
+
+
+def tree_transfers(
+    members: list[int], chunk: int, tree: int, first_step: int
+) -> tuple[list[Transfer], list[Transfer], int, int]:
+    """Reduce-up and broadcast-down transfers of ``chunk`` over the double binary
+    tree ``tree`` on ``members`` (ranks, one per node), starting at
+    ``first_step``: (up, down, first step after the reduction, first step after
+    the broadcast). A member at depth d sends up at step first + D - d and
+    receives the result at step first + D + d - 1 (D: the tree's depth)."""
+    n = len(members)
+    parent = {i: double_tree_parent(n, i, tree) for i in range(n)}
+    depth: dict[int, int] = {}
+
+    def depth_of(i: int) -> int:
+        if i not in depth:
+            depth[i] = 0 if parent[i] is None else depth_of(parent[i]) + 1
+        return depth[i]
+
+    tall = max(depth_of(i) for i in range(n))
+    up, down = [], []
+    for i in range(n):
+        if parent[i] is None:
+            continue
+        d = depth_of(i)
+        up.append(Transfer(chunk, members[i], members[parent[i]], "reduce", step=first_step + tall - d))
+        down.append(Transfer(chunk, members[parent[i]], members[i], "copy", step=first_step + tall + d - 1))
+    return up, down, first_step + tall, first_step + 2 * tall
+
+
+def _owner(chunk: int, g: int) -> int:
+    return chunk % g
+
+
+def nvls_tree(topology: Topology, collective: Collective) -> Algorithm:
+    """NVLS inside nodes plus NCCL's double binary tree across them (module docstring)."""
+    require(collective, topology, ("allreduce",), "nvls-tree")
+    per_node = _nodes(topology, "nvls-tree", multi=True)
+    shares = [node_switch_shares(topology, n, "nvls-tree") for n in topology.nodes]
+    g = len(per_node[0])
+    transfers: list[Transfer] = []
+    reductions: list[SwitchReduction] = []
+    for c in range(collective.num_chunks):
+        local = _owner(c, g)
+        owners = [ranks[local] for ranks in per_node]
+        for j, ranks in enumerate(per_node):
+            reductions.append(SwitchReduction(c, _deal(shares[j], c // g), tuple(ranks), (owners[j],), step=0))
+        up, down, _, after = tree_transfers(owners, c, (c // g) % 2, 1)
+        transfers += up + down
+        for j, ranks in enumerate(per_node):
+            others = tuple(r for r in ranks if r != owners[j])
+            reductions.append(SwitchReduction(c, _deal(shares[j], c // g), (owners[j],), others, step=after))
+    return _algorithm("nvls-tree", collective, topology, transfers, reductions)
+
+
+def collnet(topology: Topology, collective: Collective) -> Algorithm:
+    """IB SHARP (NCCL's CollNet Direct) across nodes (module docstring)."""
+    require(collective, topology, ("allreduce",), "collnet")
+    per_node = _nodes(topology, "collnet", multi=True)
+    g = len(per_node[0])
+    node_shares: list[list[tuple[str, int]] | None] = []
+    for n in topology.nodes:
+        try:
+            node_shares.append(node_switch_shares(topology, n, "collnet"))
+        except NotApplicableError:
+            node_shares.append(None)
+    fabric = {local: fabric_reducing_switch(topology, [r[local] for r in per_node], "collnet") for local in range(g)}
+    transfers: list[Transfer] = []
+    reductions: list[SwitchReduction] = []
+    for c in range(collective.num_chunks):
+        local = _owner(c, g)
+        owners = tuple(ranks[local] for ranks in per_node)
+        for j, ranks in enumerate(per_node):
+            others = tuple(r for r in ranks if r != owners[j])
+            shares = node_shares[j]
+            if not others:
+                continue
+            if shares is not None:
+                sw = _deal(shares, c // g)
+                reductions.append(SwitchReduction(c, sw, tuple(ranks), (owners[j],), step=0))
+                reductions.append(SwitchReduction(c, sw, (owners[j],), others, step=2))
+            else:
+                transfers += [Transfer(c, r, owners[j], "reduce", step=0) for r in others]
+                transfers += [Transfer(c, owners[j], r, "copy", step=2) for r in others]
+        reductions.append(SwitchReduction(c, fabric[local], owners, owners, step=1))
+    return _algorithm(
+        "collnet", collective, topology, transfers, reductions, sharp_switches=sorted(set(fabric.values()))
+    )
+
+
+def _per_rank_chunks(collective: str, num_ranks: int) -> int:
+    """Four chunks per rank for Allreduce (each node-local owner pipelines four)."""
+    return 4 * num_ranks if collective == "allreduce" else 1
+
+
+GENERATORS = (
+    Generator(
+        "nvls",
+        nvls,
+        NVLS_COLLECTIVES,
+        "NVLink SHARP on one node: each chunk reduced in an NVSwitch and multicast back (NCCL's NVLS)",
+        chunks=_nvls_chunks,
+    ),
+    Generator(
+        "nvls-tree",
+        nvls_tree,
+        ("allreduce",),
+        "NVLS inside each node, NCCL's double binary tree between the nodes (NCCL's NVLSTree)",
+        chunks=_per_rank_chunks,
+    ),
+    Generator(
+        "collnet",
+        collnet,
+        ("allreduce",),
+        "IB SHARP: per-node reduction, then reduced and multicast in the network switch (NCCL's CollNet Direct)",
+        chunks=_per_rank_chunks,
+    ),
+)

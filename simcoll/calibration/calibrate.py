@@ -1,0 +1,541 @@
+"""Calibrate a cost model from nccl-tests logs, and validate a model against one.
+
+:func:`calibrate` fits a few physical parameters of a cost model, shared by
+every size, so that the simulated NCCL baseline
+(:func:`simcoll.nccl.baseline.nccl_algorithm`, the Algorithm NCCL's tuner
+picks at each size, timed by :func:`simcoll.simulator.simulate` with the
+chosen protocol) matches the measured times of the logs. The parameters are
+the model's own fields (dotted paths into the model file): the effective
+bandwidth and latency of each link type the machine's GPUs use, the
+protocols' efficiencies, and the per-call and per-hop latencies that the model
+documents (any ``*_s`` field of the ``protocols`` section or of a per-call
+section). A parameter whose change does not change the simulated times is
+left as it was and reported. Never a per-size table: the same parameters
+price every size.
+
+The fit is least squares on relative errors (:func:`simcoll.calibration.fit.fit_model`).
+Simulating every sample for every trial point is slow, so the fit is made in
+Gauss-Newton fashion: the simulated times are linearised in the parameters
+(latencies, 1/bandwidth and 1/efficiency, in which an α-β time is linear
+while the bottleneck stays put) from one simulation per parameter, the
+linear problem is solved with bounds, and the linearisation is re-centred on
+the solution and solved again (``outer_iterations``).
+
+:func:`validate` prints what a user checks: measured against simulated busbw
+per size, their ratio, and the geometric-mean error
+``exp(mean |ln(sim / measured)|) - 1`` over sizes >= 64 MB and <= 64 KB.
+
+Where the timings come from does not matter to the fitting code
+(:mod:`simcoll.calibration.fit`): the GPU calibration runs use the same fitter.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..cost_model import CostModel, model_from_dict, model_to_dict
+from ..errors import SimcollError
+from ..machines import Machine, as_machine
+from ..topology import FABRIC_LINK_TYPES
+from .fit import fit_model
+from .nccl_tests import NcclTestsLog, bus_factor, read_nccl_tests
+
+#: Size classes of the acceptance figures (bytes).
+LARGE_BYTES = 64 << 20
+SMALL_BYTES = 64 << 10
+#: Top-level model sections searched for per-call / per-hop latency fields.
+LATENCY_SECTIONS = ("protocols", "call", "calls", "launch", "collective", "overheads")
+#: Bounds of a fitted parameter relative to its starting value, by kind.
+BANDWIDTH_RANGE = (0.2, 1.5)  # effective bandwidth: 20 % .. 150 % of the base
+LATENCY_MAX_S = 200e-6
+EFFICIENCY_MIN = 0.05
+
+
+class CalibrationError(SimcollError):
+    """A log cannot be used with a machine (rank count, collective, sizes)."""
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One measured point: the log, its size, the measured time and the
+    Algorithm NCCL runs there (chosen once, on the base model)."""
+
+    log: str
+    size_bytes: int
+    time_s: float
+    algorithm: Any
+    choice: str
+
+
+@dataclass
+class CalibrationReport:
+    """What :func:`calibrate` did: the parameters (before, after), those left
+    alone and why, the fit summary and the logs used."""
+
+    logs: list[str]
+    machine: str
+    base_model: str
+    fitted: dict[str, tuple[float, float]] = field(default_factory=dict)
+    unchanged: dict[str, str] = field(default_factory=dict)
+    fit: dict[str, Any] = field(default_factory=dict)
+    samples: int = 0
+
+    def lines(self) -> list[str]:
+        out = [f"calibrated {self.base_model} on {self.machine} from {len(self.logs)} log(s), {self.samples} sizes"]
+        for name, (old, new) in self.fitted.items():
+            out.append(f"  {name}: {old:.4g} -> {new:.4g}")
+        for name, why in self.unchanged.items():
+            out.append(f"  {name}: unchanged ({why})")
+        if self.fit:
+            out.append(
+                f"  fit: median |rel. residual| {self.fit['median_relative_error']:.3f}, "
+                f"max {self.fit['max_relative_error']:.3f}, rms {self.fit['rms_relative_error']:.3f}"
+            )
+        return out
+
+
+# -- logs ---------------------------------------------------------------------
+def load_log(log: NcclTestsLog | str | Path, machine: Machine) -> NcclTestsLog:
+    """Read ``log`` (if a path) and check it against ``machine``: a collective
+    NCCL's tuner models, the machine's rank count, at least one nonzero size."""
+    from ..nccl.tuner import TUNED_COLLECTIVES
+
+    if not isinstance(log, NcclTestsLog):
+        log = read_nccl_tests(log)
+    if log.collective not in TUNED_COLLECTIVES:
+        raise CalibrationError(
+            f"{log.path}: {log.collective} has no NCCL algorithm choice to simulate "
+            f"(calibration uses {', '.join(TUNED_COLLECTIVES)})"
+        )
+    if log.num_ranks is not None and log.num_ranks != machine.num_ranks:
+        raise CalibrationError(
+            f"{log.path}: the log has {log.num_ranks} ranks but topology {machine.name} has {machine.num_ranks}"
+        )
+    if not any(r.size_bytes > 0 for r in log.rows):
+        raise CalibrationError(f"{log.path}: no nonzero sizes to fit")
+    return log
+
+
+def measured_times(log: NcclTestsLog) -> pd.DataFrame:
+    """Per size: the measured time (mean of out-of-place and in-place where
+    both are printed), seconds, and the measured busbw from it."""
+    frame = log.frame()
+    if frame.empty:
+        raise CalibrationError(f"{log.path}: no nonzero sizes")
+    per_size = frame.groupby("size_bytes", as_index=False)["time_us"].mean()
+    per_size["time_s"] = per_size["time_us"] * 1e-6
+    factor = bus_factor(log.collective, log.num_ranks) if log.num_ranks else 1.0
+    per_size["busbw_GBps"] = per_size["size_bytes"] / per_size["time_s"] / 1e9 * factor
+    return per_size[["size_bytes", "time_s", "busbw_GBps"]]
+
+
+_NCCL_SPELLING = {"nvlstree": "nvls_tree", "collnetdirect": "collnet_direct", "collnetchain": "collnet_chain"}
+
+
+def _nccl_restrictions(log: NcclTestsLog) -> dict[str, list[str] | None]:
+    """NCCL_ALGO / NCCL_PROTO of the log as tuner restrictions (None: free)."""
+    out: dict[str, list[str] | None] = {"algorithms": None, "protocols": None}
+    for key, value in (("algorithms", log.algo), ("protocols", log.proto)):
+        if value and not value.startswith("^"):
+            names = [v.strip().lower() for v in value.split(",") if v.strip()]
+            out[key] = [_NCCL_SPELLING.get(v, v) for v in names]
+    return out
+
+
+def samples_of(log: NcclTestsLog, machine: Machine) -> list[Sample]:
+    """The log's sizes with NCCL's Algorithm for each (sizes too small for
+    one byte per chunk are left out)."""
+    from ..nccl.baseline import choice_label, nccl_algorithm
+
+    restrict = _nccl_restrictions(log)
+    out = []
+    for row in measured_times(log).itertuples():
+        size = int(row.size_bytes)
+        try:
+            algorithm = nccl_algorithm(machine, log.collective, size, **restrict)
+        except SimcollError:
+            continue
+        if size < algorithm.collective.size_chunks:
+            continue
+        out.append(Sample(log.path, size, float(row.time_s), algorithm, choice_label(algorithm)))
+    if not out:
+        raise CalibrationError(f"{log.path}: no size of the log can be simulated on {machine.name}")
+    return out
+
+
+# -- parameters -------------------------------------------------------------------
+def _get(data: dict[str, Any], path: tuple[str, ...]) -> Any:
+    for key in path:
+        data = data[key]
+    return data
+
+
+def _set(data: dict[str, Any], path: tuple[str, ...], value: float) -> None:
+    for key in path[:-1]:
+        data = data[key]
+    data[path[-1]] = float(value)
+
+
+def candidate_parameters(machine: Machine, model: CostModel) -> list[tuple[str, ...]]:
+    """The model fields :func:`calibrate` may fit on ``machine`` (module
+    docstring), as paths into the model's dict."""
+    data = model_to_dict(model)
+    topology = machine.topology
+    used = set()
+    for gpu in topology.gpus:
+        for link in topology.links:
+            if gpu.name in (link.src, link.dst):
+                used.add(link.type)
+    if len(topology.nodes) > 1:
+        used.add(topology.network_link)
+    used |= {t for t in topology.link_types if t in FABRIC_LINK_TYPES}
+    paths: list[tuple[str, ...]] = []
+    for link_type in sorted(used):
+        if link_type in data.get("links", {}):
+            paths += [("links", link_type, "bandwidth_Bps"), ("links", link_type, "alpha_s")]
+    reducing = {c.kind for c in topology.components if c.reduce or c.multicast}
+    for kind in sorted(reducing):
+        entry = data.get("switches", {}).get(kind, {})
+        paths += [("switches", kind, key) for key in ("reduce_Bps", "multicast_Bps") if key in entry]
+    for section in LATENCY_SECTIONS:
+        paths += _latency_fields(data.get(section), (section,))
+    for proto, entry in (data.get("protocols") or {}).items():
+        if isinstance(entry, dict) and "efficiency" in entry:
+            paths.append(("protocols", proto, "efficiency"))
+    return list(dict.fromkeys(paths))
+
+
+def _latency_fields(entry: Any, path: tuple[str, ...]) -> list[tuple[str, ...]]:
+    if not isinstance(entry, dict):
+        return []
+    out = []
+    for key, value in entry.items():
+        if isinstance(value, dict):
+            out += _latency_fields(value, (*path, key))
+        elif isinstance(value, int | float) and not isinstance(value, bool) and str(key).endswith("_s"):
+            out.append((*path, key))
+    return out
+
+
+def _kind(path: tuple[str, ...]) -> str:
+    if path[-1].endswith("_Bps"):
+        return "bandwidth"
+    if path[-1] == "efficiency":
+        return "efficiency"
+    return "latency"
+
+
+def _to_variable(path: tuple[str, ...], value: float) -> float:
+    """Model value -> fitted variable, in which times are near-linear:
+    1/bandwidth (s/B), 1/efficiency, latency as is."""
+    kind = _kind(path)
+    return 1.0 / value if kind in ("bandwidth", "efficiency") else value
+
+
+def _from_variable(path: tuple[str, ...], x: float) -> float:
+    kind = _kind(path)
+    return 1.0 / x if kind in ("bandwidth", "efficiency") else x
+
+
+def _bounds(path: tuple[str, ...], value: float) -> tuple[float, float]:
+    kind = _kind(path)
+    if kind == "bandwidth":
+        return 1.0 / (value * BANDWIDTH_RANGE[1]), 1.0 / (value * BANDWIDTH_RANGE[0])
+    if kind == "efficiency":
+        return 1.0, 1.0 / EFFICIENCY_MIN
+    return 0.0, max(LATENCY_MAX_S, 4 * value)
+
+
+def model_with(base: dict[str, Any], paths: Sequence[tuple[str, ...]], values: Sequence[float]) -> CostModel:
+    """``base`` (a model dict) with the fields at ``paths`` set to ``values``."""
+    import copy
+
+    data = copy.deepcopy(base)
+    for path, value in zip(paths, values, strict=True):
+        _set(data, path, value)
+    return model_from_dict(data, where=f"calibrated {data.get('name', 'model')}")
+
+
+def simulate_samples(samples: Sequence[Sample], machine: Machine, model: CostModel) -> np.ndarray:
+    """Simulated time of every sample on ``machine``'s topology with ``model``."""
+    from ..simulator import simulate
+
+    m = Machine(machine.topology, model)
+    return np.array(
+        [
+            simulate(s.algorithm, m, s.size_bytes, verify=False, record_timeline=False, record_utilisation=False).time_s
+            for s in samples
+        ]
+    )
+
+
+def _fit_subset(samples: list[Sample], most: int) -> list[Sample]:
+    """At most ``most`` samples per log, log-spaced over its sizes (both ends kept)."""
+    by_log: dict[str, list[Sample]] = {}
+    for s in samples:
+        by_log.setdefault(s.log, []).append(s)
+    out = []
+    for group in by_log.values():
+        group = sorted(group, key=lambda s: s.size_bytes)
+        if len(group) <= most:
+            out += group
+            continue
+        picks = sorted({round(i) for i in np.linspace(0, len(group) - 1, most)})
+        out += [group[i] for i in picks]
+    return out
+
+
+# -- fitting ----------------------------------------------------------------------
+def calibrate(
+    logs: Sequence[NcclTestsLog | str | Path],
+    machine: Machine | str,
+    base_model: CostModel | str | None = None,
+    *,
+    parameters: Sequence[str] | None = None,
+    max_sizes_per_log: int = 12,
+    outer_iterations: int = 2,
+    name: str | None = None,
+) -> tuple[CostModel, CalibrationReport]:
+    """Fit ``base_model``'s physical parameters to nccl-tests logs (module docstring).
+
+    Parameters
+    ----------
+    logs : sequence of NcclTestsLog or path
+        Logs measured on the machine (same rank count; any tuned collective).
+    machine : Machine or str
+        The machine they were measured on (its topology; its model is the
+        default ``base_model``).
+    base_model : CostModel or str, optional
+        The starting model (a built-in name or YAML file for str).
+    parameters : sequence of str, optional
+        Dotted model paths to fit (default: :func:`candidate_parameters`).
+    max_sizes_per_log : int
+        Sizes of each log used by the fit, log-spaced (all sizes are validated).
+    outer_iterations : int
+        Linearise-and-solve rounds (module docstring).
+    name : str, optional
+        The calibrated model's name (default ``<base>-calibrated``).
+
+    Returns
+    -------
+    model : CostModel
+        The calibrated model; every fitted entry's ``source`` cites the logs
+        and the fit's residuals.
+    report : CalibrationReport
+
+    Raises
+    ------
+    CalibrationError
+        A log whose rank count or collective does not fit the machine.
+    """
+    from ..machines import load_model
+
+    machine = as_machine(machine)
+    if base_model is None:
+        base = machine.model
+    elif isinstance(base_model, str):
+        base = load_model(base_model)
+    else:
+        base = base_model
+    machine = Machine(machine.topology, base)
+    if not logs:
+        raise CalibrationError("calibrate needs at least one nccl-tests log")
+    parsed = [load_log(log, machine) for log in logs]
+    samples = [s for log in parsed for s in samples_of(log, machine)]
+    fit_samples = _fit_subset(samples, max_sizes_per_log)
+    base_dict = model_to_dict(base)
+    if parameters is None:
+        paths = candidate_parameters(machine, base)
+    else:
+        paths = [tuple(p.split(".")) for p in parameters]
+        for p in paths:
+            try:
+                value = _get(base_dict, p)
+            except (KeyError, TypeError):
+                raise CalibrationError(f"model {base.name!r} has no field {'.'.join(p)}") from None
+            if not isinstance(value, int | float):
+                raise CalibrationError(f"model field {'.'.join(p)} is not a number")
+    report = CalibrationReport([log.path for log in parsed], machine.name, base.name, samples=len(samples))
+    measured = np.array([s.time_s for s in fit_samples])
+    values = [float(_get(base_dict, p)) for p in paths]
+    x0 = np.array([_to_variable(p, v) for p, v in zip(paths, values, strict=True)])
+    t0 = simulate_samples(fit_samples, machine, base)
+    # screen: a parameter that does not move the simulated times is left alone
+    jac_cols, keep = [], []
+    for i, p in enumerate(paths):
+        x = x0.copy()
+        step = 0.1 * x[i] if x[i] > 0 else 1e-6
+        x[i] += step
+        t = simulate_samples(fit_samples, machine, _model_at(base_dict, paths, x))
+        col = (t - t0) / step
+        if np.max(np.abs(t - t0) / t0) < 1e-6:
+            report.unchanged[".".join(p)] = "does not change the simulated times"
+            continue
+        keep.append(i)
+        jac_cols.append(col)
+    if not keep:
+        raise CalibrationError(f"none of the parameters {['.'.join(p) for p in paths]} changes the simulated times")
+    fitted_paths = [paths[i] for i in keep]
+    jac = np.stack(jac_cols, axis=1)
+    x_keep = x0[keep]
+    bounds = [_variable_bounds(paths[i], values[i]) for i in keep]
+    centre, t_centre = x_keep.copy(), t0
+    result = None
+    for _ in range(max(1, outer_iterations)):
+        c, tc = centre.copy(), t_centre.copy()
+
+        def predict(x: np.ndarray, c: np.ndarray = c, tc: np.ndarray = tc) -> np.ndarray:
+            return np.maximum(tc + jac @ (x - c), 1e-12)
+
+        init = np.clip(c, [b[0] for b in bounds], [b[1] for b in bounds])
+        result = fit_model(predict, measured, [".".join(p) for p in fitted_paths], init.tolist(), bounds)
+        centre = np.array([result.params[".".join(p)] for p in fitted_paths])
+        full = x0.copy()
+        full[keep] = centre
+        t_centre = simulate_samples(fit_samples, machine, _model_at(base_dict, paths, full))
+    full = x0.copy()
+    full[keep] = centre
+    residuals = (t_centre - measured) / measured
+    base_residuals = (t0 - measured) / measured
+    if np.mean(np.log1p(np.abs(residuals))) > np.mean(np.log1p(np.abs(base_residuals))):
+        # the linearised fit did not improve on the base model (the bottleneck moved): keep the base
+        full, residuals = x0.copy(), base_residuals
+        for i in keep:
+            report.unchanged[".".join(paths[i])] = "the fit did not improve on the base model"
+        keep = []
+    rms = float(np.sqrt(np.mean(residuals**2)))
+    report.fit = {
+        "median_relative_error": float(np.median(np.abs(residuals))),
+        "max_relative_error": float(np.max(np.abs(residuals))),
+        "rms_relative_error": rms,
+        "samples": len(fit_samples),
+        "solver": result.method if result else "",
+    }
+    logs_text = ", ".join(Path(p).name for p in report.logs)
+    note = (
+        f"calibrated by simcoll calibrate against nccl-tests log(s) {logs_text} on {machine.name} "
+        f"(least squares over {len(fit_samples)} sizes, relative residuals: median "
+        f"{report.fit['median_relative_error']:.3f}, max {report.fit['max_relative_error']:.3f}, rms {rms:.3f})"
+    )
+    data = model_to_dict(_model_at(base_dict, paths, full))
+    data["name"] = name or f"{base.name}-calibrated"
+    data["description"] = f"{base.description} (calibrated from {logs_text})".strip()
+    for i in keep:
+        p = paths[i]
+        new = _from_variable(p, full[i])
+        report.fitted[".".join(p)] = (values[i], new)
+        entry = _get(data, p[:-1])
+        if isinstance(entry, dict) and "source" in entry:
+            entry["source"] = f"{p[-1]} {note}; before calibration: {entry['source']}"
+    data["sources"] = [*list(data.get("sources") or []), note]
+    return model_from_dict(data, where=f"calibrated model {data['name']}"), report
+
+
+def _variable_bounds(path: tuple[str, ...], value: float) -> tuple[float, float]:
+    lo, hi = _bounds(path, value)
+    return (min(lo, hi), max(lo, hi))
+
+
+def _model_at(base_dict: dict[str, Any], paths: Sequence[tuple[str, ...]], x: np.ndarray) -> CostModel:
+    return model_with(base_dict, paths, [_from_variable(p, v) for p, v in zip(paths, x, strict=True)])
+
+
+# -- validation -------------------------------------------------------------------
+def validate(
+    log: NcclTestsLog | str | Path, machine: Machine | str, model: CostModel | str | None = None
+) -> pd.DataFrame:
+    """Measured against simulated busbw at every size of ``log``.
+
+    Returns a DataFrame with ``size_bytes``, ``choice`` (NCCL's choice
+    simulated), ``measured_busbw_GBps``, ``simulated_busbw_GBps`` and
+    ``ratio`` (simulated / measured); :func:`error_summary` gives the
+    acceptance figures.
+    """
+    from ..machines import load_model
+
+    machine = as_machine(machine)
+    if model is not None:
+        machine = Machine(machine.topology, load_model(model) if isinstance(model, str) else model)
+    log = load_log(log, machine)
+    samples = samples_of(log, machine)
+    simulated = simulate_samples(samples, machine, machine.model)
+    factor = bus_factor(log.collective, machine.num_ranks)
+    rows = []
+    for s, t in zip(samples, simulated, strict=True):
+        measured = s.size_bytes / s.time_s / 1e9 * factor
+        sim = s.size_bytes / t / 1e9 * factor
+        rows.append(
+            {
+                "size_bytes": s.size_bytes,
+                "choice": s.choice,
+                "measured_time_us": s.time_s * 1e6,
+                "simulated_time_us": t * 1e6,
+                "measured_busbw_GBps": measured,
+                "simulated_busbw_GBps": sim,
+                "ratio": sim / measured,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def geometric_mean_error(ratios: Sequence[float]) -> float:
+    """``exp(mean |ln r|) - 1``: 0.15 means 15 % off on geometric average;
+    NaN for no ratios."""
+    r = np.asarray(list(ratios), dtype=float)
+    if r.size == 0:
+        return math.nan
+    return float(np.exp(np.mean(np.abs(np.log(r)))) - 1.0)
+
+
+def error_summary(frame: pd.DataFrame) -> dict[str, float]:
+    """Geometric-mean errors of a :func:`validate` frame: ``large`` (>= 64 MB),
+    ``small`` (<= 64 KB) and ``all``."""
+    return {
+        "large": geometric_mean_error(frame.loc[frame.size_bytes >= LARGE_BYTES, "ratio"]),
+        "small": geometric_mean_error(frame.loc[frame.size_bytes <= SMALL_BYTES, "ratio"]),
+        "all": geometric_mean_error(frame["ratio"]),
+    }
+
+
+def plot_validation(frame: pd.DataFrame, path: str | Path, title: str = "") -> None:
+    """Measured and simulated busbw against size, saved to ``path``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    ax.plot(frame.size_bytes, frame.measured_busbw_GBps, "o-", markersize=3, label="measured (nccl-tests)")
+    ax.plot(frame.size_bytes, frame.simulated_busbw_GBps, "s--", markersize=3, label="simulated (nccl row)")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("size (bytes)")
+    ax.set_ylabel("busbw (GB/s)")
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+__all__ = [
+    "CalibrationError",
+    "CalibrationReport",
+    "Sample",
+    "calibrate",
+    "candidate_parameters",
+    "error_summary",
+    "geometric_mean_error",
+    "load_log",
+    "measured_times",
+    "plot_validation",
+    "samples_of",
+    "validate",
+]

@@ -1,0 +1,115 @@
+"""``simcoll algo``: the algorithm generators of :mod:`simcoll.algorithms`
+(list them; generate, verify and write one)."""
+
+from __future__ import annotations
+
+import argparse
+
+from .options import (
+    add_chunks_option,
+    add_collective_option,
+    add_command,
+    add_group,
+    add_output_option,
+    add_root_option,
+    add_topology_option,
+    print_json,
+)
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from ..algorithms import REGISTRY
+
+    rows = [
+        {
+            "name": g.name,
+            "collectives": list(g.collectives),
+            "summary": g.summary,
+            "options": {k: o.help for k, o in g.options.items()},
+        }
+        for g in REGISTRY.values()
+    ]
+    if args.json:
+        print_json(rows)
+        return 0
+    width = max(len(row["name"]) for row in rows)
+    for row in rows:
+        print(f"{row['name']:<{width}}  {', '.join(row['collectives'])}")
+        print(f"{'':<{width}}  {row['summary']}")
+        for opt, text in row["options"].items():
+            print(f"{'':<{width}}  --option {opt}=...  {text}")
+    return 0
+
+
+def parse_key_values(items: list[str] | None, flag: str = "--option") -> dict[str, str]:
+    """``["k=v", ...]`` as a dict; a :class:`SimcollError` names an item without ``=``."""
+    from ..errors import SimcollError
+
+    options = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SimcollError(f"{flag} {item!r}: expected key=value")
+        options[key] = value
+    return options
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from ..algorithms import REGISTRY, generate, parse_options
+    from ..errors import SimcollError
+    from ..machines import load_machine
+    from ..verify import check
+
+    if args.name not in REGISTRY:
+        raise SimcollError(f"unknown algorithm {args.name!r}; known: {', '.join(REGISTRY)}")
+    options = parse_key_values(args.option)
+    machine = load_machine(args.topology)
+    algo = generate(
+        args.name,
+        machine,
+        args.collective,
+        args.chunks,
+        args.root,
+        **parse_options(REGISTRY[args.name], options),
+    )
+    problems = check(algo, machine)
+    if problems:  # a generator bug, never the user's fault
+        raise SimcollError(f"generated {args.name} failed verification: {problems[0]}")
+    if args.output:
+        algo.save(args.output)
+    summary = {
+        "name": algo.name,
+        "collective": algo.collective.name,
+        "ranks": algo.num_ranks,
+        "chunks": algo.chunks,
+        "steps": algo.steps,
+        "rounds": algo.rounds,
+        "transfers": len(algo.transfers),
+        "output": args.output,
+    }
+    if args.json:
+        print_json(summary if args.output else algo.to_dict())
+    elif args.output:
+        print(
+            f"wrote {args.output}: {algo.name} {algo.collective.name}, C={algo.chunks} S={algo.steps} R={algo.rounds}"
+        )
+    else:
+        print(algo.to_json())
+    return 0
+
+
+def _generate_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("name")
+    add_topology_option(p)
+    add_collective_option(p)
+    add_chunks_option(p, "chunk factor C (default: the generator's, often 1 or P)")
+    add_root_option(p, "root rank of broadcast, reduce, gather, scatter (default 0)")
+    p.add_argument("--option", action="append", metavar="K=V", help="generator option, repeatable")
+    add_output_option(p, help="write the Algorithm JSON here")
+
+
+def register(subparsers) -> None:
+    """Add the ``algo`` group to ``subparsers``."""
+    algo = add_group(subparsers, "algo", "algorithm generators: list, generate", dest="algo")
+    add_command(algo, "list", cmd_list, "list algorithm generators and the collectives they support")
+    add_command(algo, "generate", cmd_generate, "generate, verify and write an algorithm", _generate_arguments)

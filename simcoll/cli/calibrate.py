@@ -1,0 +1,103 @@
+"""``simcoll calibrate`` and ``simcoll validate``: fit a cost model to
+nccl-tests logs, and compare a model's NCCL baseline with a log
+(:mod:`simcoll.calibration.calibrate`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from .options import add_command, add_model_option, add_topology_option, print_json
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from ..calibration.calibrate import calibrate
+    from ..cost_model import save_model
+    from ..machines import load_machine
+
+    machine = load_machine(args.topology, args.base_model)
+    params = [p.strip() for p in args.params.split(",")] if args.params else None
+    model, report = calibrate(args.nccl_tests, machine, parameters=params, name=args.name)
+    save_model(model, args.output)
+    if args.json:
+        print_json(
+            {
+                "model": model.name,
+                "output": args.output,
+                "fitted": {k: {"before": a, "after": b} for k, (a, b) in report.fitted.items()},
+                "unchanged": report.unchanged,
+                "fit": report.fit,
+                "logs": report.logs,
+            }
+        )
+        return 0
+    print("\n".join(report.lines()))
+    print(f"wrote model {model.name} to {args.output}")
+    return 0
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from ..calibration.calibrate import error_summary, plot_validation, validate
+    from ..machines import load_machine
+    from ..units import format_size
+
+    machine = load_machine(args.topology, args.model)
+    frame = validate(args.nccl_tests, machine)
+    errors = error_summary(frame)
+    if args.csv:
+        frame.to_csv(args.csv, index=False)
+    if args.plot:
+        plot_validation(frame, args.plot, title=f"{args.nccl_tests} on {machine.name} (model {machine.model.name})")
+    if args.json:
+        print_json({"rows": json.loads(frame.to_json(orient="records")), "errors": errors, "model": machine.model.name})
+        return 0
+    print(f"{args.nccl_tests} on {machine.name} (model {machine.model.name}): busbw, GB/s")
+    print(f"{'size':>8} {'nccl choice':<18} {'measured':>10} {'simulated':>10} {'ratio':>7}")
+    for row in frame.itertuples():
+        print(
+            f"{format_size(row.size_bytes):>8} {row.choice:<18} {row.measured_busbw_GBps:>10.2f}"
+            f" {row.simulated_busbw_GBps:>10.2f} {row.ratio:>7.3f}"
+        )
+    for key, label in (("large", ">= 64 MB"), ("small", "<= 64 KB"), ("all", "all sizes")):
+        value = errors[key]
+        text = "no sizes" if value != value else f"{100 * value:.1f} %"
+        print(f"geometric-mean error, {label}: {text}")
+    for path, what in ((args.csv, "CSV"), (args.plot, "plot")):
+        if path:
+            print(f"wrote {what} to {path}")
+    return 0
+
+
+def _calibrate_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--nccl-tests", nargs="+", required=True, metavar="LOG", help="nccl-tests output file(s)")
+    add_topology_option(p, help="the machine the logs were measured on")
+    p.add_argument("--base-model", help="starting cost model (default: the topology's)")
+    p.add_argument("-o", "--output", required=True, help="where to write the calibrated model YAML")
+    p.add_argument("--name", help="the calibrated model's name (default: <base>-calibrated)")
+    p.add_argument("--params", help="comma list of dotted model fields to fit (default: the physical ones)")
+
+
+def _validate_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--nccl-tests", required=True, metavar="LOG", help="an nccl-tests output file")
+    add_topology_option(p, help="the machine the log was measured on")
+    add_model_option(p, help="cost model (default: the topology's)")
+    p.add_argument("--csv", help="write the table as CSV")
+    p.add_argument("--plot", help="write measured and simulated busbw as an image")
+
+
+def register(subparsers) -> None:
+    """Add ``calibrate`` and ``validate`` to ``subparsers``."""
+    add_command(
+        subparsers,
+        "calibrate",
+        cmd_calibrate,
+        "fit a cost model's physical parameters to nccl-tests logs",
+        _calibrate_arguments,
+    )
+    add_command(
+        subparsers,
+        "validate",
+        cmd_validate,
+        "measured (nccl-tests) against simulated NCCL busbw per size",
+        _validate_arguments,
+    )

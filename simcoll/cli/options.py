@@ -1,0 +1,129 @@
+"""Shared pieces of the ``simcoll`` command line: the parser class whose
+arguments are added on first use, ``add_command``, and one helper per option
+that several commands take (``--topology/-t``, ``--model/-m``,
+``--collective/-c``, ``--size``, ``-o/--output``, ``--json``...).
+
+Startup stays fast because building the parser imports nothing heavy: a
+command's ``arguments`` callback (which may import what its choices and
+defaults come from) runs only when that command is parsed, and the command
+functions import the solvers, pandas and matplotlib they use.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable, Sequence
+from typing import Any
+
+Command = Callable[[argparse.Namespace], int]
+Arguments = Callable[[argparse.ArgumentParser], None]
+
+
+class Parser(argparse.ArgumentParser):
+    """An :class:`argparse.ArgumentParser` that can add its arguments late.
+
+    ``arguments`` (a callable taking the parser) runs the first time the
+    parser parses, so listing the sub-commands (``simcoll --help``) never
+    imports what a command's options need. Sub-parsers are of this class too
+    (``add_subparsers`` uses the parent's class).
+    """
+
+    def __init__(self, *args: Any, arguments: Arguments | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._arguments = arguments
+
+    def parse_known_args(self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None):
+        if self._arguments is not None:
+            arguments, self._arguments = self._arguments, None
+            arguments(self)
+        return super().parse_known_args(args, namespace)
+
+
+def add_group(subparsers, name: str, help_text: str, dest: str):
+    """Add a command group (``simcoll NAME SUB...``); returns its sub-parsers."""
+    group = subparsers.add_parser(name, help=help_text, description=help_text)
+    return group.add_subparsers(dest=dest, required=True)
+
+
+def add_command(
+    subparsers,
+    name: str,
+    func: Command | None,
+    help_text: str,
+    arguments: Arguments | None = None,
+    *,
+    with_json: bool = True,
+) -> argparse.ArgumentParser:
+    """Add a sub-command that runs ``func(args)``; ``arguments(parser)`` adds
+    its options when it is parsed. Takes ``--json`` unless ``with_json=False``."""
+
+    def build(parser: argparse.ArgumentParser) -> None:
+        if with_json:
+            add_json_option(parser)
+        if arguments is not None:
+            arguments(parser)
+
+    p = subparsers.add_parser(name, help=help_text, description=help_text, arguments=build)
+    if func is not None:
+        p.set_defaults(func=func)
+    return p
+
+
+def print_json(obj: Any, indent: int = 2) -> None:
+    """Print ``obj`` as JSON (the ``--json`` output of every command)."""
+    print(json.dumps(obj, indent=indent))
+
+
+def add_json_option(p: argparse.ArgumentParser) -> None:
+    """``--json``: machine-readable output (every command but ``topo import``, ``gpu source``)."""
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def add_topology_option(
+    p: argparse.ArgumentParser, *, required: bool = True, default: str | None = None, help: str | None = None
+) -> None:
+    """``--topology/-t``: a built-in name, generator, cluster or YAML file."""
+    p.add_argument("--topology", "-t", required=required, default=default, help=help)
+
+
+def add_model_option(p: argparse.ArgumentParser, help: str | None = None) -> None:
+    """``--model/-m``: a built-in cost model or YAML file."""
+    p.add_argument("--model", "-m", help=help)
+
+
+def add_collective_option(
+    p: argparse.ArgumentParser, *, required: bool = True, default: str | None = None, help: str | None = None
+) -> None:
+    """``--collective/-c``: allreduce, allgather, ..."""
+    p.add_argument("--collective", "-c", required=required, default=default, help=help)
+
+
+def add_size_option(p: argparse.ArgumentParser, *, short: bool = False, required: bool = False, help: str) -> None:
+    """``--size`` (``-s`` too when ``short``): one buffer size, e.g. 1MB."""
+    p.add_argument("--size", *(("-s",) if short else ()), required=required, help=help)
+
+
+def add_chunks_option(p: argparse.ArgumentParser, help: str, default: int | None = None) -> None:
+    """``--chunks``: the chunk factor C."""
+    p.add_argument("--chunks", type=int, default=default, help=help)
+
+
+def add_root_option(p: argparse.ArgumentParser, help: str = "root rank of rooted collectives (default 0)") -> None:
+    """``--root``: the root rank of broadcast, reduce, gather, scatter."""
+    p.add_argument("--root", type=int, help=help)
+
+
+def add_time_limit_option(p: argparse.ArgumentParser, help: str, default: float = 60.0) -> None:
+    """``--time-limit``: seconds (of a solver query, stage or simulation)."""
+    p.add_argument("--time-limit", type=float, default=default, help=help)
+
+
+def add_index_option(p: argparse.ArgumentParser) -> None:
+    """``--index``: one ``<algo>`` of an MSCCL XML file holding several."""
+    p.add_argument("--index", type=int, help="which <algo> of an XML file holding several")
+
+
+def add_output_option(p: argparse.ArgumentParser, *, required: bool = False, help: str | None = None) -> None:
+    """``-o/--output``: the file to write."""
+    p.add_argument("-o", "--output", required=required, help=help)

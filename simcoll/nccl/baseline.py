@@ -1,0 +1,322 @@
+"""NCCL as the baseline: what NCCL would run on a simcoll machine, as an Algorithm.
+
+:func:`nccl_comm` describes a :class:`~simcoll.machines.Machine` the way NCCL's
+tuner sees a communicator (:class:`~simcoll.nccl.tuner.Comm`):
+
+- the GPU generation (compute capability) from the topology's name,
+  description or GPU models, matched against the patterns of
+  ``machines.yaml``;
+- nodes and GPUs per node from the topology;
+- the ring graph's channels: NCCL's ring search duplicates its rings, ending
+  with about two channels per NVLink of a GPU (``channels_per_nvlink``, capped
+  at ``max_channels``), or ``channels_pci`` channels where GPUs only meet over
+  PCIe (search.cc, ``ncclTopoCompute``);
+- per-channel bandwidths from the cost model's link rates: a GPU's NVLink (or
+  PCIe) bandwidth shared by the channels inside a node, the node's NICs
+  (the topology's ``network_link`` rate, one per NIC) shared by the channels
+  across nodes;
+- NVLink SHARP where the node's NVSwitches declare ``reduce`` and
+  ``multicast`` (Hopper-class NVSwitch), CollNet where a fabric switch reduces.
+
+:func:`nccl_choice` runs the tuner (:func:`simcoll.nccl.tuner.choose`) on that
+description; :func:`nccl_algorithm` builds the Algorithm of the choice with
+the registered generator of NCCL's algorithm (``nccl-ring``, ``nccl-tree``,
+``nvls``, ``nvls-tree``, ``collnet``) and sets ``metadata["protocol"]`` (LL,
+LL128 or Simple, which the simulator prices) and ``metadata["nccl_choice"]``
+(the label, e.g. ``ring/LL128/24ch``). Where the chosen algorithm has no
+generator in this simcoll, the best choice among the algorithms that have
+one is used and ``metadata["nccl_fallback"]`` says so.
+
+The ``nccl`` row depends on the buffer size (protocol and channel count
+change with it), so it is not a size-independent registry generator:
+:func:`simcoll.compare.compare` and the sweep runner call
+:func:`nccl_algorithm` per size.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..algorithm import Algorithm
+from ..errors import ModelError, NotApplicableError, SimcollError
+from ..machines import Machine, as_machine
+from ..topology import FABRIC_LINK_TYPES, Topology
+from .tuner import PROTOCOL_NAMES, TUNED_COLLECTIVES, Choice, Comm, Graph, choose
+
+MACHINES_FILE = Path(__file__).with_name("machines.yaml")
+
+#: NCCL algorithm -> the simcoll generator that builds it.
+GENERATOR_OF = {
+    "ring": "nccl-ring",
+    "tree": "nccl-tree",
+    "nvls": "nvls",
+    "nvls_tree": "nvls-tree",
+    "collnet_direct": "collnet",
+    "collnet_chain": "collnet",
+}
+#: simcoll protocol names (cost model spelling) of NCCL's protocols.
+PROTOCOL_OF = {"ll": "LL", "ll128": "LL128", "simple": "Simple"}
+
+
+@lru_cache(maxsize=2)
+def _facts(path: str = str(MACHINES_FILE)) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise ModelError(f"{path}: cannot read NCCL machine facts: {exc}") from None
+    for key in ("gpus", "default_compute_capability", "channels_per_nvlink", "channels_pci", "max_channels"):
+        if key not in data:
+            raise ModelError(f"{path}: missing {key!r}")
+    return data
+
+
+@dataclass(frozen=True)
+class NcclMachine:
+    """What NCCL's tuner is told about a machine (module docstring).
+
+    ``gpu_source`` says how the compute capability was found (the matched
+    pattern, or that the default was assumed).
+    """
+
+    comm: Comm
+    compute_capability: int
+    gpu_source: str
+    num_nodes: int
+    gpus_per_node: int
+    intra: str
+    intra_GBps: float
+    nic_GBps: float
+
+
+def compute_capability(topology: Topology) -> tuple[int, str]:
+    """The SM version of ``topology``'s GPUs and how it was found."""
+    facts = _facts()
+    text = " ".join(
+        [topology.name, topology.description, *(g.model or "" for g in topology.gpus)]
+        + [c.model or "" for c in topology.components if c.kind == "gpu"]
+    ).lower()
+    for entry in facts["gpus"]:
+        if re.search(entry["pattern"], text):
+            return int(entry["compute_capability"]), f"GPU matched {entry['pattern']!r} ({entry['source']})"
+    cc = int(facts["default_compute_capability"])
+    return cc, f"GPU generation unknown for {topology.name!r}: SM{cc} assumed"
+
+
+def _gpu_links(topology: Topology, rank: int) -> dict[str, int]:
+    """Link type -> link count at GPU ``rank``."""
+    name = topology.gpu(rank).name
+    counts: dict[str, int] = {}
+    for link in topology.links:
+        if name in (link.src, link.dst):
+            counts[link.type] = counts.get(link.type, 0) + link.count
+    return counts
+
+
+def nccl_machine(machine: Machine | str) -> NcclMachine:
+    """Describe ``machine`` to NCCL's tuner (module docstring)."""
+    machine = as_machine(machine)
+    topology, model = machine.topology, machine.model
+    facts = _facts()
+    cc, gpu_source = compute_capability(topology)
+    nodes = topology.nodes
+    per_node = [len(topology.ranks_of_node(n)) for n in nodes]
+    if not per_node or len(set(per_node)) != 1:
+        raise SimcollError(f"NCCL baseline: {topology.name} has nodes with different GPU counts {per_node}")
+    gpus, num_nodes = per_node[0], len(nodes)
+    links = _gpu_links(topology, 0)
+    fabric = {t: n for t, n in links.items() if t in FABRIC_LINK_TYPES}
+    if fabric:
+        intra = "nvlink"
+        n_links = sum(fabric.values())
+        intra_GBps = sum(n * model.link(t).bandwidth_Bps for t, n in fabric.items()) / 1e9
+        channels = min(int(facts["max_channels"]), int(facts["channels_per_nvlink"]) * n_links)
+    else:
+        intra = "pci"
+        others = {t: n for t, n in links.items() if t != topology.network_link} or links
+        intra_GBps = max(model.link(t).bandwidth_Bps for t in others) / 1e9
+        channels = int(facts["channels_pci"])
+    channels = max(1, channels)
+    nics = [c for c in topology.components if c.kind == "nic" and c.node == nodes[0]]
+    nic_GBps = 0.0
+    if num_nodes > 1:
+        rate = model.link(topology.network_link).bandwidth_Bps / 1e9
+        nic_GBps = rate * max(1, len(nics))
+    bw_intra = intra_GBps / channels
+    bw_inter = nic_GBps / channels if num_nodes > 1 else None
+    switches = [c for c in topology.components if c.kind == "nvswitch" and c.node == nodes[0]]
+    nvls = bool(switches) and all(c.reduce and c.multicast for c in switches) and cc >= 90
+    collnet = num_nodes > 1 and any(c.reduce and c.node is None for c in topology.components)
+    graphs = {"ring": Graph(channels, bw_intra, bw_inter, intra=intra)}
+    graphs["tree"] = Graph(channels, bw_intra, bw_inter, intra=intra)
+    if nvls:
+        nvls_ch = int(facts.get("nvls_channels", channels))
+        graphs["nvls"] = Graph(nvls_ch, intra_GBps / nvls_ch, bw_inter and nic_GBps / nvls_ch, intra=intra)
+        graphs["nvls_tree"] = graphs["nvls"]
+    if collnet:
+        graphs["collnet_direct"] = Graph(channels, bw_intra, bw_inter, intra=intra)
+        graphs["collnet_chain"] = Graph(channels, bw_intra, bw_inter, intra=intra)
+    comm = Comm(
+        num_ranks=gpus * num_nodes,
+        num_nodes=num_nodes,
+        compute_capability=cc,
+        graphs=graphs,
+        nvls=nvls,
+        collnet=collnet,
+        nvswitch=bool(switches),
+    )
+    return NcclMachine(comm, cc, gpu_source, num_nodes, gpus, intra, intra_GBps, nic_GBps)
+
+
+def nccl_choice(
+    machine: Machine | str,
+    collective: str,
+    size_bytes: int,
+    *,
+    algorithms: list[str] | tuple[str, ...] | None = None,
+    protocols: list[str] | tuple[str, ...] | None = None,
+) -> Choice:
+    """NCCL's choice (algorithm x protocol x channels) for one call of
+    ``collective`` on ``size_bytes`` bytes (nccl-tests' ``size``) on ``machine``.
+
+    ``algorithms`` / ``protocols`` restrict the candidates as NCCL_ALGO /
+    NCCL_PROTO do (NCCL spelling in lower case: ``ring``, ``tree``, ``nvls``;
+    ``ll``, ``ll128``, ``simple``).
+
+    >>> nccl_choice("dgx-a100", "allreduce", 1 << 30).label
+    'ring/Simple/24ch'
+    """
+    described = nccl_machine(machine)
+    return choose(described.comm, collective, int(size_bytes), algorithms=algorithms, protocols=protocols)
+
+
+_CACHE: dict[tuple[Any, ...], tuple[Topology, Algorithm]] = {}
+
+
+def _generate(machine: Machine, collective: str, nccl_algo: str, channels: int) -> Algorithm:
+    """The Algorithm of ``nccl_algo`` over ``channels`` channels, cached per
+    (topology, collective, algorithm, channels)."""
+    from ..algorithms import generate
+
+    key = (machine.topology.name, machine.num_ranks, collective, nccl_algo, channels)
+    hit = _CACHE.get(key)
+    if hit is not None and hit[0] is machine.topology:
+        return hit[1]
+    from ..algorithms import REGISTRY
+
+    name = GENERATOR_OF[nccl_algo]
+    per_channel = machine.num_ranks if collective == "allreduce" else 1
+    options = {"channels": channels} if "channels" in REGISTRY[name].options else {}
+    chunks = channels * per_channel if options else None
+    algorithm = generate(name, machine, collective, chunks=chunks, **options)
+    if len(_CACHE) > 256:
+        _CACHE.clear()
+    _CACHE[key] = (machine.topology, algorithm)
+    return algorithm
+
+
+def _buildable(collective: str) -> list[str]:
+    from ..algorithms import REGISTRY
+
+    return [a for a, g in GENERATOR_OF.items() if g in REGISTRY and collective in REGISTRY[g].collectives]
+
+
+def nccl_algorithm(
+    machine: Machine | str,
+    collective: str,
+    size_bytes: int,
+    *,
+    algorithms: list[str] | tuple[str, ...] | None = None,
+    protocols: list[str] | tuple[str, ...] | None = None,
+) -> Algorithm:
+    """The Algorithm NCCL would run for ``collective`` on ``size_bytes`` bytes
+    (module docstring), with ``metadata["protocol"]``,
+    ``metadata["nccl_choice"]`` (the label) and, where the tuner's first
+    choice has no generator here, ``metadata["nccl_fallback"]``.
+    ``algorithms`` / ``protocols`` restrict the tuner as NCCL_ALGO /
+    NCCL_PROTO do (:func:`nccl_choice`).
+
+    Raises
+    ------
+    NotApplicableError
+        When NCCL's tuner has no model for ``collective`` (e.g. alltoall) or no
+        chosen algorithm can be built on this machine.
+
+    >>> a = nccl_algorithm("dgx-a100", "allreduce", 1 << 30)
+    >>> a.metadata["nccl_choice"], a.metadata["protocol"]
+    ('ring/Simple/24ch', 'Simple')
+    """
+    from ..collectives import canonical_name
+
+    machine = as_machine(machine)
+    collective = canonical_name(collective)
+    if collective not in TUNED_COLLECTIVES:
+        raise NotApplicableError(f"nccl: NCCL's tuner has no algorithm choice for {collective}")
+    best = nccl_choice(machine, collective, size_bytes, algorithms=algorithms, protocols=protocols)
+    choice, fallback = best, None
+    if GENERATOR_OF.get(best.algorithm) not in _registry_names(collective):
+        available = [a for a in _buildable(collective) if algorithms is None or a in algorithms]
+        if not available:
+            raise NotApplicableError(f"nccl: no generator of NCCL's algorithms implements {collective}")
+        try:
+            choice = nccl_choice(machine, collective, size_bytes, algorithms=available, protocols=protocols)
+        except SimcollError as exc:
+            raise NotApplicableError(f"nccl: {exc}") from None
+        fallback = f"NCCL would run {best.label}; {best.algorithm} has no generator here, so {choice.label} is run"
+    channels = choice.n_channels
+    per_channel = machine.num_ranks if collective == "allreduce" else 1
+    if size_bytes < channels * per_channel:
+        # fewer channels than NCCL so that every chunk holds at least one byte
+        channels = max(1, int(size_bytes) // per_channel)
+    try:
+        algorithm = _generate(machine, collective, choice.algorithm, channels)
+    except NotApplicableError as exc:
+        if choice.algorithm == "ring":
+            raise
+        # the generator exists but does not apply here: NCCL's ring is always there
+        ring = nccl_choice(machine, collective, size_bytes, algorithms=["ring"], protocols=protocols)
+        fallback = f"NCCL would run {best.label}; {GENERATOR_OF[choice.algorithm]} does not apply ({exc}), so {ring.label} is run"
+        choice, channels = ring, ring.n_channels
+        if size_bytes < channels * per_channel:
+            channels = max(1, int(size_bytes) // per_channel)
+        algorithm = _generate(machine, collective, "ring", channels)
+    metadata = dict(algorithm.metadata)
+    metadata.update(
+        protocol=PROTOCOL_OF[choice.protocol],
+        nccl_choice=choice.label,
+        nccl_reason=choice.reason,
+        nccl_predicted_time_us=choice.time_us,
+    )
+    if fallback:
+        metadata["nccl_fallback"] = fallback
+    return replace(algorithm, name="nccl", metadata=metadata)
+
+
+def _registry_names(collective: str) -> set[str]:
+    from ..algorithms import REGISTRY
+
+    return {name for name, g in REGISTRY.items() if collective in g.collectives}
+
+
+def choice_label(algorithm: Algorithm) -> str:
+    """The ``choice`` column of an ``nccl`` row, e.g. ``ring/LL128/24ch``
+    (with ``*`` appended when a fallback replaced NCCL's first choice)."""
+    label = str(algorithm.metadata.get("nccl_choice", ""))
+    return label + ("*" if "nccl_fallback" in algorithm.metadata else "")
+
+
+__all__ = [
+    "GENERATOR_OF",
+    "PROTOCOL_NAMES",
+    "NcclMachine",
+    "choice_label",
+    "compute_capability",
+    "nccl_algorithm",
+    "nccl_choice",
+    "nccl_machine",
+]

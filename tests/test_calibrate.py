@@ -1,0 +1,128 @@
+"""Calibration from nccl-tests logs (simcoll.calibration.calibrate): recover
+known parameters from synthetic logs our own simulator writes, validate a
+real log when ../shared is there, and reject bad logs with one line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from simcoll.calibration.calibrate import (
+    CalibrationError,
+    calibrate,
+    error_summary,
+    geometric_mean_error,
+    samples_of,
+    simulate_samples,
+    validate,
+)
+from simcoll.calibration.nccl_tests import bus_factor, parse_nccl_tests
+from simcoll.machines import Machine, load_machine
+
+MEASUREMENTS = Path(__file__).resolve().parents[2] / "shared" / "reference" / "measurements"
+SIZES = [1 << k for k in range(10, 27, 2)]  # 1 KB .. 64 MB
+
+
+def _log_text(times_us: dict[int, float], num_ranks: int) -> str:
+    """An all_reduce_perf table as nccl-tests prints it."""
+    lines = [
+        "# nThread 1 nGpus 1 minBytes 1024 maxBytes 67108864 step: 4(factor) warmup iters: 5 iters: 20",
+        *(f"#  Rank {r:2d} Group  0 Pid  100 on     host0 device  {r} [0x00] Test GPU" for r in range(num_ranks)),
+        "#                                                              out-of-place                       in-place",
+        "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong",
+        "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)",
+    ]
+    factor = bus_factor("allreduce", num_ranks)
+    for size, t in times_us.items():
+        algbw = size / t / 1e3
+        cols = f"{t:8.2f} {algbw:7.2f} {algbw * factor:7.2f}      0"
+        lines.append(f"{size:12d} {size // 4:13d}     float     sum      -1 {cols} {cols}")
+    lines.append("# Avg bus bandwidth    : 1.0")
+    return "\n".join(lines) + "\n"
+
+
+def _synthetic(machine: Machine, model) -> str:
+    """The times our simulator gives with ``model``, written as an nccl-tests log."""
+    probe = parse_nccl_tests(_log_text({s: 1.0 for s in SIZES}, machine.num_ranks), path="all_reduce_perf.log")
+    samples = samples_of(probe, machine)
+    times = simulate_samples(samples, machine, model)
+    return _log_text({s.size_bytes: t * 1e6 for s, t in zip(samples, times, strict=True)}, machine.num_ranks)
+
+
+def test_recovers_known_link_parameters_from_a_synthetic_log(tmp_path):
+    machine = load_machine("fully-connected:4")
+    truth = machine.model.with_link("nvlink", bandwidth_Bps=0.6 * machine.model.link("nvlink").bandwidth_Bps)
+    truth = truth.with_link("nvlink", alpha_s=3 * machine.model.link("nvlink").alpha_s + 1e-6)
+    path = tmp_path / "all_reduce_perf.log"
+    path.write_text(_synthetic(machine, truth))
+    params = ["links.nvlink.bandwidth_Bps", "links.nvlink.alpha_s"]
+    model, report = calibrate([path], machine, parameters=params)
+    assert model.link("nvlink").bandwidth_Bps == pytest.approx(truth.link("nvlink").bandwidth_Bps, rel=0.02)
+    assert model.link("nvlink").alpha_s == pytest.approx(truth.link("nvlink").alpha_s, rel=0.05)
+    assert report.fit["max_relative_error"] < 0.02
+    assert "all_reduce_perf.log" in model.link("nvlink").source  # the source cites the log
+    errors = error_summary(validate(path, machine, model))
+    assert errors["large"] < 0.02 and errors["small"] < 0.02
+    # the shipped model is visibly off on the same log: the fit did the work
+    assert error_summary(validate(path, machine))["large"] > 0.2
+
+
+def test_geometric_mean_error():
+    assert geometric_mean_error([1.0, 1.0]) == 0
+    assert geometric_mean_error([1.1, 1 / 1.1]) == pytest.approx(0.1)
+
+
+def test_rank_count_must_match_the_topology(tmp_path):
+    path = tmp_path / "all_reduce_perf.log"
+    path.write_text(_log_text({1024: 10.0, 2048: 11.0}, 8))
+    with pytest.raises(CalibrationError, match="8 ranks but topology fully-connected:4 has 4"):
+        validate(path, "fully-connected:4")
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (_log_text({}, 4), "no rows"),
+        (_log_text({1024: 10.0}, 8), "8 ranks but topology"),
+        (
+            _log_text({1024: 10.0}, 4).replace("# nThread", "# Collective test starting: alltoall_perf\n# nThread"),
+            "alltoall",
+        ),
+    ],
+)
+def test_bad_logs_exit_2_with_one_line(tmp_path, capsys, text, message):
+    from simcoll.cli import main
+
+    path = tmp_path / "all_reduce_perf.log"
+    path.write_text(text)
+    assert main(["validate", "--nccl-tests", str(path), "-t", "fully-connected:4"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
+
+
+def test_cli_calibrate_writes_a_model(tmp_path, capsys):
+    from simcoll.cli import main
+    from simcoll.machines import load_model
+
+    machine = load_machine("fully-connected:4")
+    truth = machine.model.with_link("nvlink", bandwidth_Bps=0.5 * machine.model.link("nvlink").bandwidth_Bps)
+    log = tmp_path / "all_reduce_perf.log"
+    log.write_text(_synthetic(machine, truth))
+    out = tmp_path / "fitted.yaml"
+    args = ["calibrate", "--nccl-tests", str(log), "-t", "fully-connected:4", "-o", str(out)]
+    assert main([*args, "--params", "links.nvlink.bandwidth_Bps"]) == 0
+    fitted = load_model(str(out))
+    assert fitted.link("nvlink").bandwidth_Bps == pytest.approx(truth.link("nvlink").bandwidth_Bps, rel=0.02)
+    assert main(["validate", "--nccl-tests", str(log), "-t", "fully-connected:4", "-m", str(out)]) == 0
+    assert "geometric-mean error, >= 64 MB" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(not MEASUREMENTS.is_dir(), reason="needs ../shared/reference/measurements")
+def test_real_a100_log_validates_against_the_shipped_model():
+    log = MEASUREMENTS / "a100-sxm4-40gb-x8_all_reduce_superbench.log"
+    frame = validate(log, "dgx-a100")
+    assert len(frame) >= 25 and set(frame.columns) >= {"size_bytes", "measured_busbw_GBps", "ratio"}
+    # the shipped model's large-message busbw is within a factor 1.5 of the measured one
+    big = frame[frame.size_bytes >= 64 << 20]
+    assert big.ratio.between(1 / 1.5, 1.5).all()

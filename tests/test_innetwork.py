@@ -1,0 +1,191 @@
+"""In-network reduction: topology capabilities, the SwitchReduction step, its
+verification, timing, JSON round trip, bounds, and the nvls / nvls-tree /
+collnet generators."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from simcoll import generate, load_machine, make_collective, simulate
+from simcoll.algorithm import Algorithm, SwitchReduction
+from simcoll.bounds import time_lower_bound_s
+from simcoll.errors import AlgorithmError, NotApplicableError, TopologyError
+from simcoll.machines import Machine, load_topology
+from simcoll.topology import topology_from_dict, topology_to_dict
+from simcoll.verify import check
+
+MEASUREMENTS = Path(__file__).resolve().parents[2] / "shared" / "reference" / "measurements"
+
+
+@pytest.fixture(scope="module")
+def h100():
+    return load_machine("dgx-h100")
+
+
+def _allreduce_by_switch(sources, destinations, switch="nvsw0", chunks=1):
+    coll = make_collective("allreduce", 8, chunks)
+    ops = [SwitchReduction(c, switch, tuple(sources), tuple(destinations), step=0) for c in range(chunks)]
+    return Algorithm("by-switch", coll, (), switch_reductions=ops)
+
+
+def test_dgx_h100_nvswitches_reduce_and_multicast(h100):
+    names = [c.name for c in h100.topology.reducing_switches()]
+    assert names == ["nvsw0", "nvsw1", "nvsw2", "nvsw3"]
+    assert all(h100.topology.component(n).multicast for n in names)
+    assert not load_topology("dgx-a100").reducing_switches()
+
+
+def test_capabilities_round_trip_and_only_switches_may_reduce(h100):
+    data = topology_to_dict(h100.topology)
+    assert topology_from_dict(data) == h100.topology
+    bad = {
+        "name": "x",
+        "gpus": 2,
+        "components": [{"name": "c", "kind": "cpu", "reduce": True}],
+        "links": [["gpu0", "c", "pcie"], ["gpu1", "c", "pcie"]],
+    }
+    with pytest.raises(TopologyError, match="'c': only switches .* can reduce"):
+        topology_from_dict(bad)
+
+
+def test_cluster_sharp_option():
+    assert [c.name for c in load_topology("dgx-h100*2").reducing_switches(None)] == ["fabric"]
+    assert not load_topology("dgx-h100*2/fat-tree:sharp=off").reducing_switches(None)
+    assert [c.name for c in load_topology("dgx-a100*2/rail:sharp=on").reducing_switches(None)][:2] == ["rail0", "rail1"]
+
+
+def test_verifier_accepts_a_correct_switch_reduction(h100):
+    assert check(_allreduce_by_switch(range(8), range(8)), h100) == []
+
+
+def test_verifier_rejects_wrong_switch_reductions(h100):
+    missing = check(_allreduce_by_switch(range(7), range(8)), h100)
+    assert any("lacks the contributions of rank(s) [7]" in p for p in missing)
+    pcie = check(_allreduce_by_switch(range(8), range(8), "pcisw0"), h100)
+    assert any("'pcisw0' as a pcie_switch, not a switch" in p for p in pcie)
+    a100 = load_machine("dgx-a100")
+    problems = check(_allreduce_by_switch(range(8), range(8), "nvsw0"), a100)
+    assert any("switch nvsw0 does not reduce" in p for p in problems)
+    assert any("does not multicast" in p for p in problems)
+    twice = Algorithm(
+        "twice",
+        make_collective("allreduce", 8, 1),
+        (),
+        switch_reductions=(
+            SwitchReduction(0, "nvsw0", tuple(range(8)), (0,), step=0),
+            SwitchReduction(0, "nvsw1", (0, 1), tuple(range(8)), step=1),
+        ),
+    )
+    assert any("count the contribution of rank(s) [1] twice" in p for p in check(twice, h100))
+
+
+def test_structure_errors_name_the_field():
+    with pytest.raises(AlgorithmError, match=r"switch_reductions\[0\].*sources names a rank twice"):
+        _allreduce_by_switch([0, 0], range(8))
+    with pytest.raises(AlgorithmError, match=r"destinations: rank 9 out of range"):
+        _allreduce_by_switch(range(8), [9])
+
+
+def test_json_round_trip(h100):
+    algo = generate("nvls", h100, "allreduce")
+    back = Algorithm.from_json(algo.to_json())
+    assert back == algo
+    assert back.switch_reductions[0] == SwitchReduction(0, "nvsw0", tuple(range(8)), tuple(range(8)), step=0)
+
+
+def test_lowering_and_analytic_refuse_clearly(h100):
+    from simcoll.analytic import critical_path_time_s
+    from simcoll.compiler.lower import lower_algorithm
+
+    algo = generate("nvls", h100, "allreduce")
+    with pytest.raises(AlgorithmError, match="MSCCL XML export.*in-switch reduction"):
+        lower_algorithm(algo)
+    with pytest.raises(AlgorithmError, match="analytic critical-path time does not support in-switch"):
+        critical_path_time_s(algo, h100, 1 << 20)
+
+
+def test_nvls_time_is_the_closed_form(h100):
+    """NVLS Allreduce alone on a DGX H100: every GPU streams the buffer N into
+    the NVSwitches over its 18 links at the model's reduce rate r per link (the
+    chunks dealt 5/4/4/5 like the links), so T = α + N / (18 · r) with r =
+    min(reduce_Bps, multicast_Bps, NVLink bandwidth)."""
+    algo = generate("nvls", h100, "allreduce")
+    size = 1 << 30
+    sw = h100.model.switches["nvswitch"]
+    rate = min(sw.reduce_Bps, sw.multicast_Bps, h100.model.link("nvlink").bandwidth_Bps)
+    expected = h100.model.link("nvlink").alpha_s + size / (18 * rate)
+    for contention in (True, False):
+        result = simulate(algo, h100, size, contention=contention, verify=False)
+        assert result.time_s == pytest.approx(expected, rel=1e-9)
+
+
+def test_nvls_beats_the_ring_from_64MB(h100):
+    nvls = generate("nvls", h100, "allreduce")
+    ring = generate("nccl-ring", h100, "allreduce")
+    for size in (64 << 20, 256 << 20, 1 << 30):
+        t_nvls = simulate(nvls, h100, size, verify=False).time_s
+        t_ring = simulate(ring, h100, size, verify=False).time_s
+        assert t_nvls < t_ring, size
+
+
+def test_nvls_busbw_near_measured():
+    """Against the published nccl-tests NVLS run on 8x H100 (skips without ../shared)."""
+    log = MEASUREMENTS / "h100-80gb-hbm3-x8_all_reduce_nvls_together.log"
+    if not log.exists():
+        pytest.skip("no shared measurements")
+    from simcoll.calibration.nccl_tests import read_nccl_tests
+
+    rows = {int(r.size_bytes): r for r in read_nccl_tests(log).rows}
+    measured = rows[1 << 30].busbw_GBps  # 467.55 GB/s
+    machine = load_machine("dgx-h100")
+    sim = simulate(generate("nvls", machine, "allreduce"), machine, 1 << 30, verify=False).busbw_GBps
+    assert abs(sim / measured - 1) < 0.15
+
+
+@pytest.mark.parametrize("collective", ["reducescatter", "allgather"])
+def test_nvls_reducescatter_allgather_verify(h100, collective):
+    algo = generate("nvls", h100, collective)
+    assert check(algo, h100) == []
+    assert simulate(algo, h100, 1 << 26, verify=False).time_s > 0
+
+
+@pytest.mark.parametrize("name", ["nvls-tree", "collnet"])
+def test_multi_node_generators_verify_on_dgx_h100_x2(name):
+    machine = load_machine("dgx-h100*2")
+    algo = generate(name, machine, "allreduce")
+    assert check(algo, machine) == []
+    assert algo.switch_reductions
+    assert simulate(algo, machine, 1 << 26, verify=False).time_s > 0
+
+
+def test_not_applicable_errors_are_clear():
+    with pytest.raises(NotApplicableError, match="nvls runs inside one node; dgx-h100\\*2 has 2"):
+        generate("nvls", load_machine("dgx-h100*2"), "allreduce")
+    with pytest.raises(NotApplicableError, match="no switch that reduces and multicasts"):
+        generate("nvls", load_machine("dgx-a100"), "allreduce")
+    with pytest.raises(NotApplicableError, match="no network switch that reduces.*sharp=on"):
+        generate("collnet", load_machine("dgx-a100*2"), "allreduce")
+    with pytest.raises(NotApplicableError, match="collnet joins several nodes"):
+        generate("collnet", load_machine("dgx-h100"), "allreduce")
+
+
+def test_bounds_with_in_switch_reduction(h100):
+    """Allreduce with reducing switches: T >= N / B (one send + one receive of
+    the buffer per GPU), so busbw can exceed the point-to-point bound; B here
+    is a GPU's 18 NVLink4 links plus its PCIe link."""
+    size = 1 << 30
+    t, _ = time_lower_bound_s(make_collective("allreduce", 8), h100, size)
+    per_gpu = 18 * h100.model.link("nvlink").bandwidth_Bps + h100.model.link("pcie").bandwidth_Bps
+    assert t == pytest.approx(size / per_gpu, rel=1e-3)
+    # the same machine without NVLink SHARP: ReduceScatter + Allgather, 2 (P-1)/P = 7/4 times as long
+    data = topology_to_dict(h100.topology)
+    for comp in data["components"]:
+        comp.pop("reduce", None)
+        comp.pop("multicast", None)
+    plain = Machine(topology_from_dict(data), h100.model)
+    t_plain, _ = time_lower_bound_s(make_collective("allreduce", 8), plain, size)
+    assert t_plain == pytest.approx(t * 7 / 4, rel=1e-3)
+    sim = simulate(generate("nvls", h100, "allreduce"), h100, size, verify=False).time_s
+    assert sim >= t

@@ -1,0 +1,75 @@
+"""The ``nccl`` baseline row: NCCL 2.30's tuner applied to a simcoll machine
+(simcoll.nccl.baseline), in compare and from the CLI."""
+
+from __future__ import annotations
+
+import pytest
+
+from simcoll.compare import compare
+from simcoll.errors import SimcollError
+from simcoll.machines import load_machine
+from simcoll.nccl import Comm, Graph, choose
+from simcoll.nccl.baseline import nccl_algorithm, nccl_choice, nccl_machine
+
+
+def test_machine_description_follows_topology_and_model():
+    a100 = nccl_machine("dgx-a100")
+    # 12 NVLink3 per GPU at the model's 25 GB/s; two ring channels per NVLink (NCCL duplicates its rings)
+    assert (a100.compute_capability, a100.comm.num_nodes, a100.comm.ppn) == (80, 1, 8)
+    assert a100.intra_GBps == pytest.approx(300.0) and a100.comm.n_channels == 24
+    assert not a100.comm.nvls
+    two = nccl_machine("dgx-a100*2")
+    assert two.comm.num_nodes == 2 and two.comm.num_ranks == 16
+    assert two.nic_GBps == pytest.approx(8 * 25.0)  # 8 HDR NICs per node
+    h100 = nccl_machine("dgx-h100")
+    assert h100.compute_capability == 90 and h100.comm.nvls  # NVSwitches reduce and multicast
+
+
+@pytest.mark.parametrize("spec", ["dgx-h100", "dgx-a100*2"])
+@pytest.mark.parametrize("size", [1 << 10, 1 << 30])
+def test_choice_matches_the_tuner_on_the_same_inputs(spec, size):
+    d = nccl_machine(spec)
+    ring = d.comm.graphs["ring"]
+    graphs = {"ring": Graph(ring.n_channels, ring.bw_intra, ring.bw_inter), "tree": d.comm.graphs["tree"]}
+    graphs.update({k: v for k, v in d.comm.graphs.items() if k.startswith("nvls")})
+    by_hand = Comm(d.comm.num_ranks, d.comm.num_nodes, d.compute_capability, graphs, nvswitch=True, nvls=d.comm.nvls)
+    assert nccl_choice(spec, "allreduce", size).label == choose(by_hand, "allreduce", size).label
+
+
+def test_small_messages_use_ll_and_few_channels_large_use_simple():
+    small, large = nccl_choice("dgx-a100", "allreduce", 1024), nccl_choice("dgx-a100", "allreduce", 1 << 30)
+    assert small.protocol == "ll" and small.n_channels < large.n_channels
+    assert large.label == "ring/Simple/24ch"
+
+
+def test_algorithm_carries_protocol_and_choice():
+    a = nccl_algorithm("dgx-a100", "allreduce", 1 << 30)
+    assert a.metadata["protocol"] == "Simple" and a.metadata["nccl_choice"] == "ring/Simple/24ch"
+    assert a.metadata["channels"] == 24
+    small = nccl_algorithm("dgx-a100", "allreduce", 1024)
+    assert small.metadata["protocol"] == "LL"
+    # cached per (machine, collective, algorithm, channels): the same transfers, not regenerated
+    assert nccl_algorithm("dgx-a100", "allreduce", 1 << 29).transfers is a.transfers
+
+
+def test_compare_has_nccl_row_and_algorithms_filter():
+    df, skipped = compare(load_machine("dgx-a100"), "allreduce", [1024, 1 << 26], algorithms=["nccl", "ring"])
+    assert set(df.algorithm) == {"nccl", "ring"}
+    nccl = df[df.algorithm == "nccl"]
+    assert len(nccl) == 2 and all(nccl.choice.str.match(r"^ring/(LL|LL128|Simple)/\d+ch"))
+    assert (df[df.algorithm == "ring"].choice == "").all()
+    with pytest.raises(SimcollError, match="unknown algorithm"):
+        compare("dgx-a100", "allreduce", [1024], algorithms=["no-such"])
+
+
+def test_nccl_row_absent_for_alltoall():
+    df, skipped = compare("dgx-a100", "alltoall", [1 << 20], algorithms=["nccl", "direct"])
+    assert "nccl" not in set(df.algorithm) and "nccl" in skipped
+
+
+def test_cli_compare_algorithms(capsys):
+    from simcoll.cli import main
+
+    assert main(["compare", "-t", "dgx-a100", "-c", "allreduce", "--sizes", "1MB", "--algorithms", "nccl,ring"]) == 0
+    out = capsys.readouterr().out
+    assert "nccl (ring/" in out and "nccl-ring" not in out

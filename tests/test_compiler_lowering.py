@@ -10,8 +10,8 @@ import pytest
 from simcoll.algorithm import Algorithm, Transfer
 from simcoll.algorithms import REGISTRY, applicable, generate
 from simcoll.collectives import COLLECTIVES, make_collective
-from simcoll.errors import AlgorithmError
 from simcoll.compiler import CompileError, Loc, algorithm_trace, check_fifo_bound, compile_trace, lower_algorithm
+from simcoll.errors import AlgorithmError
 from simcoll.machines import load_machine, load_topology
 from simcoll.synthesis import synthesize
 from simcoll.verify import check

@@ -52,7 +52,7 @@ def test_multi_node_generators_lower_on_a_cluster_and_every_generator_is_covered
         covered |= {name for _, _, name, _ in algorithms(small)}
     # in-switch reductions (NVLS, SHARP) have no Program form: lowering refuses them by name
     for hopper in ("dgx-h100", "dgx-h100*2"):
-        for topo, coll, name, algo in algorithms(hopper):
+        for topo, _coll, name, algo in algorithms(hopper):
             if algo.switch_reductions:
                 with pytest.raises(AlgorithmError, match="in-switch"):
                     lower_algorithm(algo, machine=topo)

@@ -89,7 +89,9 @@ def speedups(df: pd.DataFrame, base: str = "nccl", by: Iterable[str] = ("machine
     (columns ``speedup`` and ``baseline_time_s``); empty without ``base`` rows."""
     rows = ok(df)
     by = list(by)
-    reference = rows[rows.algorithm == base][[*by, "size_bytes", "time_s"]].rename(columns={"time_s": "baseline_time_s"})
+    reference = rows[rows.algorithm == base][[*by, "size_bytes", "time_s"]].rename(
+        columns={"time_s": "baseline_time_s"}
+    )
     merged = rows[rows.algorithm != base].merge(reference, on=[*by, "size_bytes"])
     return merged.assign(speedup=merged.baseline_time_s / merged.time_s)
 

@@ -96,15 +96,30 @@ def main(argv: list[str] | None = None) -> dict:
     instances = df[df.machine == "dgx-a100"]
     top = sorted(instances.algorithm.unique(), key=lambda a: int(a.split("=")[1]))
     comparisons = [
-        Comparison("ring Allreduce, more instances vs r=1 (1 node)", "GC3 ring: up to 1.9x over NCCL at 32KB-3MB",
-                   ratio("dgx-a100", "allreduce", top[-1], top[0]), "GC3 §7.1.1, Fig. 7(a); ours: r=max over r=1"),
-        Comparison("hierarchical Allreduce over NCCL, small / >1GB", "up to 1.4x / up to 11%",
-                   best_speedup(df, machine="dgx-a100*2", algorithm="gc3-hierarchical"), "GC3 §7.2, Fig. 7(c)"),
-        Comparison("two-step Alltoall over direct point-to-point", "GC3 two-step 1.3x over hand-written two-step",
-                   ratio("dgx-a100*2", "alltoall", "two-step-alltoall", "direct"),
-                   "GC3 §7.3, Fig. 7(e) (their baseline is a hand-written two-step; ours is direct)"),
-        Comparison("AllToNext over each GPU sending directly", "up to 14.5x (3 A100 nodes, large buffers)",
-                   ratio("dgx-a100*2", "alltonext", "alltonext", "direct"), "GC3 §7.4, Fig. 7(g); ours on 2 nodes"),
+        Comparison(
+            "ring Allreduce, more instances vs r=1 (1 node)",
+            "GC3 ring: up to 1.9x over NCCL at 32KB-3MB",
+            ratio("dgx-a100", "allreduce", top[-1], top[0]),
+            "GC3 §7.1.1, Fig. 7(a); ours: r=max over r=1",
+        ),
+        Comparison(
+            "hierarchical Allreduce over NCCL, small / >1GB",
+            "up to 1.4x / up to 11%",
+            best_speedup(df, machine="dgx-a100*2", algorithm="gc3-hierarchical"),
+            "GC3 §7.2, Fig. 7(c)",
+        ),
+        Comparison(
+            "two-step Alltoall over direct point-to-point",
+            "GC3 two-step 1.3x over hand-written two-step",
+            ratio("dgx-a100*2", "alltoall", "two-step-alltoall", "direct"),
+            "GC3 §7.3, Fig. 7(e) (their baseline is a hand-written two-step; ours is direct)",
+        ),
+        Comparison(
+            "AllToNext over each GPU sending directly",
+            "up to 14.5x (3 A100 nodes, large buffers)",
+            ratio("dgx-a100*2", "alltonext", "alltonext", "direct"),
+            "GC3 §7.4, Fig. 7(g); ours on 2 nodes",
+        ),
     ]
     print_comparisons("GC3 Fig. 7", comparisons)
     print(f"wrote {out / 'gc3_fig7.csv'} and {out / 'gc3_fig7.png'}")

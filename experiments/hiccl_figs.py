@@ -44,9 +44,14 @@ def studies(fast: bool) -> list[dict]:
             "name": "hiccl_fig9",
             "machines": machines[:1],
             "collectives": ["broadcast"],
-            "algorithms": [{"generator": "hiccl", "name": f"pipeline {d}", "options": {"ring": 2 if fast else 4,
-                                                                                       "nics": 4, "pipeline": d}}
-                           for d in depths],
+            "algorithms": [
+                {
+                    "generator": "hiccl",
+                    "name": f"pipeline {d}",
+                    "options": {"ring": 2 if fast else 4, "nics": 4, "pipeline": d},
+                }
+                for d in depths
+            ],
             "sizes": "1MB,64MB" if fast else "64KB:1GB",
             "size_factor": 4,
         },
@@ -63,8 +68,13 @@ def studies(fast: bool) -> list[dict]:
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(__doc__, argv)
     out: Path = args.out
-    df = pd.concat([ok(run(s, out, serial=args.serial or args.fast, workers=args.workers)).assign(figure=s["name"])
-                    for s in studies(args.fast)], ignore_index=True)
+    df = pd.concat(
+        [
+            ok(run(s, out, serial=args.serial or args.fast, workers=args.workers)).assign(figure=s["name"])
+            for s in studies(args.fast)
+        ],
+        ignore_index=True,
+    )
     write_csv(df, out / "hiccl_figs.csv")
     fig8 = df[(df.figure == "hiccl_fig8") & (df.size_bytes == df[df.figure == "hiccl_fig8"].size_bytes.max())]
     table = fig8.pivot_table(index=["machine", "collective"], columns="algorithm", values="algbw_GBps")
@@ -78,15 +88,24 @@ def main(argv: list[str] | None = None) -> dict:
     depth = df[df.figure == "hiccl_fig9"]
     big = depth[depth.size_bytes == depth.size_bytes.max()].set_index("algorithm").algbw_GBps
     comparisons = [
-        Comparison("HiCCL (all optimizations) over the vendor library, geomean", "1.26 / 1.05 / 1.55 / 12.01x "
-                   "(Delta / Perlmutter / Frontier / Aurora)", best_speedup(fig8, algorithm="4 +pipelining"),
-                   "HiCCL §6.3, Fig. 8"),
-        Comparison("all optimizations over direct, per collective", "HiCCL over MPI geomean 12.52-48.02x "
-                   "(MPI is not our direct)", ", ".join(f"{c} {v:.2f}x" for (_, c), v in gain.items()),
-                   "HiCCL §6.3, Fig. 8 (ours: direct baseline)"),
-        Comparison("pipeline depth: large-message broadcast algbw", "deeper pipelines raise throughput for large "
-                   "messages (plot only)", ", ".join(f"{a}: {v:.1f} GB/s" for a, v in big.items()),
-                   "HiCCL §6.4, Fig. 9(c)"),
+        Comparison(
+            "HiCCL (all optimizations) over the vendor library, geomean",
+            "1.26 / 1.05 / 1.55 / 12.01x (Delta / Perlmutter / Frontier / Aurora)",
+            best_speedup(fig8, algorithm="4 +pipelining"),
+            "HiCCL §6.3, Fig. 8",
+        ),
+        Comparison(
+            "all optimizations over direct, per collective",
+            "HiCCL over MPI geomean 12.52-48.02x (MPI is not our direct)",
+            ", ".join(f"{c} {v:.2f}x" for (_, c), v in gain.items()),
+            "HiCCL §6.3, Fig. 8 (ours: direct baseline)",
+        ),
+        Comparison(
+            "pipeline depth: large-message broadcast algbw",
+            "deeper pipelines raise throughput for large messages (plot only)",
+            ", ".join(f"{a}: {v:.1f} GB/s" for a, v in big.items()),
+            "HiCCL §6.4, Fig. 9(c)",
+        ),
     ]
     print_comparisons("HiCCL Figs. 8-10", comparisons)
     print(f"wrote {out / 'hiccl_figs.csv'} and {out / 'hiccl_figs.png'}")

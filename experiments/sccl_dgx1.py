@@ -105,14 +105,30 @@ def main(argv: list[str] | None = None) -> dict:
         for r in table4.itertuples()
     ]
     comparisons += [
-        Comparison("Allgather speed-up over NCCL, small sizes", "up to 2.2x", best_speedup(df, True, collective="allgather"),
-                   "SCCL §5.5 text on Fig. 4"),
-        Comparison("Allgather speed-up over NCCL, large sizes", "1.14x", best_speedup(df, False, collective="allgather"),
-                   "SCCL §5.5 text on Fig. 4"),
-        Comparison("Allreduce speed-up over NCCL, small / large", "1.8x / 1.06x",
-                   best_speedup(df, collective="allreduce"), "SCCL §5.5 text on Fig. 5"),
-        Comparison("Alltoall speed-up over NCCL, small / large", "1.4x / 6.8x",
-                   best_speedup(df, collective="alltoall"), "SCCL §5.5 text on Fig. 6"),
+        Comparison(
+            "Allgather speed-up over NCCL, small sizes",
+            "up to 2.2x",
+            best_speedup(df, True, collective="allgather"),
+            "SCCL §5.5 text on Fig. 4",
+        ),
+        Comparison(
+            "Allgather speed-up over NCCL, large sizes",
+            "1.14x",
+            best_speedup(df, False, collective="allgather"),
+            "SCCL §5.5 text on Fig. 4",
+        ),
+        Comparison(
+            "Allreduce speed-up over NCCL, small / large",
+            "1.8x / 1.06x",
+            best_speedup(df, collective="allreduce"),
+            "SCCL §5.5 text on Fig. 5",
+        ),
+        Comparison(
+            "Alltoall speed-up over NCCL, small / large",
+            "1.4x / 6.8x",
+            best_speedup(df, collective="alltoall"),
+            "SCCL §5.5 text on Fig. 6",
+        ),
     ]
     largest = df[df.size_bytes == df.size_bytes.max()]
     for collective, rows in largest.groupby("collective"):

@@ -19,8 +19,12 @@ from matplotlib.figure import Figure
 
 from simcoll.experiments.plots import save_figure
 
-FABRICS = {"fat-tree": "fat-tree", "rail": "rail", "clos 1:1": "clos:radix={r},oversub=1",
-           "clos 3:1": "clos:radix={r},oversub=3"}
+FABRICS = {
+    "fat-tree": "fat-tree",
+    "rail": "rail",
+    "clos 1:1": "clos:radix={r},oversub=1",
+    "clos 3:1": "clos:radix={r},oversub=3",
+}
 IN_NETWORK_REDUCTION = "in-network reduction: not modelled by the simulator yet; the on/off comparison is skipped"
 
 
@@ -29,8 +33,11 @@ def study(fast: bool) -> dict:
     fabrics = {k: v for k, v in FABRICS.items() if not fast or k != "rail"}
     return {
         "name": "whatif_fabric",
-        "machines": [{"topology": f"dgx-a100*{n}/{spec.format(r=16 if fast else 64)}", "name": f"{n} nodes {label}"}
-                     for n in nodes for label, spec in fabrics.items()],
+        "machines": [
+            {"topology": f"dgx-a100*{n}/{spec.format(r=16 if fast else 64)}", "name": f"{n} nodes {label}"}
+            for n in nodes
+            for label, spec in fabrics.items()
+        ],
         "collectives": ["alltoall"] if fast else ["allgather", "alltoall"],
         "algorithms": ["direct"] if fast else ["nccl-ring", "hiccl"],  # direct: N^2 flows, too many at 256 nodes
         "sizes": "64MB" if fast else "16MB,256MB",

@@ -41,8 +41,12 @@ def main(argv: list[str] | None = None) -> dict:
     family = df.algorithm_kind.map({"sccl": "synthesized"}).fillna("classical")
     df = df.assign(variant=df.machine + " " + family)
     write_csv(df, out / "whatif_gap.csv")
-    plot_fraction_of_bound(df, out / "whatif_gap.png", variant="variant",
-                           title="Allgather: best classical vs synthesized, fraction of the bound")
+    plot_fraction_of_bound(
+        df,
+        out / "whatif_gap.png",
+        variant="variant",
+        title="Allgather: best classical vs synthesized, fraction of the bound",
+    )
     gap = (df.algbw_GBps / df.algbw_bound_GBps).groupby([df.variant, df.size_bytes]).max().unstack()
     print("== algorithm vs hardware gap: best algbw / bound ==")
     print(gap.round(2).to_string())

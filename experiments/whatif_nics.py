@@ -23,12 +23,20 @@ from simcoll.experiments.plots import save_figure
 def study(fast: bool) -> dict:
     counts = [1, 8] if fast else [1, 2, 4, 8]
     machines = [
-        {"topology": f"dgx-a100*2/fat-tree:nics={k}", "name": f"nics={k}",
-         "overrides": {"network.nic_binding": ["packed", "round-robin"]}}
+        {
+            "topology": f"dgx-a100*2/fat-tree:nics={k}",
+            "name": f"nics={k}",
+            "overrides": {"network.nic_binding": ["packed", "round-robin"]},
+        }
         for k in counts
     ]
-    machines.append({"topology": "dgx-a100*2/fat-tree:gdr=off", "name": "nics=8 gdr=off",
-                     "overrides": {"network.host_staging": True}})
+    machines.append(
+        {
+            "topology": "dgx-a100*2/fat-tree:gdr=off",
+            "name": "nics=8 gdr=off",
+            "overrides": {"network.host_staging": True},
+        }
+    )
     return {
         "name": "whatif_nics",
         "machines": machines,

@@ -62,7 +62,19 @@ def protocol_code(table: InstructionTable) -> int:
     """The interpreter's protocol code of a table (Simple for LL128)."""
     return PROTOCOL_CODES.get(str(table.attributes.get("protocol", "Simple")), PROTOCOL_CODES["Simple"])
 
-EXECUTOR_COLUMNS = ("rank", "id", "channel", "kind", "send_peer", "recv_peer", "send_conn", "recv_conn", "first", "count")
+
+EXECUTOR_COLUMNS = (
+    "rank",
+    "id",
+    "channel",
+    "kind",
+    "send_peer",
+    "recv_peer",
+    "send_conn",
+    "recv_conn",
+    "first",
+    "count",
+)
 INSTRUCTION_COLUMNS = (
     "op",
     "src_rank",
@@ -374,9 +386,7 @@ def to_table(
                 if len(ins.deps) > lim.max_deps_per_instruction:
                     raise _fail(program, f"{step}: {len(ins.deps)} dependencies, above {lim.max_deps_per_instruction}")
                 if len(ins.sources) > lim.max_sources_per_instruction:
-                    raise _fail(
-                        program, f"{step}: {len(ins.sources)} sources, above {lim.max_sources_per_instruction}"
-                    )
+                    raise _fail(program, f"{step}: {len(ins.sources)} sources, above {lim.max_sources_per_instruction}")
                 ins_rows.append(
                     (
                         OP_CODES[ins.op],
@@ -433,10 +443,12 @@ def to_program(table: InstructionTable) -> Program:
             for i in range(row["first"], row["first"] + row["count"]):
                 ins = table.rows("instructions", i)
                 deps = tuple(
-                    (int(ex[d, 1]), int(st)) for d, st in table.deps[ins["dep_first"] : ins["dep_first"] + ins["dep_count"]]
+                    (int(ex[d, 1]), int(st))
+                    for d, st in table.deps[ins["dep_first"] : ins["dep_first"] + ins["dep_count"]]
                 )
                 sources = tuple(
-                    ref(*map(int, s)) for s in table.sources[ins["source_first"] : ins["source_first"] + ins["source_count"]]
+                    ref(*map(int, s))
+                    for s in table.sources[ins["source_first"] : ins["source_first"] + ins["source_count"]]
                 )
                 steps.append(
                     Instruction(

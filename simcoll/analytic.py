@@ -15,6 +15,13 @@ Three models, from simplest to most detailed:
   message (one α). On a uniform machine this gives the NV-Group closed forms,
   e.g. ring Allreduce = eqs. (1) + (2) = eq. (3).
 
+Both timed models pay the costs of :mod:`simcoll.cost_model` as the simulator
+does: links at their effective rate, the protocol's efficiency (``n /
+efficiency`` wire bytes) and per-hop latency (added to α), a fused reduction
+(``compute.fused``: the message's rate capped at the reduction rate, no
+``T_R`` after it) and the call's fixed cost once. With those costs absent
+(efficiency 1, latencies 0, unfused) they are the plain α-β forms.
+
 Sizes follow nccl-tests: ``size_bytes`` is the buffer the collective is named
 by (:attr:`Collective.size_chunks` chunks), so one chunk is
 ``size_bytes / size_chunks`` bytes.
@@ -79,7 +86,18 @@ def _route(machine: Machine, t: Transfer):
     return route
 
 
-def critical_path_time_s(algorithm: Algorithm, machine: Machine | str, size_bytes: float) -> float:
+def _costs(algorithm: Algorithm, machine: Machine, protocol: str | None):
+    """(payload rate factor, fused-reduction rate cap, per-message latency,
+    per-call cost) of ``algorithm`` on ``machine`` with ``protocol``."""
+    named = protocol if protocol is not None else (algorithm.metadata or {}).get("protocol")
+    model = machine.model
+    proto = model.protocol(named)
+    return proto.efficiency, model.fused_reduce_rate_Bps, proto.hop_latency_s, model.call_cost_s(proto.name)
+
+
+def critical_path_time_s(
+    algorithm: Algorithm, machine: Machine | str, size_bytes: float, *, protocol: str | None = None
+) -> float:
     """Completion time of an algorithm with no step barriers.
 
     A transfer starts when its chunk is at the source and its rank pair is
@@ -94,6 +112,9 @@ def critical_path_time_s(algorithm: Algorithm, machine: Machine | str, size_byte
         The machine (or a topology spec with its default model).
     size_bytes : float
         The buffer the collective is named by (nccl-tests convention).
+    protocol : {"LL", "LL128", "Simple"}, optional
+        Whose costs apply (default: ``algorithm.metadata["protocol"]``, else
+        the model's default; :meth:`simcoll.cost_model.CostModel.protocol`).
 
     Returns
     -------
@@ -126,6 +147,7 @@ def critical_path_time_s(algorithm: Algorithm, machine: Machine | str, size_byte
     machine = as_machine(machine)
     _check_fits(algorithm, machine)
     nbytes = chunk_bytes(algorithm.collective, size_bytes)
+    efficiency, reduce_cap, hop_s, call_s = _costs(algorithm, machine, protocol)
     ready: dict[tuple[int, int], float] = {(r, c): 0.0 for c, r in algorithm.collective.pre}
     pending: dict[tuple[int, int], float] = {}
     pair_free: dict[tuple[int, int], float] = defaultdict(float)
@@ -142,11 +164,14 @@ def critical_path_time_s(algorithm: Algorithm, machine: Machine | str, size_byte
                     raise AlgorithmError(f"{algorithm.name}: {t.describe()} before rank {t.src} holds the chunk")
                 starts.append(ready[(t.src, t.chunk)])
             start = max(max(starts), pair_free[(first.src, first.dst)])
-            wire_end = start + size / route.bandwidth_Bps
+            rate = route.bandwidth_Bps * efficiency
+            if first.op == "reduce" and reduce_cap < rate:
+                rate = reduce_cap
+            wire_end = start + size / rate
             pair_free[(first.src, first.dst)] = wire_end
-            end = wire_end + route.alpha_s
+            end = wire_end + (route.alpha_s + hop_s)
             if first.op == "reduce":
-                end += machine.model.reduce_time_s(size)
+                end += machine.model.reduce_after_s(size)
             for t in message:
                 slot = (t.dst, t.chunk)
                 pending[slot] = max(pending.get(slot, 0.0), end)
@@ -154,10 +179,12 @@ def critical_path_time_s(algorithm: Algorithm, machine: Machine | str, size_byte
         for slot, t in pending.items():
             ready[slot] = max(ready.get(slot, 0.0), t)
         pending.clear()
-    return finish
+    return finish + call_s
 
 
-def step_time_s(algorithm: Algorithm, machine: Machine | str, size_bytes: float) -> float:
+def step_time_s(
+    algorithm: Algorithm, machine: Machine | str, size_bytes: float, *, protocol: str | None = None
+) -> float:
     """Completion time with a barrier after every step.
 
     Each step lasts as long as its slowest rank pair: all its chunks in one
@@ -171,6 +198,8 @@ def step_time_s(algorithm: Algorithm, machine: Machine | str, size_bytes: float)
         The machine (or a topology spec with its default model).
     size_bytes : float
         The buffer the collective is named by (nccl-tests convention).
+    protocol : {"LL", "LL128", "Simple"}, optional
+        As for :func:`critical_path_time_s`.
 
     Returns
     -------
@@ -201,7 +230,8 @@ def step_time_s(algorithm: Algorithm, machine: Machine | str, size_bytes: float)
         raise AlgorithmError(f"{algorithm.name}: step_time_s needs a step-scheduled algorithm")
     _check_fits(algorithm, machine)
     nbytes = chunk_bytes(algorithm.collective, size_bytes)
-    total = 0.0
+    efficiency, reduce_cap, hop_s, call_s = _costs(algorithm, machine, protocol)
+    total = call_s
     for step in range(algorithm.steps):
         per_pair: dict[tuple[int, int], list[Transfer]] = defaultdict(list)
         for t in algorithm.transfers_in_step(step):
@@ -211,9 +241,12 @@ def step_time_s(algorithm: Algorithm, machine: Machine | str, size_bytes: float)
             route = _route(machine, group[0])
             size = nbytes * len(group)
             reduce_size = nbytes * sum(t.op == "reduce" for t in group)
-            cost = route.alpha_s + size / route.bandwidth_Bps
+            rate = route.bandwidth_Bps * efficiency
+            if reduce_size and reduce_cap < rate:
+                rate = reduce_cap
+            cost = (route.alpha_s + hop_s) + size / rate
             if reduce_size:
-                cost += machine.model.reduce_time_s(reduce_size)
+                cost += machine.model.reduce_after_s(reduce_size)
             slowest = max(slowest, cost)
         total += slowest
     return total

@@ -74,6 +74,7 @@ def compare(
     contention: bool = True,
     time_limit_s: float = 60.0,
     algorithms: list[str] | tuple[str, ...] | None = None,
+    jobs: int = 1,
 ) -> tuple[pd.DataFrame, dict[str, str]]:
     """Time every applicable algorithm for ``collective`` on ``machine`` at
     every size.
@@ -102,6 +103,11 @@ def compare(
     algorithms : list of str, optional
         Only these rows: registry names and/or ``"nccl"`` (default: every
         applicable algorithm and the ``nccl`` row). An unknown name raises.
+    jobs : int, optional
+        Worker processes: with more than one, every algorithm is generated
+        and timed at every size in its own task (and NCCL's row per size),
+        on a :class:`concurrent.futures.ProcessPoolExecutor`; the rows and
+        their order are the same as with one.
 
     Returns
     -------
@@ -141,12 +147,21 @@ def compare(
         check_size_bytes(size, where=f"compare size {size!r}")
     if method not in METHODS:
         raise SimcollError(f"unknown compare method {method!r}: use {' or '.join(METHODS)}")
+    if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
+        raise SimcollError(f"compare: jobs must be a positive integer, got {jobs!r}")
     collective = canonical_name(collective)
     wanted = _wanted_rows(algorithms)
-    candidates = applicable(machine, collective)
+    with_nccl = wanted is None or NCCL_ROW in wanted
+    timed: dict[tuple[str, int], float] = {}
+    nccl_done: dict[int, Algorithm | str] = {}
+    if jobs > 1:
+        candidates, timed, nccl_done = _in_parallel(
+            machine, collective, sizes, wanted, with_nccl, method, contention, time_limit_s, jobs
+        )
+    else:
+        candidates = applicable(machine, collective)
     if wanted is not None:
         candidates = {name: a for name, a in candidates.items() if name in wanted}
-    with_nccl = wanted is None or NCCL_ROW in wanted
     algorithms = {name: a for name, a in candidates.items() if not isinstance(a, str)}
     skipped = {name: reason for name, reason in candidates.items() if isinstance(reason, str)}
     nccl_ok = with_nccl and _nccl_applies(collective, skipped)
@@ -161,7 +176,12 @@ def compare(
     for size in sizes:
         runs_at_size = list(algorithms.items())
         if nccl_ok:
-            nccl = _nccl_at(machine, collective, size, skipped)
+            if size in nccl_done:
+                nccl = nccl_done[size] if isinstance(nccl_done[size], Algorithm) else None
+                if nccl is None:
+                    skipped[f"{NCCL_ROW} at {format_size(size)}"] = nccl_done[size]
+            else:
+                nccl = _nccl_at(machine, collective, size, skipped)
             if nccl is not None:
                 runs_at_size.append((NCCL_ROW, nccl))
         for name, algorithm in runs_at_size:
@@ -176,7 +196,9 @@ def compare(
             if name in lowered:
                 runs.append(("program", lowered[name]))
             for how, schedule in runs:
-                if how == "analytic":
+                if how == method and (name, size) in timed:
+                    t = timed[(name, size)]
+                elif how == "analytic":
                     t = critical_path_time_s(algorithm, machine, size)
                 else:
                     t = _simulate(schedule, machine, size, contention, time_limit_s)
@@ -206,6 +228,94 @@ def compare(
     df["best"] = False
     df.loc[primary, "best"] = df.loc[primary, "time_s"] == fastest
     return df, skipped
+
+
+def _in_parallel(
+    machine: Machine,
+    collective: str,
+    sizes: list[int],
+    wanted: set[str] | None,
+    with_nccl: bool,
+    method: str,
+    contention: bool,
+    time_limit_s: float,
+    jobs: int,
+) -> tuple[dict[str, Algorithm | str], dict[tuple[str, int], float], dict[int, Algorithm | str]]:
+    """:func:`compare`'s generation and timing on ``jobs`` processes: one
+    task per generator (its Algorithm and its time at every size) and one per
+    size for NCCL's row. Results are collected in submission order, so the
+    table does not depend on which task ends first."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    from .algorithms import REGISTRY
+    from .nccl.tuner import TUNED_COLLECTIVES
+
+    names = [n for n, g in REGISTRY.items() if collective in g.collectives and (wanted is None or n in wanted)]
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        generated = [
+            pool.submit(_generate_and_time, machine, collective, n, sizes, method, contention, time_limit_s)
+            for n in names
+        ]
+        nccl = (
+            {
+                size: pool.submit(_nccl_task, machine, collective, size, method, contention, time_limit_s)
+                for size in sizes
+            }
+            if with_nccl and collective in TUNED_COLLECTIVES
+            else {}
+        )
+        candidates: dict[str, Algorithm | str] = {}
+        timed: dict[tuple[str, int], float] = {}
+        for name, future in zip(names, generated, strict=True):
+            algorithm, times = future.result()
+            candidates[name] = algorithm
+            timed.update({(name, size): t for size, t in times.items()})
+        nccl_done: dict[int, Algorithm | str] = {}
+        for size, future in nccl.items():
+            nccl_done[size], t = future.result()
+            if t is not None:
+                timed[(NCCL_ROW, size)] = t
+        return candidates, timed, nccl_done
+
+
+def _generate_and_time(
+    machine: Machine, collective: str, name: str, sizes: list[int], method: str, contention: bool, time_limit_s: float
+) -> tuple[Algorithm | str, dict[int, float]]:
+    """One generator's Algorithm (or why it does not apply) and its time at
+    every size it has a byte per chunk for (a :func:`_in_parallel` task)."""
+    from .algorithms import generate
+    from .errors import NotApplicableError
+
+    try:
+        algorithm = generate(name, machine, collective)
+    except NotApplicableError as exc:
+        return str(exc), {}
+    times = {}
+    for size in sizes:
+        if size >= algorithm.collective.size_chunks:
+            if method == "analytic":
+                times[size] = critical_path_time_s(algorithm, machine, size)
+            else:
+                times[size] = _simulate(algorithm, machine, size, contention, time_limit_s)
+    return algorithm, times
+
+
+def _nccl_task(
+    machine: Machine, collective: str, size: int, method: str, contention: bool, time_limit_s: float
+) -> tuple[Algorithm | str, float | None]:
+    """NCCL's Algorithm at ``size`` and its time, or why it cannot be built
+    (a :func:`_in_parallel` task)."""
+    from .nccl.baseline import nccl_algorithm
+
+    try:
+        algorithm = nccl_algorithm(machine, collective, size)
+    except SimcollError as exc:
+        return str(exc), None
+    if size < algorithm.collective.size_chunks:
+        return algorithm, None
+    if method == "analytic":
+        return algorithm, critical_path_time_s(algorithm, machine, size)
+    return algorithm, _simulate(algorithm, machine, size, contention, time_limit_s)
 
 
 def _wanted_rows(algorithms: list[str] | tuple[str, ...] | str | None) -> set[str] | None:

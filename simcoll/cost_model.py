@@ -1,5 +1,6 @@
 """Cost models: α-β parameters per link type, and the switch, PCIe, compute,
-executor and protocol parameters the simulator uses, read from ``models/*.yaml``.
+executor, protocol and per-call parameters the simulator uses, read from
+``models/*.yaml``.
 
 Every entry carries a ``source``: the paper table, datasheet or calibration run
 its numbers come from. YAML schema::
@@ -9,25 +10,57 @@ its numbers come from. YAML schema::
     links:                              # keyed by topology link type
       nvlink: {alpha_s: 0.7e-6, beta_s_per_byte: 46.0e-12, source: "TACCL Table 1"}
       pcie:   {alpha_s: 1.0e-6, bandwidth_Bps: 13.0e9, source: "..."}
+      ib:     {alpha_s: 1.7e-6, bandwidth_Bps: 25.0e9, efficiency: 0.96, source: "..."}
     switches:                           # keyed by component kind (optional)
       nvswitch: {latency_s: 0.0, port_bandwidth_Bps: 150e9,
                  concurrency_efficiency: [[1, 1.0], [8, 0.9]],
                  reduce_Bps: 15e9, multicast_Bps: 25e9, source: "..."}   # in-switch reduction (optional)
     host_memory: {bandwidth_Bps: 40e9, source: "..."}   # optional
-    compute: {reduce_bandwidth_Bps: 400e9, reduce_launch_s: 2e-6, source: "..."}
+    compute: {reduce_bandwidth_Bps: 400e9, reduce_launch_s: 2e-6, fused: false, source: "..."}
     executor: {thread_block_bandwidth_Bps: 10e9, kernel_launch_s: 5e-6,     # optional
                fifo_slots: 8, slot_bytes: 524288, host_signal_s: 2e-6, source: "..."}
-    network: {host_staging: true, nic_binding: round-robin, source: "..."}  # optional
-    protocols:                          # optional; Simple is 1.0 if absent
-      LL: {efficiency: 0.5, source: "..."}
+    network: {host_staging: true, nic_binding: bijective, source: "..."}  # optional
+    call: {overhead_s: 10e-6, source: "..."}                              # optional
+    default_protocol: Simple                                              # optional
+    protocols:                          # optional; a protocol not listed costs nothing
+      LL:     {efficiency: 0.5, hop_latency_s: 0.6e-6, call_latency_s: 6.6e-6, source: "..."}
+      LL128:  {efficiency: 0.9375, hop_latency_s: 1.9e-6, call_latency_s: 14e-6, source: "..."}
+      Simple: {efficiency: 1.0, hop_latency_s: 3.4e-6, call_latency_s: 8.4e-6, source: "..."}
 
-``bandwidth_Bps`` is per single link and direction; a link of multiplicity
-``count`` carries ``count`` times as much. Give either ``bandwidth_Bps`` or
-``beta_s_per_byte`` (= 1 / bandwidth), not both.
+The costs NCCL pays (issue 13 item 3), each zero / one when absent so that a
+model without them gives the pure α-β times of the closed forms:
+
+- ``links.<type>.bandwidth_Bps`` is the line rate of one link per direction;
+  ``efficiency`` (default 1, in (0, 1]) is the fraction of it data actually
+  moves at (an NVLink3 link carries ~20 of its 25 GB/s). The simulator, the
+  routes and the analytic cost use the effective rate
+  :attr:`LinkParams.bandwidth_Bps` = line rate × efficiency;
+  :attr:`LinkParams.line_rate_Bps` keeps the line rate. A link of
+  multiplicity ``count`` carries ``count`` times as much. Give either
+  ``bandwidth_Bps`` or ``beta_s_per_byte`` (= 1 / line rate), not both.
+- ``compute.fused``: ``true`` when reduction is fused into the transfer
+  pipeline (NCCL's recvReduceSend: data is reduced as it streams in), so a
+  reducing message moves at ``min(link rate, reduce_bandwidth_Bps)`` and no
+  reduction time is charged after it lands; ``false`` (default): the serial
+  ``T_R(n) = reduce_launch_s + n / reduce_bandwidth_Bps`` after every reducing
+  message (NV-Group Table 2).
+- ``call.overhead_s``: the fixed cost of one collective call (kernel launch and
+  the ranks' synchronisation), paid once per call run under a protocol.
+- ``protocols.<LL|LL128|Simple>``: ``efficiency`` (payload / wire bytes: a
+  message of ``n`` bytes puts ``n / efficiency`` bytes on the wire; default 1),
+  ``hop_latency_s`` (added to the α of every message: NCCL's per-hop
+  latency) and ``call_latency_s`` (added once per call: NCCL's base latency).
+  The protocol a schedule runs with is ``algorithm.metadata["protocol"]`` (an
+  Algorithm), ``program.protocol`` (a Program) or ``simulate(...,
+  protocol=...)``; else the model's ``default_protocol``; else none, and no
+  protocol cost applies (:meth:`CostModel.protocol`).
+- ``network.nic_binding``: which NIC carries a GPU's inter-node traffic
+  (:class:`NetworkParams`); ``bijective`` on machines with one NIC per GPU.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,14 +75,31 @@ from .files import load_yaml, write_atomic
 @dataclass(frozen=True)
 class LinkParams:
     """α-β parameters of one link of a type: a message of ``n`` bytes over
-    ``count`` parallel links takes ``alpha_s + n / (count * bandwidth_Bps)``."""
+    ``count`` parallel links takes ``alpha_s + n / (count * bandwidth_Bps)``.
+
+    ``bandwidth_Bps`` is the *effective* rate, ``line_rate_Bps × efficiency``
+    (module docstring); build from a line rate with :meth:`from_line_rate`.
+    """
 
     alpha_s: float
     bandwidth_Bps: float
     source: str
+    efficiency: float = 1.0
+    line_rate_Bps: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.line_rate_Bps is None:
+            line = self.bandwidth_Bps if self.efficiency == 1 else self.bandwidth_Bps / self.efficiency
+            object.__setattr__(self, "line_rate_Bps", line)
+
+    @classmethod
+    def from_line_rate(cls, alpha_s: float, line_rate_Bps: float, source: str, efficiency: float = 1.0) -> LinkParams:
+        """Link parameters from the line rate and the fraction of it data moves at."""
+        return cls(alpha_s, line_rate_Bps * efficiency, source, efficiency, line_rate_Bps)
 
     @property
     def beta_s_per_byte(self) -> float:
+        """Seconds per byte at the effective rate."""
         return 1.0 / self.bandwidth_Bps
 
 
@@ -84,11 +134,15 @@ class SwitchParams:
 @dataclass(frozen=True)
 class ComputeParams:
     """Reduction cost: ``T_R(n) = reduce_launch_s + n / reduce_bandwidth_Bps``
-    (NV-Group Table 2's T_R, linear in the reduced bytes)."""
+    (NV-Group Table 2's T_R, linear in the reduced bytes), charged after a
+    reducing message unless ``fused``: then the reduction runs inside the
+    transfer pipeline (NCCL's recvReduceSend) and only caps the message's
+    rate at ``reduce_bandwidth_Bps``."""
 
     reduce_bandwidth_Bps: float
     reduce_launch_s: float
     source: str
+    fused: bool = False
 
     def reduce_time_s(self, size_bytes: float) -> float:
         return self.reduce_launch_s + size_bytes / self.reduce_bandwidth_Bps
@@ -129,6 +183,29 @@ PROTOCOLS = ("Simple", "LL", "LL128")
 
 
 @dataclass(frozen=True)
+class ProtocolParams:
+    """What one protocol costs (module docstring): payload / wire bytes, the
+    latency added to every message, and the latency added once per call
+    (NCCL's per-hop ``hwLat`` and ``baseLat``, NCCL 2.30.7 tuning.cc).
+    ``name`` None is "no protocol": no cost at all."""
+
+    name: str | None
+    efficiency: float = 1.0
+    hop_latency_s: float = 0.0
+    call_latency_s: float = 0.0
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class CallParams:
+    """The fixed cost of one collective call: kernel launch and the ranks'
+    synchronisation, paid once per call by every simulator path."""
+
+    overhead_s: float
+    source: str
+
+
+@dataclass(frozen=True)
 class NetworkParams:
     """Contention effects of the simulator's network model beyond max-min sharing.
 
@@ -139,7 +216,8 @@ class NetworkParams:
       side, read by the other) (TACCL §4.2, NDv2).
     - ``nic_binding``: which NIC a GPU's inter-node traffic uses (HiCCL §2.3):
       ``packed`` (GPU g of G uses NIC ⌊g·N/G⌋), ``round-robin`` (NIC g mod N),
-      ``bijective`` (GPU g uses NIC g; needs G = N); ``None``: the topology's
+      ``bijective`` (GPU g uses NIC g; packed on a node with fewer NICs than
+      GPUs, e.g. a fabric what-if that removes NICs); ``None``: the topology's
       own shortest routes.
     """
 
@@ -171,6 +249,10 @@ class CostModel:
     sources: tuple[str, ...] = ()
     host_memory_source: str | None = None
     protocol_sources: Mapping[str, str] = field(default_factory=dict)
+    protocol_hop_latency_s: Mapping[str, float] = field(default_factory=dict)
+    protocol_call_latency_s: Mapping[str, float] = field(default_factory=dict)
+    default_protocol: str | None = None
+    call: CallParams | None = None
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def link(self, link_type: str) -> LinkParams:
@@ -186,18 +268,84 @@ class CostModel:
         """T_R of NV-Group Table 2; zero when the model gives no compute cost."""
         return self.compute.reduce_time_s(size_bytes) if self.compute else 0.0
 
+    @property
+    def fused_reduction(self) -> bool:
+        """Whether reduction is fused into the transfer pipeline (:class:`ComputeParams`)."""
+        return self.compute is not None and self.compute.fused
+
+    def reduce_after_s(self, size_bytes: float) -> float:
+        """Time charged after a reducing message of ``size_bytes`` lands: T_R,
+        or nothing when the reduction is fused."""
+        return 0.0 if self.fused_reduction else self.reduce_time_s(size_bytes)
+
+    @property
+    def fused_reduce_rate_Bps(self) -> float:
+        """The rate cap of a reducing message: the reduction rate when fused, else none (inf)."""
+        return self.compute.reduce_bandwidth_Bps if self.fused_reduction else math.inf
+
+    @property
+    def call_overhead_s(self) -> float:
+        """The fixed per-call cost (:class:`CallParams`); zero when absent."""
+        return self.call.overhead_s if self.call is not None else 0.0
+
+    def protocol(self, name: str | None = None) -> ProtocolParams:
+        """The costs of protocol ``name`` (default: :attr:`default_protocol`).
+
+        A protocol the model does not list costs nothing (efficiency 1, no
+        latency), as does no protocol at all.
+
+        Raises
+        ------
+        ModelError
+            For a name that is not LL, LL128 or Simple.
+
+        Examples
+        --------
+        >>> from simcoll.machines import load_model
+        >>> load_model("dgx-a100").protocol("LL").efficiency
+        0.5
+        >>> load_model("generic").protocol()
+        ProtocolParams(name=None, efficiency=1.0, hop_latency_s=0.0, call_latency_s=0.0, source='')
+        """
+        name = name if name is not None else self.default_protocol
+        if name is None:
+            return ProtocolParams(None)
+        if name not in PROTOCOLS:
+            raise ModelError(f"unknown protocol {name!r}: use {', '.join(PROTOCOLS)}")
+        return ProtocolParams(
+            name,
+            efficiency=self.protocol_efficiency.get(name, 1.0),
+            hop_latency_s=self.protocol_hop_latency_s.get(name, 0.0),
+            call_latency_s=self.protocol_call_latency_s.get(name, 0.0),
+            source=self.protocol_sources.get(name, ""),
+        )
+
+    def call_cost_s(self, protocol: str | None = None) -> float:
+        """Everything paid once per call of a runtime: :attr:`call_overhead_s`
+        plus the protocol's ``call_latency_s``. A schedule run under no
+        protocol (``protocol`` None and no :attr:`default_protocol`) is a bare
+        α-β schedule, as the papers' closed forms cost it: it pays neither."""
+        proto = self.protocol(protocol)
+        return 0.0 if proto.name is None else self.call_overhead_s + proto.call_latency_s
+
     def switch_latency_s(self, kind: str) -> float:
         params = self.switches.get(kind)
         return params.latency_s if params else 0.0
 
     def with_link(self, link_type: str, **changes: float) -> CostModel:
         """A what-if copy with one link type's parameters changed, e.g.
-        ``model.with_link("nvlink", bandwidth_Bps=50e9)``."""
+        ``model.with_link("nvlink", bandwidth_Bps=50e9)``: ``bandwidth_Bps``
+        is the line rate (the link's efficiency stays unless ``efficiency`` is
+        given too), ``alpha_s`` the latency."""
+        unknown = sorted(set(changes) - {"alpha_s", "bandwidth_Bps", "efficiency"})
+        if unknown:
+            raise ModelError(f"with_link: unknown parameter {unknown[0]!r} (use alpha_s, bandwidth_Bps, efficiency)")
         base = self.link(link_type)
-        new = LinkParams(
-            alpha_s=changes.get("alpha_s", base.alpha_s),
-            bandwidth_Bps=changes.get("bandwidth_Bps", base.bandwidth_Bps),
-            source=f"what-if from {self.name}: {changes}",
+        new = LinkParams.from_line_rate(
+            changes.get("alpha_s", base.alpha_s),
+            changes.get("bandwidth_Bps", base.line_rate_Bps),
+            f"what-if from {self.name}: {changes}",
+            changes.get("efficiency", base.efficiency),
         )
         return CostModel(**{**vars(self), "name": f"{self.name}+whatif", "links": {**self.links, link_type: new}})
 
@@ -212,6 +360,8 @@ _TOP = {
     "executor",
     "network",
     "protocols",
+    "default_protocol",
+    "call",
     "sources",
 }
 
@@ -272,7 +422,10 @@ def model_from_dict(data: Any, where: str = "<model>") -> CostModel:
     if not isinstance(name, str) or not name:
         raise ModelError(f"{where}: field 'name' is required")
     host_bw, host_source = _parse_host_memory(data.get("host_memory"), where)
-    protocols, protocol_sources = _parse_protocols(data.get("protocols"), where)
+    protocols, protocol_sources, hop_latency, call_latency = _parse_protocols(data.get("protocols"), where)
+    default_protocol = data.get("default_protocol")
+    if default_protocol is not None and default_protocol not in PROTOCOLS:
+        raise ModelError(f"{where}: default_protocol must be one of {', '.join(PROTOCOLS)}, got {default_protocol!r}")
     return CostModel(
         name=name,
         description=str(data.get("description") or ""),
@@ -286,6 +439,10 @@ def model_from_dict(data: Any, where: str = "<model>") -> CostModel:
         sources=_parse_sources(data.get("sources"), where),
         host_memory_source=host_source,
         protocol_sources=protocol_sources,
+        protocol_hop_latency_s=hop_latency,
+        protocol_call_latency_s=call_latency,
+        default_protocol=default_protocol,
+        call=_parse_call(data.get("call"), where),
         raw=dict(data),
     )
 
@@ -297,7 +454,7 @@ def _parse_links(raw_links: Any, where: str) -> dict[str, LinkParams]:
     links = {}
     for link_type, raw in raw_links.items():
         here = f"{where}: links.{link_type}"
-        entry = _entry(raw, {"alpha_s", "bandwidth_Bps", "beta_s_per_byte"}, here)
+        entry = _entry(raw, {"alpha_s", "bandwidth_Bps", "beta_s_per_byte", "efficiency"}, here)
         alpha = _number(entry, "alpha_s", here)
         if ("bandwidth_Bps" in entry) == ("beta_s_per_byte" in entry):
             raise ModelError(f"{here}: give exactly one of bandwidth_Bps and beta_s_per_byte")
@@ -305,7 +462,8 @@ def _parse_links(raw_links: Any, where: str) -> dict[str, LinkParams]:
             bandwidth = _number(entry, "bandwidth_Bps", here, positive=True)
         else:
             bandwidth = 1.0 / _number(entry, "beta_s_per_byte", here, positive=True)
-        links[str(link_type)] = LinkParams(alpha_s=alpha, bandwidth_Bps=bandwidth, source=entry["source"])
+        efficiency = _fraction(entry, "efficiency", here)
+        links[str(link_type)] = LinkParams.from_line_rate(alpha, bandwidth, entry["source"], efficiency)
     return links
 
 
@@ -328,6 +486,16 @@ def _parse_switches(raw_switches: Any, where: str) -> dict[str, SwitchParams]:
             source=entry["source"],
         )
     return switches
+
+
+def _fraction(entry: Mapping, key: str, here: str) -> float:
+    """An optional efficiency in (0, 1], default 1."""
+    value = _number(entry, key, here, required=False, positive=True)
+    if value is None:
+        return 1.0
+    if value > 1:
+        raise ModelError(f"{here}.{key}: must lie in (0, 1], got {value}")
+    return value
 
 
 def _efficiency_points(raw: Any, here: str) -> tuple[tuple[int, float], ...]:
@@ -356,12 +524,25 @@ def _parse_compute(raw: Any, where: str) -> ComputeParams | None:
     if raw is None:
         return None
     here = f"{where}: compute"
-    entry = _entry(raw, {"reduce_bandwidth_Bps", "reduce_launch_s"}, here)
+    entry = _entry(raw, {"reduce_bandwidth_Bps", "reduce_launch_s", "fused"}, here)
+    fused = entry.get("fused", False)
+    if not isinstance(fused, bool):
+        raise ModelError(f"{here}.fused: must be true or false, got {fused!r}")
     return ComputeParams(
         reduce_bandwidth_Bps=_number(entry, "reduce_bandwidth_Bps", here, positive=True),
         reduce_launch_s=_number(entry, "reduce_launch_s", here),
         source=entry["source"],
+        fused=fused,
     )
+
+
+def _parse_call(raw: Any, where: str) -> CallParams | None:
+    """``call``: the fixed per-call cost."""
+    if raw is None:
+        return None
+    here = f"{where}: call"
+    entry = _entry(raw, {"overhead_s"}, here)
+    return CallParams(overhead_s=_number(entry, "overhead_s", here), source=entry["source"])
 
 
 def _parse_executor(raw: Any, where: str) -> ExecutorParams | None:
@@ -400,22 +581,29 @@ def _parse_network(raw: Any, where: str) -> NetworkParams | None:
     return NetworkParams(source=entry["source"], host_staging=staging, nic_binding=binding)
 
 
-def _parse_protocols(raw: Any, where: str) -> tuple[dict[str, float], dict[str, str]]:
-    """``protocols``: (efficiency, source) per protocol; Simple is 1.0 unless given."""
+def _parse_protocols(
+    raw: Any, where: str
+) -> tuple[dict[str, float], dict[str, str], dict[str, float], dict[str, float]]:
+    """``protocols``: efficiency, source, hop and call latency per protocol
+    (Simple's efficiency is 1.0 unless given; latencies only where given)."""
     if raw is not None and not isinstance(raw, Mapping):
         raise ModelError(f"{where}: protocols: expected a mapping from protocols to parameters")
-    protocols, sources = {"Simple": 1.0}, {}
+    protocols, sources, hop, call = {"Simple": 1.0}, {}, {}, {}
     for proto, entry_raw in (raw or {}).items():
         here = f"{where}: protocols.{proto}"
         if proto not in PROTOCOLS:
             raise ModelError(f"{here}: protocol must be Simple, LL or LL128")
-        entry = _entry(entry_raw, {"efficiency"}, here)
-        eff = _number(entry, "efficiency", here, positive=True)
-        if eff > 1:
-            raise ModelError(f"{here}.efficiency: must be at most 1, got {eff}")
-        protocols[proto] = eff
+        entry = _entry(entry_raw, {"efficiency", "hop_latency_s", "call_latency_s"}, here)
+        if "efficiency" in entry:
+            eff = _number(entry, "efficiency", here, positive=True)
+            if eff > 1:
+                raise ModelError(f"{here}.efficiency: must be at most 1, got {eff}")
+            protocols[proto] = eff
+        for key, into in (("hop_latency_s", hop), ("call_latency_s", call)):
+            if key in entry:
+                into[proto] = _number(entry, key, here)
         sources[proto] = entry["source"]
-    return protocols, sources
+    return protocols, sources, hop, call
 
 
 def _parse_sources(raw: Any, where: str) -> tuple[str, ...]:
@@ -449,33 +637,59 @@ def model_to_dict(model: CostModel) -> dict[str, Any]:
         out["description"] = model.description
     if model.sources:
         out["sources"] = list(model.sources)
-    out["links"] = {
-        kind: {"alpha_s": p.alpha_s, "bandwidth_Bps": p.bandwidth_Bps, "source": p.source}
-        for kind, p in model.links.items()
-    }
+    out["links"] = {kind: _link_to_dict(p) for kind, p in model.links.items()}
     if model.switches:
         out["switches"] = {kind: _switch_to_dict(p) for kind, p in model.switches.items()}
     if model.host_memory_bandwidth_Bps is not None:
         out["host_memory"] = {"bandwidth_Bps": model.host_memory_bandwidth_Bps, "source": model.host_memory_source}
     if model.compute is not None:
-        out["compute"] = _fields(model.compute)
+        compute = _fields(model.compute)
+        if not model.compute.fused:
+            del compute["fused"]  # the default: written only when set
+        out["compute"] = compute
     if model.executor is not None:
         out["executor"] = _fields(model.executor)
     if model.network is not None:
         out["network"] = _fields(model.network)
-    protocols = {
-        proto: {"efficiency": eff, "source": model.protocol_sources[proto]}
-        for proto, eff in model.protocol_efficiency.items()
-        if proto in model.protocol_sources
-    }
+    if model.call is not None:
+        out["call"] = _fields(model.call)
+    if model.default_protocol is not None:
+        out["default_protocol"] = model.default_protocol
+    protocols = {}
+    for proto in PROTOCOLS:
+        if proto not in model.protocol_sources:
+            continue
+        entry: dict[str, Any] = {}
+        if proto in model.protocol_efficiency:
+            entry["efficiency"] = model.protocol_efficiency[proto]
+        for key, values in (
+            ("hop_latency_s", model.protocol_hop_latency_s),
+            ("call_latency_s", model.protocol_call_latency_s),
+        ):
+            if proto in values:
+                entry[key] = values[proto]
+        protocols[proto] = {**entry, "source": model.protocol_sources[proto]}
     unsourced = sorted(
-        p for p, e in model.protocol_efficiency.items() if p not in protocols and (p, e) != ("Simple", 1)
+        p
+        for p, e in [
+            *model.protocol_efficiency.items(),
+            *model.protocol_hop_latency_s.items(),
+            *model.protocol_call_latency_s.items(),
+        ]
+        if p not in protocols and (p, e) != ("Simple", 1)
     )
     if unsourced:
         raise ModelError(f"model {model.name!r}: protocol {unsourced[0]} has no source to write")
     if protocols:
         out["protocols"] = protocols
     return out
+
+
+def _link_to_dict(params: LinkParams) -> dict[str, Any]:
+    entry: dict[str, Any] = {"alpha_s": params.alpha_s, "bandwidth_Bps": params.line_rate_Bps}
+    if params.efficiency != 1:
+        entry["efficiency"] = params.efficiency
+    return {**entry, "source": params.source}
 
 
 def _switch_to_dict(params: SwitchParams) -> dict[str, Any]:

@@ -51,6 +51,11 @@ class Routes:
             self._out[a].append(hop)
             self._in[b].append(hop)
         self._gpu_names = {g.name for g in topology.gpus}
+        self._names = [topology.gpu(r).name for r in range(topology.num_ranks)]
+        self._rank_of = {g.name: g.rank for g in topology.gpus}
+        self._out_index = {hop: i for hops in self._out.values() for i, hop in enumerate(hops)}
+        self._order: dict[tuple[str, bool], dict[str, int]] = {}
+        self._reachable: dict[int, list[int]] = {}
         self._dist: dict[tuple[str, bool, bool], dict[str, int]] = {}
         self._hops: dict[tuple[int, int], tuple[RouteHop, ...] | None] = {}
         self._length: dict[tuple[int, int], int] = {}
@@ -81,50 +86,102 @@ class Routes:
                     queue.append(nxt)
         return dist
 
+    def _mode(self, src: int, dst: int) -> tuple[bool, dict[str, int]] | None:
+        """(fabric_only, distances from ``src``) of the routes ``src -> dst``
+        use: the GPU fabric alone when it joins them, else any link; None
+        when no route avoids the other GPUs."""
+        s, d = self._names[src], self._names[dst]
+        for fabric_only in (True, False):
+            dist_from = self._distances(s, True, fabric_only)
+            if src != dst and d in dist_from:
+                return fabric_only, dist_from
+        return None
+
     def hops(self, src: int, dst: int) -> tuple[RouteHop, ...] | None:
         """The hops on any shortest route from rank ``src`` to rank ``dst``
-        (a DAG), or ``None`` when no route avoids the other GPUs."""
+        (a DAG), or ``None`` when no route avoids the other GPUs.
+
+        Found by walking back from ``dst`` over the hops that shorten the
+        distance from ``src`` by one (only the DAG is visited, not the whole
+        fabric), and listed in breadth-first order from ``src``."""
         key = (src, dst)
         if key not in self._hops:
-            self._hops[key] = None
-            s, d = self.topology.gpu(src).name, self.topology.gpu(dst).name
-            for fabric_only in (True, False):
-                dist_from = self._distances(s, True, fabric_only)
-                if src == dst or d not in dist_from:
-                    continue
-                dist_to = self._distances(d, False, fabric_only)
-                total = dist_from[d]
-                self._length[key] = total
-                dag = []
-                for node, ds in dist_from.items():
-                    if node != s and node in self._gpu_names:
-                        continue
-                    for hop in self._out[node]:
-                        if self._usable(hop, fabric_only) and hop.dst in dist_to and ds + 1 + dist_to[hop.dst] == total:
-                            if hop.dst == d or hop.dst not in self._gpu_names:
-                                dag.append(hop)
-                self._hops[key] = tuple(dag)
-                break
+            mode = self._mode(src, dst)
+            if mode is None:
+                self._hops[key] = None
+            else:
+                fabric_only, dist_from = mode
+                d = self._names[dst]
+                self._length[key] = dist_from[d]
+                self._hops[key] = self._dag(self._names[src], {d}, fabric_only, dist_from)
         return self._hops[key]
+
+    def _dag(self, s: str, targets: set[str], fabric_only: bool, dist_from: dict[str, int]) -> tuple[RouteHop, ...]:
+        """Every hop on a shortest route from ``s`` to one of ``targets``
+        (which ``dist_from`` reaches), in breadth-first order from ``s`` and
+        each node's link order."""
+        found: set[RouteHop] = set()
+        frontier = set(targets)
+        while frontier:
+            back: set[str] = set()
+            for node in frontier:
+                want = dist_from[node] - 1
+                for hop in self._in[node]:
+                    u = hop.src
+                    if dist_from.get(u) == want and self._usable(hop, fabric_only):
+                        if u == s or u not in self._gpu_names:
+                            found.add(hop)
+                            if u != s:
+                                back.add(u)
+            frontier = back
+        order = self._bfs_order(s, fabric_only, dist_from)
+        return tuple(sorted(found, key=lambda h: (order[h.src], self._out_index[h])))
+
+    def _bfs_order(self, s: str, fabric_only: bool, dist_from: dict[str, int]) -> dict[str, int]:
+        key = (s, fabric_only)
+        if key not in self._order:
+            self._order[key] = {node: i for i, node in enumerate(dist_from)}
+        return self._order[key]
+
+    def reachable(self, src: int) -> list[int]:
+        """The ranks ``src`` has a route to, ascending."""
+        if src not in self._reachable:
+            s = self._names[src]
+            ranks = set()
+            for fabric_only in (True, False):
+                ranks.update(self._rank_of[n] for n in self._distances(s, True, fabric_only) if n in self._rank_of)
+            ranks.discard(src)
+            self._reachable[src] = sorted(ranks)
+        return self._reachable[src]
 
     def hops_on_routes(self) -> set[tuple[str, str, str]]:
         """Every directed (src, dst, type) link that lies on some GPU-to-GPU route."""
         used = set()
-        p = self.topology.num_ranks
-        for s in range(p):
-            for d in range(p):
-                used.update((h.src, h.dst, h.type) for h in self.hops(s, d) or ())
+        for s in range(self.topology.num_ranks):
+            targets: dict[bool, set[str]] = {True: set(), False: set()}
+            dists = {}
+            for d in self.reachable(s):
+                fabric_only, dists[fabric_only] = self._mode(s, d)
+                targets[fabric_only].add(self._names[d])
+            for fabric_only, names in targets.items():
+                if names:
+                    dag = self._dag(self._names[s], names, fabric_only, dists[fabric_only])
+                    used.update((h.src, h.dst, h.type) for h in dag)
         return used
 
     def connected(self, src: int, dst: int) -> bool:
-        return src != dst and self.hops(src, dst) is not None
+        return src != dst and self._mode(src, dst) is not None
 
     def direct_links(self, src: int, dst: int) -> int:
         """Number of links joining the two GPUs directly."""
-        hops = self.hops(src, dst) or ()
-        d = self.topology.gpu(dst).name
-        s = self.topology.gpu(src).name
-        return sum(h.count for h in hops if h.src == s and h.dst == d)
+        mode = self._mode(src, dst)
+        if mode is None:
+            return 0
+        fabric_only, dist_from = mode
+        s, d = self._names[src], self._names[dst]
+        if dist_from[d] != 1:
+            return 0
+        return sum(h.count for h in self._out[s] if h.dst == d and self._usable(h, fabric_only))
 
     def logical_graph(self) -> nx.DiGraph:
         """Directed graph on ranks with an edge wherever a route exists;
@@ -133,9 +190,9 @@ class Routes:
         p = self.topology.num_ranks
         graph.add_nodes_from(range(p))
         for s in range(p):
-            for d in range(p):
-                if self.connected(s, d):
-                    graph.add_edge(s, d, hops=self._length[(s, d)])
+            for d in self.reachable(s):
+                _, dist_from = self._mode(s, d)
+                graph.add_edge(s, d, hops=dist_from[self._names[d]])
         return graph
 
 
@@ -194,9 +251,7 @@ def _bandwidth_relation(topology: Topology, routes: Routes) -> tuple[BandwidthCo
     via_fabric: dict[int, set[tuple[int, int]]] = {r: set() for r in range(p)}
     into_fabric: dict[int, set[tuple[int, int]]] = {r: set() for r in range(p)}
     for s in range(p):
-        for d in range(p):
-            if not routes.connected(s, d):
-                continue
+        for d in routes.reachable(s):
             direct = routes.direct_links(s, d)
             if direct:
                 constraints.append(BandwidthConstraint(frozenset({(s, d)}), direct, f"link {s}->{d}"))
@@ -232,8 +287,8 @@ def _bandwidth_relation(topology: Topology, routes: Routes) -> tuple[BandwidthCo
                     if cb.kind == "nic" and cb.node == node and ca.node != node:
                         in_links += link.count
             ranks = set(topology.ranks_of_node(node))
-            outward = frozenset((s, d) for s in ranks for d in range(p) if d not in ranks and routes.connected(s, d))
-            inward = frozenset((s, d) for d in ranks for s in range(p) if s not in ranks and routes.connected(s, d))
+            outward = frozenset((s, d) for s in ranks for d in routes.reachable(s) if d not in ranks)
+            inward = frozenset((s, d) for s in range(p) if s not in ranks for d in routes.reachable(s) if d in ranks)
             if outward:
                 constraints.append(BandwidthConstraint(outward, out_links, f"node {node} egress"))
             if inward:

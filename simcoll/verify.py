@@ -42,7 +42,7 @@ from collections.abc import Iterable
 import networkx as nx
 import numpy as np
 
-from .algorithm import Algorithm, BandwidthConstraint, SwitchReduction, Transfer, constraint_loads
+from .algorithm import Algorithm, BandwidthConstraint, RelationIndex, SwitchReduction, Transfer, constraint_loads
 from .collectives import Collective
 from .errors import VerificationError
 from .machines import Machine, as_machine
@@ -180,10 +180,187 @@ def _check_post(collective: Collective, holds, problems: list[str]) -> None:
 # Algorithms
 # ---------------------------------------------------------------------------
 def check_algorithm(algorithm: Algorithm, topology: Topology | None = None) -> list[str]:
-    problems: list[str] = []
+    """Problems of an Algorithm (:func:`check`). Step schedules without
+    in-switch reductions go through :func:`algorithm_is_correct` first, which
+    holds the state in NumPy arrays; only when it finds a problem does the
+    symbolic execution below run, to describe it."""
     coll = algorithm.collective
     if topology is not None and topology.num_ranks != coll.num_ranks:
         return [f"{algorithm.name} is for {coll.num_ranks} ranks but {topology.name} has {topology.num_ranks}"]
+    if _fast_path_applies(algorithm) and algorithm_is_correct(algorithm, topology):
+        return []
+    return _check_algorithm_symbolic(algorithm, topology)
+
+
+def _fast_path_applies(algorithm: Algorithm) -> bool:
+    return algorithm.schedule == "steps" and not algorithm.switch_reductions
+
+
+def algorithm_is_correct(algorithm: Algorithm, topology: Topology | None = None) -> bool:
+    """Whether the general verifier (:func:`check`) finds no problem in a step
+    schedule without in-switch reductions, decided on NumPy columns.
+
+    The same run as the symbolic execution (module docstring), with a value's
+    contributions held as a bitset over the ranks (``ceil(P / 64)`` words per
+    (rank, chunk) slot that the schedule touches) instead of a Python set, and
+    every step's reads, copies and reductions applied as array operations.
+    A value always carries the chunk of its slot in an Algorithm (transfers
+    move a chunk between the same slot of two ranks), so only presence and
+    contributions are tracked. Returns True exactly when :func:`check` returns
+    an empty list (tested against it); it does not say what is wrong.
+
+    Parameters
+    ----------
+    algorithm : Algorithm
+        A step-scheduled Algorithm without switch reductions.
+    topology : Topology, optional
+        The topology whose routes and bandwidth relation it must respect.
+
+    Returns
+    -------
+    bool
+
+    Raises
+    ------
+    ValueError
+        For a timed schedule or one with switch reductions (use :func:`check`).
+
+    References
+    ----------
+    .. [1] Cai et al., "Synthesizing Optimal Collective Algorithms" (SCCL),
+       PPoPP 2021, §3.2-3.3 (pre- and postconditions, runs, the relation B).
+
+    Examples
+    --------
+    >>> from simcoll import generate
+    >>> algorithm_is_correct(generate("ring", "ring:4", "allreduce"))
+    True
+    """
+    if not _fast_path_applies(algorithm):
+        raise ValueError(f"{algorithm.name}: the array verifier takes step schedules without switch reductions")
+    coll = algorithm.collective
+    p, g = coll.num_ranks, coll.num_chunks
+    if topology is not None and topology.num_ranks != p:
+        return False
+    table = algorithm.table
+    if not coll.combining and table.reduce.any():
+        return False
+    pairs = table.src * p + table.dst
+    routes = Routes(topology) if topology is not None else None
+    if routes is not None and not all(routes.connected(*divmod(k, p)) for k in _distinct(pairs, p * p).tolist()):
+        return False
+    if not _bandwidth_ok(algorithm, topology, routes, pairs):
+        return False
+    # Slots: rank * G + chunk, renumbered densely over those in use.
+    pre_rank, pre_chunk = _layout_columns(coll.input_layout)
+    out_rank, out_chunk = _layout_columns(coll.output_layout)
+    pre_key = pre_rank * g + pre_chunk
+    words = max(1, (p + 63) // 64)
+    if p * g * words <= _DENSE_SLOT_WORDS:
+        keys = np.arange(p * g, dtype=np.int64)  # every slot: no renumbering needed
+    else:
+        keys = np.unique(np.concatenate([pre_key, table.src * g + table.chunk, table.dst * g + table.chunk]))
+    bits = np.zeros((len(keys), words), dtype=np.uint64)
+    present = np.zeros(len(keys), dtype=bool)
+    start = np.searchsorted(keys, pre_key)
+    rank_bit = np.left_shift(np.uint64(1), (pre_rank % 64).astype(np.uint64))
+    np.bitwise_or.at(bits, (start, pre_rank // 64), rank_bit)
+    present[start] = True
+    src_slot = np.searchsorted(keys, table.src * g + table.chunk)
+    dst_slot = np.searchsorted(keys, table.dst * g + table.chunk)
+    order = np.argsort(table.step, kind="stable")
+    cuts = np.flatnonzero(np.diff(table.step[order])) + 1
+    for batch in np.split(order, cuts) if len(order) else ():
+        if not _apply_step(bits, present, src_slot[batch], dst_slot[batch], table.reduce[batch]):
+            return False
+    out_key = out_rank * g + out_chunk
+    out_slot = np.minimum(np.searchsorted(keys, out_key), len(keys) - 1)
+    if len(out_key) and (not len(keys) or not (keys[out_slot] == out_key).all() or not present[out_slot].all()):
+        return False
+    if coll.combining:
+        expected = np.zeros((g, words), dtype=np.uint64)
+        np.bitwise_or.at(expected, (pre_chunk, pre_rank // 64), rank_bit)
+        if not (bits[out_slot] == expected[out_chunk]).all():
+            return False
+    return True
+
+
+#: Up to this many 64-bit words of contribution bitsets, :func:`algorithm_is_correct`
+#: keeps one per (rank, chunk) slot (256 MB); beyond, only the slots in use.
+_DENSE_SLOT_WORDS = 1 << 25
+
+
+def _distinct(keys: np.ndarray, bound: int) -> np.ndarray:
+    """The distinct values of non-negative ``keys`` below ``bound``, ascending."""
+    if bound <= 1 << 26:
+        return np.flatnonzero(np.bincount(keys, minlength=bound))
+    return np.unique(keys)
+
+
+def _layout_columns(layout) -> tuple[np.ndarray, np.ndarray]:
+    """(ranks, chunks) of every entry of a per-rank layout, as arrays."""
+    lengths = np.fromiter((len(chunks) for chunks in layout), dtype=np.int64, count=len(layout))
+    ranks = np.repeat(np.arange(len(layout), dtype=np.int64), lengths)
+    chunks = np.fromiter((c for chunks in layout for c in chunks), dtype=np.int64, count=int(lengths.sum()))
+    return ranks, chunks
+
+
+def _apply_step(bits: np.ndarray, present: np.ndarray, src: np.ndarray, dst: np.ndarray, reduce: np.ndarray) -> bool:
+    """One step of :func:`algorithm_is_correct`: every transfer reads its
+    source slot at the start of the step, then copies land and reductions
+    combine. False where the symbolic run would report a problem."""
+    if not present[src].all():
+        return False
+    values = bits[src]
+    copy_dst, copy_val = dst[~reduce], values[~reduce]
+    red_dst, red_val = dst[reduce], values[reduce]
+    if len(copy_dst) and len(red_dst) and np.intersect1d(copy_dst, red_dst).size:
+        return False  # copied and reduced into in one step
+    if len(copy_dst):
+        order = np.argsort(copy_dst, kind="stable")
+        same = copy_dst[order][1:] == copy_dst[order][:-1]
+        if same.any() and not (copy_val[order][1:][same] == copy_val[order][:-1][same]).all():
+            return False  # different versions of one chunk arrive
+        bits[copy_dst] = copy_val
+        present[copy_dst] = True
+    if len(red_dst):
+        if not present[red_dst].all():
+            return False
+        order = np.argsort(red_dst, kind="stable")
+        red_dst, red_val = red_dst[order], red_val[order]
+        first = np.ones(len(red_dst), dtype=bool)
+        first[1:] = red_dst[1:] != red_dst[:-1]
+        if first.all():
+            base = bits[red_dst]
+            if (base & red_val).any():
+                return False  # a contribution counted twice
+            bits[red_dst] = base | red_val
+        else:
+            for slot, value in zip(red_dst.tolist(), red_val, strict=True):
+                if (bits[slot] & value).any():
+                    return False
+                bits[slot] |= value
+    return True
+
+
+def _bandwidth_ok(algorithm: Algorithm, topology: Topology | None, routes: Routes | None, pairs: np.ndarray) -> bool:
+    """:func:`_check_bandwidth` finds nothing (vectorised, :class:`RelationIndex`)."""
+    relation = algorithm.bandwidth or (bandwidth_relation(topology, routes) if topology is not None else ())
+    if not relation or not len(pairs):
+        return True
+    p = algorithm.num_ranks
+    index = RelationIndex.of(relation, algorithm.num_ranks)
+    rounds = np.asarray(algorithm.rounds_per_step, dtype=np.int64)
+    step, cons, counts = index.step_loads(algorithm.table.step, pairs)
+    if (counts > index.capacity[cons] * rounds[step]).any():
+        return False
+    return bool(index.covered(_distinct(pairs, p * p)).all())
+
+
+def _check_algorithm_symbolic(algorithm: Algorithm, topology: Topology | None = None) -> list[str]:
+    """The general verifier: symbolic execution with a Python value per slot."""
+    problems: list[str] = []
+    coll = algorithm.collective
     if not coll.combining:
         for t in algorithm.transfers:
             if t.op == "reduce":

@@ -84,7 +84,11 @@ def test_every_collective_verifies_on_single_node_machines(machine):
     p = topo.num_ranks
     for coll, steps in FORMS:
         for chunks in (1, 2, 3):
-            assert check(hiccl(topo, _collective(coll, p, chunks), steps=steps), load_machine(topo)) == [], (coll, steps, chunks)
+            assert check(hiccl(topo, _collective(coll, p, chunks), steps=steps), load_machine(topo)) == [], (
+                coll,
+                steps,
+                chunks,
+            )
 
 
 def test_registered_for_the_eight_collectives_of_table_1_with_cli_options():

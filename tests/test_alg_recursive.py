@@ -63,7 +63,9 @@ def split(p: int) -> tuple[int, int]:
 def test_verified_on_fully_connected_for_three_chunk_factors(name, coll, p):
     topo = load_topology(f"fully-connected:{p}")
     for chunks in CHUNK_FACTORS:
-        assert check(generate(name, load_machine(topo), make_collective(coll, p, chunks)), load_machine(topo)) == [], chunks
+        assert check(generate(name, load_machine(topo), make_collective(coll, p, chunks)), load_machine(topo)) == [], (
+            chunks
+        )
 
 
 @pytest.mark.parametrize("name,coll", CASES)

@@ -105,7 +105,12 @@ def test_on_dgx1_binomial_and_chain_use_nvlinks_and_the_double_tree_needs_missin
         for root in range(8):
             assert check(generate("binomial-tree", load_machine(topo), coll, 1, root=root), load_machine(topo)) == []
     for coll in ("broadcast", "reduce", "allreduce"):
-        assert check(generate("chain", load_machine(topo), coll, 4, root=5 if coll in ROOTED else None), load_machine(topo)) == []
+        assert (
+            check(
+                generate("chain", load_machine(topo), coll, 4, root=5 if coll in ROOTED else None), load_machine(topo)
+            )
+            == []
+        )
     with pytest.raises(NotApplicableError, match=r"double-binary-tree: dgx1 has no route from rank \d to rank \d"):
         generate("double-binary-tree", load_machine(topo), "allreduce")
 

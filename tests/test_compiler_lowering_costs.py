@@ -189,7 +189,9 @@ def test_a_broadcast_roots_output_copies_run_on_thread_blocks_of_their_own():
     copiers = [e for e in root.executors if any(i.op == "copy" for i in e.instructions)]
     assert len(copiers) == len(instructions(program, "copy")) == 8
     assert all(len(e.instructions) == 1 and e.send_peer is None and e.recv_peer is None for e in copiers)
-    capped = lower_algorithm(generate("ring", load_machine(topo), "broadcast"), machine=load_machine(topo), copy_threadblocks=2)
+    capped = lower_algorithm(
+        generate("ring", load_machine(topo), "broadcast"), machine=load_machine(topo), copy_threadblocks=2
+    )
     assert check(capped, load_machine(topo)) == []
     assert len([e for e in capped.ranks[0].executors if e.send_peer is None and e.recv_peer is None]) == 2
 
@@ -209,7 +211,9 @@ def test_lanes_compose_with_instances_for_every_generator():
     for coll in COLLECTIVES:
         for name, algo in applicable(load_machine(topo), coll).items():
             if isinstance(algo, Algorithm):
-                assert check(lower_algorithm(algo, machine=load_machine(topo), instances=2), load_machine(topo)) == [], (coll, name)
+                assert (
+                    check(lower_algorithm(algo, machine=load_machine(topo), instances=2), load_machine(topo)) == []
+                ), (coll, name)
 
 
 @pytest.mark.parametrize(

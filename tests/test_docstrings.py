@@ -48,7 +48,9 @@ def test_public_function_has_a_numpy_docstring(name):
 
 
 def test_public_classes_are_documented():
-    undocumented = [n for n in simcoll.__all__ if inspect.isclass(getattr(simcoll, n)) and not inspect.getdoc(getattr(simcoll, n))]
+    undocumented = [
+        n for n in simcoll.__all__ if inspect.isclass(getattr(simcoll, n)) and not inspect.getdoc(getattr(simcoll, n))
+    ]
     assert undocumented == []
 
 
@@ -72,12 +74,7 @@ def test_every_module_with_examples_runs_at_least_one(module_name):
     """doctest finds the module's examples, and not all of them are skipped."""
     module = importlib.import_module(module_name)
     tests = doctest.DocTestFinder(exclude_empty=True).find(module, module_name)
-    runnable = [
-        example
-        for test in tests
-        for example in test.examples
-        if not example.options.get(doctest.SKIP, False)
-    ]
+    runnable = [example for test in tests for example in test.examples if not example.options.get(doctest.SKIP, False)]
     assert runnable, f"{module_name} has '>>>' but doctest would run none of its examples"
 
 

@@ -42,8 +42,10 @@ def test_check_fails_with_exit_1_on_a_deadlock(tmp_path, capsys):
     from tests.program_builders import op, program, tb
 
     coll = make_collective("allgather", 2)
-    execs = [[tb(0, op("recv", dst=("output", 1)), op("send", ("input", 0)), send=1, recv=1)],
-             [tb(0, op("recv", dst=("output", 0)), op("send", ("input", 0)), send=0, recv=0)]]
+    execs = [
+        [tb(0, op("recv", dst=("output", 1)), op("send", ("input", 0)), send=1, recv=1)],
+        [tb(0, op("recv", dst=("output", 0)), op("send", ("input", 0)), send=0, recv=0)],
+    ]
     path = tmp_path / "stuck.json"
     program(coll, execs, {"input": 1, "output": 2}, name="stuck").save(path)
     assert main(["gpu", "check", str(path), "--timeout", "0.5"]) == 1
@@ -105,4 +107,4 @@ def test_nvrtc_reports_a_compile_error_with_its_log():
     if not nvrtc.nvrtc_available():
         pytest.skip("NVRTC is not installed")
     with pytest.raises(SimcollError, match="could not compile.*undefined"):
-        nvrtc.compile_source("extern \"C\" __global__ void k() { undefined_name(); }")
+        nvrtc.compile_source('extern "C" __global__ void k() { undefined_name(); }')

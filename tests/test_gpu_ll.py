@@ -106,16 +106,17 @@ def test_ll_host_threads_show_no_data_race_under_thread_sanitizer():
         "from simcoll.compiler import lower_algorithm\n"
         "from simcoll.gpu import host\n"
         "from simcoll.gpu.table import to_table\n"
-        "from simcoll.machines import load_topology\n"
-        "topo = load_topology('fully-connected:4')\n"
+        "from simcoll.machines import load_machine\n"
+        "machine = load_machine('fully-connected:4')\n"
         "for coll, name in (('allreduce', 'ring'), ('alltoall', 'direct')):\n"
-        "    p = dataclasses.replace(lower_algorithm(applicable(topo, coll)[name], topology=topo), protocol='LL')\n"
+        "    p = dataclasses.replace(lower_algorithm(applicable(machine, coll)[name], machine=machine), protocol='LL')\n"
         "    for dtype in ('float32', 'bfloat16'):\n"
         "        r = host.check_table(to_table(p, tile_bytes=12, fifo_slots=2), p.collective.size_chunks * 4 * 5, dtype)\n"
         "        assert r.ok, r\n"
         "print('TSAN-CLEAN')\n"
     )
     proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
-    if "TSAN-CLEAN" not in proc.stdout and "ThreadSanitizer" not in proc.stderr and proc.returncode != 66:
+    if "FATAL: ThreadSanitizer" in proc.stderr:
+        # the runtime itself could not start (e.g. an address-space layout it does not support)
         pytest.skip(f"ThreadSanitizer could not run here: {proc.stderr.strip()[-300:]}")
     assert proc.returncode == 0 and "WARNING: ThreadSanitizer" not in proc.stderr, proc.stderr[-2000:]

@@ -22,7 +22,10 @@ def test_ring_allreduce_is_bit_identical_on_the_gpu(protocol, dtype):
     from simcoll.gpu.runner import run
 
     topo = load_topology("fully-connected:4")
-    prog = dataclasses.replace(lower_algorithm(applicable(load_machine(topo), "allreduce")["ring"], machine=load_machine(topo)), protocol=protocol)
+    prog = dataclasses.replace(
+        lower_algorithm(applicable(load_machine(topo), "allreduce")["ring"], machine=load_machine(topo)),
+        protocol=protocol,
+    )
     result = run(prog, prog.collective.size_chunks * 2 * 100_000, iters=3, dtype=dtype)
     assert result.verified, result.problems
 

@@ -451,6 +451,7 @@ def _runtime_view(program: Program) -> tuple:
 
 def _gc3_examples():
     from simcoll.dsl import examples
+
     return {
         "ring allreduce 8 ranks, 2 channels, 2 instances": lambda: examples.ring_allreduce(8, channels=2, instances=2),
         "all-pairs allreduce 8": lambda: examples.allpairs_allreduce(8),

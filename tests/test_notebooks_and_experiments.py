@@ -60,4 +60,3 @@ def test_script_fast_mode_writes_csv_and_png(script, tmp_path):
         assert "in-network reduction: not modelled" in result.stdout
     if script.stem == "machines_sweep":
         assert set(df.collective) == {"allgather", "reducescatter", "allreduce"}
-

@@ -16,7 +16,6 @@ import simpy
 
 from simcoll import load_machine
 from simcoll.cost_model import model_from_dict
-from simcoll.errors import ModelError
 from simcoll.machines import Machine
 from simcoll.simulator.network import FluidNetwork
 from simcoll.topology import topology_from_dict
@@ -199,7 +198,10 @@ def test_round_robin_maps_gpu_g_to_nic_g_mod_n():
     assert [packed.nic_of(g) for g in range(8)] == [f"n0.nic{g // 2}" for g in range(8)]
 
 
-def test_bijective_binding_needs_one_nic_per_gpu():
-    machine = _nic_cluster(4, 2, "bijective")
-    with pytest.raises(ModelError, match="bijective"):
-        _times(machine, [(0, 4, SIZE)])
+def test_bijective_binding_on_fewer_nics_than_gpus_binds_to_the_nearest_nic():
+    """A model written for one NIC per GPU, on a what-if node with fewer NICs,
+    keeps each GPU on the NIC of its own group (packed), not an error."""
+    net = FluidNetwork(simpy.Environment(), _nic_cluster(4, 2, "bijective"))
+    assert [net.nic_of(g) for g in range(4)] == ["n0.nic0", "n0.nic0", "n0.nic1", "n0.nic1"]
+    one_each = FluidNetwork(simpy.Environment(), _nic_cluster(4, 4, "bijective"))
+    assert [one_each.nic_of(g) for g in range(4)] == [f"n0.nic{g}" for g in range(4)]

@@ -49,8 +49,13 @@ def test_nics_per_node_keeps_evenly_spread_nics_and_gdr_flag():
 
 @pytest.mark.parametrize(
     "text, message",
-    [("mesh", "must be one of"), ("rail:radix=8", "bad option"), ("clos:oversub=0.5", "oversub must be"),
-     ("fat-tree:nics=0", "nics must be"), ("clos:radix=x", "bad option")],
+    [
+        ("mesh", "must be one of"),
+        ("rail:radix=8", "bad option"),
+        ("clos:oversub=0.5", "oversub must be"),
+        ("fat-tree:nics=0", "nics must be"),
+        ("clos:radix=x", "bad option"),
+    ],
 )
 def test_bad_fabric_specs_name_the_problem(text, message):
     with pytest.raises(TopologyError, match=message):
@@ -63,7 +68,13 @@ def _times(*specs, algorithm="direct", size="64MB"):
     from simcoll.experiments import load_study, run_batch
 
     study = load_study(
-        {"name": "fabrics", "machines": list(specs), "collectives": ["allgather"], "algorithms": [algorithm], "sizes": size}
+        {
+            "name": "fabrics",
+            "machines": list(specs),
+            "collectives": ["allgather"],
+            "algorithms": [algorithm],
+            "sizes": size,
+        }
     )
     rows = [row for batch in study.batches() for row in run_batch(batch)]
     assert all(row["status"] == "ok" for row in rows), rows

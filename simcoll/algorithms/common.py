@@ -8,7 +8,9 @@ import math
 import time
 from collections.abc import Callable, Iterable, Sequence
 
-from ..algorithm import Algorithm, Transfer, constraint_loads
+import numpy as np
+
+from ..algorithm import Algorithm, RelationIndex, Transfer, TransferTable, constraint_loads
 from ..collectives import Collective
 from ..errors import NotApplicableError
 from ..routes import Routes, bandwidth_relation
@@ -37,7 +39,11 @@ def block_chunks(collective: Collective, owner: int) -> list[int]:
 def minimal_rounds(transfers: Iterable[Transfer], topology: Topology, routes: Routes | None = None) -> tuple[int, ...]:
     """Fewest rounds per step that satisfy the topology's bandwidth relation
     (SCCL §3.3: at most b · r_s sends over each constraint (L, b) in step s)."""
+    if isinstance(transfers, TransferTable):
+        return _minimal_rounds_table(transfers, topology, routes)
     transfers = list(transfers)
+    if transfers and all(t.step is not None for t in transfers):
+        return _minimal_rounds_table(TransferTable.from_transfers(transfers), topology, routes)
     steps = 1 + max((t.step for t in transfers), default=-1)
     relation = bandwidth_relation(topology, routes)
     sends: list[list[tuple[int, int]]] = [[] for _ in range(steps)]
@@ -53,14 +59,32 @@ def minimal_rounds(transfers: Iterable[Transfer], topology: Topology, routes: Ro
     return tuple(rounds)
 
 
+def _minimal_rounds_table(table: TransferTable, topology: Topology, routes: Routes | None) -> tuple[int, ...]:
+    """:func:`minimal_rounds` on columns (same result, NumPy counts)."""
+    steps = 1 + (int(table.step.max()) if len(table) else -1)
+    relation = bandwidth_relation(topology, routes)
+    index = RelationIndex.of(relation, topology.num_ranks)
+    need = np.ones(steps, dtype=np.int64)
+    step, cons, counts = index.step_loads(table.step, table.src * topology.num_ranks + table.dst)
+    cap = index.capacity[cons]
+    limited = cap > 0
+    np.maximum.at(need, step[limited], -(-counts[limited] // cap[limited]))
+    return tuple(need.tolist())
+
+
 def finish(
-    name: str, collective: Collective, topology: Topology, transfers: list[Transfer], routes: Routes, **metadata
+    name: str,
+    collective: Collective,
+    topology: Topology,
+    transfers: list[Transfer] | TransferTable,
+    routes: Routes,
+    **metadata,
 ) -> Algorithm:
     """An Algorithm with the fewest rounds per step its topology allows."""
     return Algorithm(
         name=name,
         collective=collective,
-        transfers=tuple(transfers),
+        transfers=transfers if isinstance(transfers, TransferTable) else tuple(transfers),
         rounds_per_step=minimal_rounds(transfers, topology, routes),
         topology=topology.name,
         metadata={"generator": name, **metadata},
@@ -104,7 +128,13 @@ def hamiltonian_path(
 def require_routes(name: str, topology: Topology, routes: Routes, transfers: Iterable[Transfer]) -> None:
     """Raise :class:`NotApplicableError` naming the first rank pair the
     transfers use that has no route."""
-    for src, dst in dict.fromkeys((t.src, t.dst) for t in transfers):
+    if isinstance(transfers, TransferTable):
+        p = topology.num_ranks
+        keys, first = np.unique(transfers.src * p + transfers.dst, return_index=True)
+        pairs = [divmod(k, p) for k in keys[np.argsort(first)].tolist()]  # in order of first use
+    else:
+        pairs = dict.fromkeys((t.src, t.dst) for t in transfers)
+    for src, dst in pairs:
         if not routes.connected(src, dst):
             raise NotApplicableError(f"{name}: {topology.name} has no route from rank {src} to rank {dst}")
 

@@ -239,9 +239,7 @@ def nccl_tree(topology: Topology, collective: Collective, channels: int | None =
         chains = [[ranks[(head + k) % g] for k in range(g)] for ranks in per_node]
         # reduce up each chain into its head: the tail sends first
         for chain in chains:
-            transfers += [
-                Transfer(chunk, chain[k + 1], chain[k], "reduce", step=g - 2 - k) for k in range(g - 1)
-            ]
+            transfers += [Transfer(chunk, chain[k + 1], chain[k], "reduce", step=g - 2 - k) for k in range(g - 1)]
         up, down, _, after = tree_transfers([chain[0] for chain in chains], chunk, ch % 2, g - 1)
         transfers += up + down
         for chain in chains:

@@ -23,7 +23,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
-from ..algorithm import Algorithm, Transfer
+import numpy as np
+
+from ..algorithm import Algorithm, TransferTable
 from ..collectives import Collective
 from ..errors import NotApplicableError
 from ..routes import Routes, bandwidth_relation
@@ -238,41 +240,71 @@ def _check_ring(topology: Topology, routes: Routes, ring: Sequence[int]) -> list
 
 
 # -- schedules on one ring ----------------------------------------------------------
-def _ring_allgather_steps(collective: Collective, ring: list[int], first_step: int, blocks: Blocks) -> list[Transfer]:
-    """Each position forwards the block that started k positions behind it."""
+# The schedules are emitted as columns (:class:`~simcoll.algorithm.TransferTable`):
+# a ring Allreduce on 1,024 ranks has two million transfers.
+def _blocks_csr(blocks: Blocks, p: int) -> tuple[np.ndarray, np.ndarray]:
+    """The chunks of every owner 0..p-1 as one array and its offsets (CSR)."""
+    lists = [list(blocks(owner)) for owner in range(p)]
+    lengths = np.fromiter((len(b) for b in lists), dtype=np.int64, count=p)
+    offsets = np.zeros(p + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    flat = np.fromiter((c for b in lists for c in b), dtype=np.int64, count=int(offsets[-1]))
+    return flat, offsets
+
+
+def _ring_steps(ring: Sequence[int], first_step: int, lag: int, blocks: Blocks, op: str) -> TransferTable:
+    """Position i sends to position i+1, at step ``first_step + k`` (k = 0..P-2),
+    the chunks of the block owned by the rank ``k + lag`` positions behind it;
+    rows ordered by step, then position, then chunk."""
     p = len(ring)
-    transfers = []
-    for k in range(p - 1):
-        for i in range(p):
-            owner = ring[(i - k) % p]
-            for c in blocks(owner):
-                transfers.append(Transfer(c, ring[i], ring[(i + 1) % p], "copy", first_step + k))
-    return transfers
+    order = np.asarray(ring, dtype=np.int64)
+    flat, offsets = _blocks_csr(blocks, max(p, int(order.max()) + 1 if p else 0))
+    k = np.repeat(np.arange(p - 1, dtype=np.int64), p)
+    i = np.tile(np.arange(p, dtype=np.int64), max(p - 1, 0))
+    owner = order[(i - k - lag) % p]
+    counts = offsets[owner + 1] - offsets[owner]
+    rows = np.repeat(np.arange(len(owner), dtype=np.int64), counts)
+    starts = np.cumsum(counts) - counts
+    within = np.arange(len(rows), dtype=np.int64) - np.repeat(starts, counts)
+    chunk = flat[offsets[owner][rows] + within]
+    return TransferTable(
+        chunk=chunk,
+        src=order[i][rows],
+        dst=order[(i + 1) % p][rows],
+        reduce=np.full(len(rows), op == "reduce"),
+        step=first_step + k[rows],
+    )
 
 
-def _ring_reducescatter_steps(collective: Collective, ring: list[int], blocks: Blocks | None = None) -> list[Transfer]:
+def _ring_allgather_steps(collective: Collective, ring: list[int], first_step: int, blocks: Blocks) -> TransferTable:
+    """Each position forwards the block that started k positions behind it."""
+    return _ring_steps(ring, first_step, 0, blocks, "copy")
+
+
+def _ring_reducescatter_steps(
+    collective: Collective, ring: list[int], blocks: Blocks | None = None, first_step: int = 0
+) -> TransferTable:
     """At step k, position i adds its partial of the block owned k+1 positions
     behind it and passes it on; after P-1 steps each owner holds its block."""
     blocks = blocks or (lambda owner: block_chunks(collective, owner))
-    p = len(ring)
-    transfers = []
-    for k in range(p - 1):
-        for i in range(p):
-            owner = ring[(i - k - 1) % p]
-            for c in blocks(owner):
-                transfers.append(Transfer(c, ring[i], ring[(i + 1) % p], "reduce", k))
-    return transfers
+    return _ring_steps(ring, first_step, 1, blocks, "reduce")
 
 
-def _chain_steps(path: Sequence[int], slots: Sequence[Sequence[int]], op: str) -> list[Transfer]:
+def _chain_steps(path: Sequence[int], slots: Sequence[Sequence[int]], op: str) -> TransferTable:
     """Pipelined chain: the chunks of slot s cross hop h (path[h] -> path[h+1])
     at step s + h, so hop h works on slot s while hop h+1 works on slot s-1."""
-    return [
-        Transfer(c, path[h], path[h + 1], op, s + h)
-        for h in range(len(path) - 1)
-        for s, slot in enumerate(slots)
-        for c in slot
-    ]
+    hops = len(path) - 1
+    path_a = np.asarray(path, dtype=np.int64)
+    slot_of = np.fromiter((s for s, slot in enumerate(slots) for _ in slot), dtype=np.int64)
+    chunks = np.fromiter((c for slot in slots for c in slot), dtype=np.int64, count=len(slot_of))
+    h = np.repeat(np.arange(max(hops, 0), dtype=np.int64), len(chunks))
+    return TransferTable(
+        chunk=np.tile(chunks, max(hops, 0)),
+        src=path_a[h],
+        dst=path_a[h + 1],
+        reduce=np.full(len(h), op == "reduce"),
+        step=np.tile(slot_of, max(hops, 0)) + h,
+    )
 
 
 def _from_root(ring: Sequence[int], root: int) -> list[int]:
@@ -282,39 +314,39 @@ def _from_root(ring: Sequence[int], root: int) -> list[int]:
 
 
 # -- schedules on several rings at once --------------------------------------------------
-def _rings_transfers(collective: Collective, rings: Sequence[list[int]], slot_size: int = 1) -> list[Transfer]:
+def _rings_transfers(collective: Collective, rings: Sequence[list[int]], slot_size: int = 1) -> TransferTable:
     """Every ring runs the ring algorithm for ``collective`` on its share of
     the chunks (module docstring); Broadcast and Reduce move ``slot_size``
     chunks of a ring per pipeline step."""
     p, k, name = collective.num_ranks, len(rings), collective.name
-    transfers: list[Transfer] = []
+    tables: list[TransferTable] = []
     if name in ("allgather", "reducescatter"):
         # Block chunk i*P + n belongs to ring i mod k.
         layout = collective.input_layout if name == "allgather" else collective.output_layout
         for j, order in enumerate(rings):
             share = {owner: [c for c in layout[owner] if (c // p) % k == j] for owner in range(p)}
             if name == "allgather":
-                transfers += _ring_allgather_steps(collective, order, 0, share.__getitem__)
+                tables.append(_ring_allgather_steps(collective, order, 0, share.__getitem__))
             else:
-                transfers += _ring_reducescatter_steps(collective, order, share.__getitem__)
+                tables.append(_ring_reducescatter_steps(collective, order, share.__getitem__))
     elif name == "allreduce":
         # Buffer chunk c belongs to ring c mod k; the ring splits its chunks into P blocks.
         for j, order in enumerate(rings):
             share: dict[int, list[int]] = {owner: [] for owner in range(p)}
             for c in range(j, collective.num_chunks, k):
                 share[(c // k) % p].append(c)
-            transfers += _ring_reducescatter_steps(collective, order, share.__getitem__)
-            transfers += _ring_allgather_steps(collective, order, p - 1, share.__getitem__)
+            tables.append(_ring_reducescatter_steps(collective, order, share.__getitem__))
+            tables.append(_ring_allgather_steps(collective, order, p - 1, share.__getitem__))
     else:  # broadcast, reduce: buffer chunk c belongs to ring c mod k
         for j, order in enumerate(rings):
             mine = list(range(j, collective.num_chunks, k))
             slots = [mine[i : i + slot_size] for i in range(0, len(mine), slot_size)]
             path = _from_root(order, collective.root)
             if name == "broadcast":
-                transfers += _chain_steps(path, slots, "copy")
+                tables.append(_chain_steps(path, slots, "copy"))
             else:  # NCCL's ring Reduce: from the root's successor round to the root
-                transfers += _chain_steps([*path[1:], path[0]], slots, "reduce")
-    return transfers
+                tables.append(_chain_steps([*path[1:], path[0]], slots, "reduce"))
+    return TransferTable.concatenate(tables)
 
 
 def _ring_order(topology: Topology, routes: Routes, ring: Sequence[int] | None) -> list[int]:
@@ -363,9 +395,13 @@ def ring_allreduce(topology: Topology, collective: Collective, ring: Sequence[in
     routes = Routes(topology)
     order = _ring_order(topology, routes, ring)
     p = len(order)
-    transfers = _ring_reducescatter_steps(collective, order)
-    # After the ReduceScatter, position i holds the reduced block of ring[i].
-    transfers += _ring_allgather_steps(collective, order, p - 1, lambda owner: block_chunks(collective, owner))
+    transfers = TransferTable.concatenate(
+        [
+            _ring_reducescatter_steps(collective, order),
+            # After the ReduceScatter, position i holds the reduced block of ring[i].
+            _ring_allgather_steps(collective, order, p - 1, lambda owner: block_chunks(collective, owner)),
+        ]
+    )
     return finish("ring", collective, topology, transfers, routes, ring=order)
 
 

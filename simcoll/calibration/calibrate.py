@@ -5,11 +5,13 @@ every size, so that the simulated NCCL baseline
 (:func:`simcoll.nccl.baseline.nccl_algorithm`, the Algorithm NCCL's tuner
 picks at each size, timed by :func:`simcoll.simulator.simulate` with the
 chosen protocol) matches the measured times of the logs. The parameters are
-the model's own fields (dotted paths into the model file): the effective
-bandwidth and latency of each link type the machine's GPUs use, the
-protocols' efficiencies, and the per-call and per-hop latencies that the model
-documents (any ``*_s`` field of the ``protocols`` section or of a per-call
-section). A parameter whose change does not change the simulated times is
+the model's own fields (dotted paths into the model file,
+:mod:`simcoll.cost_model`): the efficiency (effective / line rate) and α of
+each link type the machine's GPUs use, the LL and LL128 efficiencies (Simple's
+is the reference: the links' efficiencies carry its losses, so fitting both
+would be degenerate), the in-switch reduce / multicast rates, and the
+per-call and per-hop latencies that the model documents (``call.overhead_s``
+and any ``*_s`` field of the ``protocols`` section). A parameter whose change does not change the simulated times is
 left as it was and reported. Never a per-size table: the same parameters
 price every size.
 
@@ -186,7 +188,7 @@ def _set(data: dict[str, Any], path: tuple[str, ...], value: float) -> None:
 def candidate_parameters(machine: Machine, model: CostModel) -> list[tuple[str, ...]]:
     """The model fields :func:`calibrate` may fit on ``machine`` (module
     docstring), as paths into the model's dict."""
-    data = model_to_dict(model)
+    data = _model_dict(model)
     topology = machine.topology
     used = set()
     for gpu in topology.gpus:
@@ -199,7 +201,7 @@ def candidate_parameters(machine: Machine, model: CostModel) -> list[tuple[str, 
     paths: list[tuple[str, ...]] = []
     for link_type in sorted(used):
         if link_type in data.get("links", {}):
-            paths += [("links", link_type, "bandwidth_Bps"), ("links", link_type, "alpha_s")]
+            paths += [("links", link_type, "efficiency"), ("links", link_type, "alpha_s")]
     reducing = {c.kind for c in topology.components if c.reduce or c.multicast}
     for kind in sorted(reducing):
         entry = data.get("switches", {}).get(kind, {})
@@ -207,9 +209,18 @@ def candidate_parameters(machine: Machine, model: CostModel) -> list[tuple[str, 
     for section in LATENCY_SECTIONS:
         paths += _latency_fields(data.get(section), (section,))
     for proto, entry in (data.get("protocols") or {}).items():
-        if isinstance(entry, dict) and "efficiency" in entry:
+        if isinstance(entry, dict) and "efficiency" in entry and proto != "Simple":
             paths.append(("protocols", proto, "efficiency"))
     return list(dict.fromkeys(paths))
+
+
+def _model_dict(model: CostModel) -> dict[str, Any]:
+    """``model`` as a dict with every link's ``efficiency`` written (1 where
+    the model gives none), so that it can be fitted."""
+    data = model_to_dict(model)
+    for entry in data.get("links", {}).values():
+        entry.setdefault("efficiency", 1.0)
+    return data
 
 
 def _latency_fields(entry: Any, path: tuple[str, ...]) -> list[tuple[str, ...]]:
@@ -350,7 +361,7 @@ def calibrate(
     parsed = [load_log(log, machine) for log in logs]
     samples = [s for log in parsed for s in samples_of(log, machine)]
     fit_samples = _fit_subset(samples, max_sizes_per_log)
-    base_dict = model_to_dict(base)
+    base_dict = _model_dict(base)
     if parameters is None:
         paths = candidate_parameters(machine, base)
     else:

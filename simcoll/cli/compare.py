@@ -25,6 +25,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         program=args.program,
         contention=not args.no_contention,
         algorithms=args.algorithms,
+        jobs=args.jobs,
     )
     if args.csv:
         df.to_csv(args.csv, index=False)
@@ -76,6 +77,9 @@ def _arguments(p: argparse.ArgumentParser) -> None:
         "--algorithms",
         type=lambda text: [a.strip() for a in text.split(",") if a.strip()],
         help="only these rows, e.g. nccl,ring,nccl-ring (default: every applicable algorithm and nccl)",
+    )
+    p.add_argument(
+        "--jobs", "-j", type=int, default=1, help="worker processes that generate and time algorithms (default 1)"
     )
     p.add_argument("--csv", help="write the table as CSV")
     p.add_argument("--plot", help="write algbw vs size as an image")

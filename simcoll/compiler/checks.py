@@ -22,8 +22,17 @@ def check_fifo_bound(program: Program, fifo_slots: int) -> list[str]:
     connection (data is ignored); a state where executors are left and none
     can move is a deadlock, reported with the executors that wait.
 
-    >>> # a thread block sending 9 messages before its peer starts receiving
-    >>> # deadlocks with 8 slots when the receiver first waits on the sender's rank
+    A ring Allreduce whose fused receive-reduce-send steps each need a free
+    slot downstream is deadlock-free with 8 slots but not with 1, where every
+    rank holds its neighbour's slot and waits on its own:
+
+    >>> from simcoll.algorithms import generate
+    >>> from simcoll.compiler import lower_algorithm
+    >>> program = lower_algorithm(generate("ring", "ring:4", "allreduce"), machine="ring:4")
+    >>> check_fifo_bound(program, 8)
+    []
+    >>> check_fifo_bound(program, 1)[0].split(":")[0]
+    'deadlock with 1 FIFO slot(s) per connection'
     """
     execs = [(rp.rank, e) for rp in program.ranks for e in rp.executors]
     index = {(r, e.id): g for g, (r, e) in enumerate(execs)}

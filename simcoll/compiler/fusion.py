@@ -128,7 +128,20 @@ def fuse(
     defaults are GC3's rules; see the module docstring for ``live_out`` and
     ``fan_out``.
 
-    >>> # ring Allreduce on P ranks: P send, P(P-2) rrs, P rrcs, P(P-2) rcs, P recv
+    Ring Allreduce on P = 4 ranks: the 12 receive-reduce-copy and 24 send
+    instructions of the unfused Program become P send, P(P-2) rrs, P rrcs,
+    P(P-2) rcs and P recv (GC3 §5.2):
+
+    >>> from collections import Counter
+    >>> from simcoll.algorithms import generate
+    >>> from simcoll.compiler import lower_algorithm
+    >>> ring = generate("ring", "ring:4", "allreduce")
+    >>> def ops(program):
+    ...     return sorted(Counter(i.op for r in program.ranks for e in r.executors for i in e.instructions).items())
+    >>> ops(lower_algorithm(ring, machine="ring:4", fusion=False))
+    [('recv', 12), ('rrc', 12), ('send', 24)]
+    >>> ops(lower_algorithm(ring, machine="ring:4"))
+    [('rcs', 8), ('recv', 4), ('rrcs', 4), ('rrs', 8), ('send', 4)]
     """
     _, rdepth = depths(idag)
     readers, overwritten = _slot_uses(idag, live_out)

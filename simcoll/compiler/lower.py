@@ -273,9 +273,55 @@ def lower_algorithm(
     verify: bool = True,
     timings: dict[str, float] | None = None,
 ) -> Program:
-    """Lower ``algorithm`` to a checked Program (TACCL §6.2). The options
-    are :func:`algorithm_trace`'s and :func:`compile_lowered`'s.
+    """Lower ``algorithm`` to a checked Program (TACCL §6.2): its trace
+    (:func:`algorithm_trace`), compiled with the fusion rules for lowered
+    Algorithms (:func:`compile_lowered`).
 
+    Parameters
+    ----------
+    algorithm : Algorithm
+        A point-to-point schedule (in-switch reductions have no Program form).
+    instances : int
+        Copies of every thread block, each moving ``1/instances`` of every
+        chunk over its own channel (GC3 §5.3).
+    protocol : {"Simple", "LL128", "LL"}
+        The NCCL protocol the Program runs with.
+    machine : Machine or str, optional
+        Where it runs: its links decide how a step's messages between one
+        rank pair spread over channels. Without it, one channel per pair.
+    aggregate : bool
+        Merge the transfers of one step between the same two ranks with
+        contiguous slots into one message.
+    max_channels : int
+        Channels the messages of one step between one rank pair may use.
+    copy_threadblocks : int
+        Thread blocks for a rank's final local copies.
+    fusion : bool
+        Fuse receive/reduce/send chains into single instructions (GC3 §5.2).
+    share_peer_blocks : bool
+        Let a send to and a receive from one peer share a thread block.
+    fifo_slots : int
+        FIFO slots per connection the Program must be deadlock-free with
+        (GC3 §6.1; :func:`simcoll.compiler.checks.check_fifo_bound`).
+    verify : bool
+        Check the postcondition, races and deadlock freedom of the result.
+    timings : dict, optional
+        Filled with the seconds each compiler pass took.
+
+    Returns
+    -------
+    Program
+        The checked Program.
+
+    Raises
+    ------
+    CompileError
+        For bad options, or a Program that fails its checks.
+    AlgorithmError
+        For an Algorithm with in-switch steps.
+
+    Examples
+    --------
     >>> from simcoll.algorithms import generate
     >>> program = lower_algorithm(generate("ring", "ring:4", "allgather"), machine="ring:4", instances=2)
     >>> program.instruction_counts()["rcs"], program.num_channels

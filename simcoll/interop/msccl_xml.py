@@ -189,6 +189,11 @@ def read_msccl_xml_all(path: str | Path, *, collective: Collective | None = None
     collective : Collective, optional
         Overrides the collective the file implies (see :func:`parse_msccl_xml`).
 
+    Returns
+    -------
+    list of Program
+        One per ``<algo>`` element, in file order.
+
     Raises
     ------
     AlgorithmError
@@ -214,6 +219,11 @@ def parse_msccl_xml_all(text: str, where: str = "<xml text>", *, collective: Col
         What the text is (a file name), the prefix of error messages.
     collective : Collective, optional
         Overrides the collective the XML implies (see :func:`parse_msccl_xml`).
+
+    Returns
+    -------
+    list of Program
+        One per ``<algo>`` element, in order.
 
     Raises
     ------
@@ -257,6 +267,11 @@ def read_msccl_xml(path: str | Path, *, index: int | None = None, collective: Co
     collective : Collective, optional
         Overrides the collective the file implies (see :func:`parse_msccl_xml`).
 
+    Returns
+    -------
+    Program
+        The file's (or the ``index``-th) ``<algo>``.
+
     Raises
     ------
     AlgorithmError
@@ -295,6 +310,11 @@ def parse_msccl_xml(
     collective : Collective, optional
         Overrides the collective the XML implies (useful for
         ``coll="custom"``, whose postcondition the XML does not state).
+
+    Returns
+    -------
+    Program
+        The text's (or the ``index``-th) ``<algo>``.
 
     Raises
     ------
@@ -690,6 +710,33 @@ def export_msccl_xml(program: Program, dialect: str = DEFAULT_DIALECT) -> str:
     :class:`AlgorithmError` for what MSCCL XML cannot express: host executors,
     one-sided or signalling ops, unexpanded ``instances``, and (newer
     dialect) collectives the runtime does not know.
+
+    Parameters
+    ----------
+    program : Program
+        The Program to write.
+    dialect : {"classic", "newer"}
+        ``classic``: the msccl-tools compiler's format; ``newer``: newer
+        MSCCL/RCCL runtimes' (module docstring).
+
+    Returns
+    -------
+    str
+        The XML text (:func:`write_msccl_xml` writes it to a file).
+
+    Raises
+    ------
+    AlgorithmError
+        For an unknown dialect or what MSCCL XML cannot express (above).
+
+    Examples
+    --------
+    >>> from simcoll import lower_algorithm, make_collective
+    >>> from simcoll.algorithm import steps_from_lists
+    >>> swap = steps_from_lists("swap", make_collective("allgather", 2, 1), [[(0, 0, 1, "copy"), (1, 1, 0, "copy")]])
+    >>> text = export_msccl_xml(lower_algorithm(swap))
+    >>> text.splitlines()[0].startswith("<algo")
+    True
     """
     if dialect not in DIALECTS:
         raise AlgorithmError(f"unknown MSCCL XML dialect {dialect!r}; known: {', '.join(DIALECTS)}")

@@ -73,6 +73,11 @@ def read_sccl_json(path: str | Path) -> Algorithm:
     path : str or Path
         The file.
 
+    Returns
+    -------
+    Algorithm
+        Its steps and transfers, for the collective its maps imply.
+
     Raises
     ------
     AlgorithmError

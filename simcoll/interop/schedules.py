@@ -1,11 +1,12 @@
 """Schedules in files: the one place that tells file formats apart.
 
-simcoll reads three formats of schedule and writes two:
+simcoll reads four formats of schedule and writes three:
 
 ======================  ==========================  ======================  ============
 format                  holds                       recognised by           written as
 ======================  ==========================  ======================  ============
 simcoll JSON            one Algorithm or Program    ``"format"`` field      ``.json``
+simcoll columns (npz)   one Algorithm               a zip archive           ``.npz``
 MSCCL XML (GC3-IR)      Programs, one per ``<algo>``  an ``<algo`` element    ``.xml``
 SCCL synthesizer JSON   one Algorithm               its keys                (read only)
 ======================  ==========================  ======================  ============
@@ -23,16 +24,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..algorithm import Algorithm
+from ..algorithm import NPZ_MAGIC, NPZ_SUFFIX, Algorithm
 from ..compiler import lower_algorithm
 from ..errors import AlgorithmError
-from ..files import parse_json, read_text, write_atomic
+from ..files import atomic_output, parse_json, read_text, write_atomic
 from ..program import Program
 from .msccl_xml import DEFAULT_DIALECT, export_msccl_xml, parse_msccl_xml_all
 from .sccl_json import algorithm_from_sccl_dict, is_sccl_json
 
 #: Formats :func:`save_schedule` writes, by the file extension that selects them.
-SAVE_FORMATS = {".json": "simcoll-json", ".xml": "msccl-xml"}
+SAVE_FORMATS = {".json": "simcoll-json", ".xml": "msccl-xml", NPZ_SUFFIX: "simcoll-npz"}
 
 Schedule = Algorithm | Program
 
@@ -147,7 +148,18 @@ def load_schedules(path: str | Path) -> list[Schedule]:
     >>> load_schedules(path) == [swap]
     True
     """
+    if _is_npz(path):
+        return [Algorithm.from_npz(path)]
     return parse_schedules(read_text(path, error=AlgorithmError), str(path))
+
+
+def _is_npz(path: str | Path) -> bool:
+    """Whether the file starts as a zip archive (the ``.npz`` column format)."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(len(NPZ_MAGIC)) == NPZ_MAGIC
+    except OSError:
+        return False  # read_text reports it
 
 
 def load_schedule(path: str | Path) -> Schedule:
@@ -198,8 +210,10 @@ def save_schedule(
         What to write.
     path : str or Path
         The file; its extension selects the format unless ``format`` is given:
-        ``.json`` simcoll JSON, ``.xml`` MSCCL XML.
-    format : {"simcoll-json", "msccl-xml"}, optional
+        ``.json`` simcoll JSON, ``.xml`` MSCCL XML, ``.npz`` the compact
+        column format of :meth:`simcoll.algorithm.Algorithm.write_npz`
+        (NumPy arrays and a JSON header; Algorithms only).
+    format : {"simcoll-json", "msccl-xml", "simcoll-npz"}, optional
         The format, whatever the extension. MSCCL XML holds Programs: an
         Algorithm is first lowered with
         :func:`simcoll.compiler.lower_algorithm` (default options).
@@ -237,6 +251,12 @@ def save_schedule(
                 f"{path}: cannot tell the format from the extension {suffix!r}: use {known}, or pass format="
             )
         format = SAVE_FORMATS[suffix]
+    if format == "simcoll-npz":
+        if not isinstance(schedule, Algorithm):
+            raise AlgorithmError(f"{path}: the {NPZ_SUFFIX} format holds Algorithms; save a Program as .json or .xml")
+        with atomic_output(path, "wb", error=AlgorithmError) as handle:
+            schedule.write_npz(handle)
+        return
     if format == "simcoll-json":
         text = schedule.to_json()
     elif format == "msccl-xml":

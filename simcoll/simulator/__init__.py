@@ -17,6 +17,7 @@ Chrome trace). The network model is in :mod:`.network`.
 from __future__ import annotations
 
 from ..algorithm import Algorithm
+from ..cost_model import PROTOCOLS
 from ..errors import SimulationError, VerificationError
 from ..machines import Machine, as_machine
 from ..program import Program
@@ -40,6 +41,7 @@ def simulate(
     verify: bool = True,
     record_timeline: bool = True,
     record_utilisation: bool = True,
+    protocol: str | None = None,
 ) -> SimulationResult:
     """Simulate ``schedule`` on ``machine`` for a ``size_bytes`` buffer.
 
@@ -78,6 +80,11 @@ def simulate(
         Record the per-message timeline and the per-resource utilisation
         (default); off saves time and memory on large schedules and leaves
         the corresponding frame of the result empty.
+    protocol : {"LL", "LL128", "Simple"}, optional
+        The protocol whose costs apply (:meth:`simcoll.cost_model.CostModel.protocol`):
+        efficiency, per-message and per-call latency. Default: an Algorithm's
+        ``metadata["protocol"]``, a Program's ``protocol``, else the model's
+        ``default_protocol``, else none (no protocol cost).
 
     Returns
     -------
@@ -131,6 +138,8 @@ def simulate(
         raise SimulationError(f"unknown simulation mode {mode!r}: use {' or '.join(MODES)}")
     if mode == "algorithm" and not isinstance(schedule, Algorithm):
         raise SimulationError("Algorithm mode needs an Algorithm; a Program runs in Program mode (mode='program')")
+    if protocol is not None and protocol not in PROTOCOLS:
+        raise SimulationError(f"unknown protocol {protocol!r}: use {', '.join(PROTOCOLS)}")
     if verify:
         from ..verify import check
 
@@ -146,14 +155,16 @@ def simulate(
     if mode == "algorithm":
         from .algorithm_mode import _simulate_algorithm
 
-        return _simulate_algorithm(schedule, machine, size_bytes, **options)
+        return _simulate_algorithm(schedule, machine, size_bytes, protocol=protocol, **options)
     if isinstance(schedule, Algorithm):
         from ..compiler import lower_algorithm
+        from .algorithm_mode import protocol_of
 
+        protocol = protocol_of(schedule, protocol)
         schedule = lower_for(schedule, machine, lower_algorithm)
     from .program_mode import _simulate_program
 
-    return _simulate_program(schedule, machine, size_bytes, **options)
+    return _simulate_program(schedule, machine, size_bytes, protocol=protocol, **options)
 
 
 def lower_for(algorithm: Algorithm, machine: Machine, lower_algorithm) -> Program:

@@ -17,6 +17,15 @@ uncontended network both agree to rounding error):
 - A message flows over its route's resources (:mod:`.network`), then lands α
   later; a ``reduce`` then costs ``model.reduce_time_s(n)`` at the receiver
   (NV-Group Table 2's T_R) before the chunk counts as updated.
+- The costs NCCL pays (:mod:`simcoll.cost_model`): links run at their
+  effective rate; the protocol (``algorithm.metadata["protocol"]``, the
+  ``protocol`` argument of :func:`~simcoll.simulator.simulate`, or the
+  model's default) puts ``n / efficiency`` bytes on the wire and adds its
+  ``hop_latency_s`` to every message's α; with ``compute.fused`` a reducing
+  message flows at most at the reduction rate and nothing is charged after it
+  (NCCL reduces inside the transfer pipeline); the call's fixed cost
+  (``call.overhead_s`` + the protocol's ``call_latency_s``) is added once to
+  the completion time (``stats["call_s"]``).
 
 - An in-switch reduction (:class:`~simcoll.algorithm.SwitchReduction`) is one
   message: it waits for its chunk at every source, streams from all sources
@@ -96,19 +105,13 @@ def _labels(keys, timed: bool) -> list[str]:
 def _plan_vectorised(algorithm: Algorithm, num_chunks: int, present: np.ndarray) -> _Plan:
     """Plan for schedules without contiguity groups (every message one
     transfer), with numpy: millions of transfers in seconds."""
-    transfers = algorithm.transfers
+    transfers, table = algorithm.transfers, algorithm.table
     n = len(transfers)
     timed = algorithm.schedule != "steps"
-    if timed:
-        key = np.fromiter((t.start_s for t in transfers), dtype=np.float64, count=n)
-    else:
-        key = np.fromiter((t.step for t in transfers), dtype=np.int64, count=n)
+    key = table.start_s if timed else table.step
     order = np.argsort(key, kind="stable")
     key = key[order]
-    src = np.fromiter((t.src for t in transfers), dtype=np.int64, count=n)[order]
-    dst = np.fromiter((t.dst for t in transfers), dtype=np.int64, count=n)[order]
-    chunk = np.fromiter((t.chunk for t in transfers), dtype=np.int64, count=n)[order]
-    reduce = np.fromiter((t.op == "reduce" for t in transfers), dtype=bool, count=n)[order]
+    src, dst, chunk, reduce = table.src[order], table.dst[order], table.chunk[order], table.reduce[order]
     change = np.empty(n, dtype=bool)
     change[:1] = True
     change[1:] = key[1:] != key[:-1]
@@ -252,6 +255,7 @@ class _Run:
         *,
         contention: bool,
         record_utilisation: bool,
+        protocol: str | None = None,
     ) -> None:
         if algorithm.num_ranks != machine.num_ranks:
             raise AlgorithmError(
@@ -266,8 +270,14 @@ class _Run:
         self.pending, self.groups, self.is_reduce = plan.pending, plan.groups, plan.reduce
         self.fanout = plan.fanout or {}
         self._wait_tables()
-        self.reduce_time = machine.model.reduce_time_s
+        model = machine.model
+        self.protocol = model.protocol(protocol_of(algorithm, protocol))
+        self.efficiency = self.protocol.efficiency
+        # fused reduction: no time after a reducing message, its payload rate capped instead
+        self.reduce_time = model.reduce_after_s
         self.after_one = self.reduce_time(self.nbytes)
+        self.reduce_cap = model.fused_reduce_rate_Bps
+        self.call_s = model.call_cost_s(self.protocol.name)
         self.env = simpy.Environment()
         self.net = FluidNetwork(
             self.env, machine, contention=contention, record_timeline=False, record_utilisation=record_utilisation
@@ -288,7 +298,7 @@ class _Run:
         present = np.zeros(num_chunks * algorithm.num_ranks, dtype=bool)
         pre = np.array([c + r * num_chunks for c, r in algorithm.collective.pre], dtype=np.int64)
         present[pre] = True
-        if algorithm.switch_reductions or any(t.group is not None for t in algorithm.transfers):
+        if algorithm.switch_reductions or algorithm.table.group is not None:
             return _plan_grouped(algorithm, num_chunks, present)
         return _plan_vectorised(algorithm, num_chunks, present)
 
@@ -322,8 +332,13 @@ class _Run:
             msg_q[msgs] = qi
         self.msg_q_np = msg_q
         self.msg_q = array("i", msg_q.tobytes())
-        self.q_alpha = [alpha for alpha, _, _ in self.routes]
+        hop = self.protocol.hop_latency_s
+        self.q_alpha = [alpha + hop for alpha, _, _ in self.routes]
         self.q_rate, self.q_fast = _private_pairs(self.routes, contention, record_utilisation)
+        # payload rates of a copy and of a (fused) reduction on each pair
+        eff, cap = self.efficiency, self.reduce_cap
+        self.q_good = [rate * eff for rate in self.q_rate]
+        self.q_good_reduce = [min(rate * eff, cap) for rate in self.q_rate]
         n_q = len(self.pairs)
         self.q_head = [0] * n_q
         self.q_free = [0.0] * n_q  # private pairs: when the wire is free again
@@ -348,7 +363,7 @@ class _Run:
         head = self.q_head[qi]
         end = len(msgs)
         free = self.q_free[qi]
-        rate = self.q_rate[qi]
+        rate, rate_reduce = self.q_good[qi], self.q_good_reduce[qi]
         alpha = self.q_alpha[qi]
         while head < end:
             m = msgs[head]
@@ -360,7 +375,7 @@ class _Run:
                 size, after = self._payload(m)
             else:
                 size, after = self.nbytes, (self.after_one if is_reduce[m] else 0.0)
-            free = t0 + size / rate
+            free = t0 + size / (rate_reduce if is_reduce[m] else rate)
             msg_start[m] = t0
             msg_wire[m] = free
             done = free + (alpha + after)
@@ -393,9 +408,10 @@ class _Run:
         src, dst = self.pairs[qi]
         kind = _KINDS[plan.reduce[m]]
         label = plan.labels[plan.batch[m]]
-        self.net.launch(
-            src, dst, size, math.inf, 1.0, self._sent, self._landed, after, kind, None, label, plan.chunk[m], m
-        )
+        eff = self.efficiency
+        cap = self.reduce_cap / eff if plan.reduce[m] else math.inf  # on wire bytes
+        after += self.protocol.hop_latency_s
+        self.net.launch(src, dst, size, cap, eff, self._sent, self._landed, after, kind, None, label, plan.chunk[m], m)
 
     def _release(self, slot: int, now: float) -> None:
         """One more update of ``slot`` has landed: start the messages whose
@@ -500,7 +516,15 @@ class _Run:
         start = np.frombuffer(self.msg_start, dtype=np.float64)[msgs]
         wire = np.frombuffer(self.msg_wire, dtype=np.float64)[msgs]
         resources = [res if fast_q else () for (_, _, res), fast_q in zip(self.routes, self.q_fast, strict=True)]
-        self.net.add_alone_flows(resources, self.q_rate, self.msg_q_np[msgs], start, wire)
+        route = self.msg_q_np[msgs]
+        rates = self.q_rate
+        if math.isfinite(self.reduce_cap):  # fused reductions on the wire at their capped rate: routes twice
+            n_q = len(resources)
+            resources = resources + resources
+            rates = rates + [r / self.efficiency for r in self.q_good_reduce]
+            is_reduce = np.frombuffer(bytes(self.plan.reduce), dtype=np.uint8).astype(bool)[msgs]
+            route = route + n_q * is_reduce
+        self.net.add_alone_flows(resources, rates, route, start, wire)
 
     def timeline(self) -> pd.DataFrame:
         """The timeline frame (:func:`_timeline_frame`)."""
@@ -523,6 +547,7 @@ def _simulate_algorithm(
     time_limit_s: float = 60.0,
     record_timeline: bool = True,
     record_utilisation: bool = True,
+    protocol: str | None = None,
 ) -> SimulationResult:
     """Simulate ``algorithm`` on ``machine`` for a ``size_bytes`` buffer
     (nccl-tests naming: one chunk is ``size_bytes / collective.size_chunks``);
@@ -537,7 +562,9 @@ def _simulate_algorithm(
     very large schedules (the result's frames are then empty).
     """
     wall0 = time.perf_counter()
-    run = _Run(algorithm, machine, size_bytes, contention=contention, record_utilisation=record_utilisation)
+    run = _Run(
+        algorithm, machine, size_bytes, contention=contention, record_utilisation=record_utilisation, protocol=protocol
+    )
     plan_s = time.perf_counter() - wall0
     events = run.run(time_limit_s)
     fast = run.private_messages()
@@ -549,8 +576,11 @@ def _simulate_algorithm(
         collective=algorithm.collective,
         size_bytes=size_bytes,
         mode="algorithm",
-        time_s=run.last_s,
+        time_s=run.last_s + run.call_s,
         stats={
+            "protocol": run.protocol.name,
+            "protocol_efficiency": run.efficiency,
+            "call_s": run.call_s,
             "messages": run.plan.messages,
             "private_messages": int(fast.sum()),
             "events": events,
@@ -558,6 +588,15 @@ def _simulate_algorithm(
             "wall_s": time.perf_counter() - wall0,
         },
     )
+
+
+def protocol_of(algorithm: Algorithm, protocol: str | None = None) -> str | None:
+    """The protocol ``algorithm`` runs with: ``protocol`` when given, else its
+    ``metadata["protocol"]``, else None (the model's default)."""
+    if protocol is not None:
+        return protocol
+    named = algorithm.metadata.get("protocol") if algorithm.metadata else None
+    return str(named) if named is not None else None
 
 
 def _delay_to(now: float, when: float) -> float:

@@ -422,28 +422,44 @@ class FluidNetwork:
 
     def nic_of(self, rank: int) -> str:
         """The NIC rank ``rank`` uses under the model's ``nic_binding`` (HiCCL
-        §2.3): packed ⌊g·N/G⌋, round-robin g mod N, bijective g (G = N)."""
+        §2.3): packed ⌊g·N/G⌋, round-robin g mod N, bijective g.
+
+        A node with fewer NICs than GPUs under ``bijective`` (a fabric what-if
+        such as ``fat-tree:nics=2`` on a model written for one NIC per GPU)
+        binds packed: NICs keep their place in the node (nic0, nic4 of eight),
+        so packed gives each GPU the NIC of its own half, the nearest one.
+        """
         node = self._topo.node_of(rank)
         ranks = self._topo.ranks_of_node(node)
         nics = sorted((c.name for c in self._topo.components if c.kind == "nic" and c.node == node), key=_natural_key)
         if not nics:
             raise TopologyError(f"{self.machine.name}: node {node} has no NIC for nic_binding")
         g, n_gpus, n_nics = ranks.index(rank), len(ranks), len(nics)
-        if self.nic_binding == "packed":
-            return nics[g * n_nics // n_gpus]
         if self.nic_binding == "round-robin":
             return nics[g % n_nics]
-        if n_gpus != n_nics:
-            raise ModelError(
-                f"model {self.machine.model.name!r}: network.nic_binding bijective needs as many NICs as GPUs "
-                f"per node ({n_gpus} GPUs, {n_nics} NICs on node {node})"
-            )
+        if self.nic_binding == "packed" or n_nics < n_gpus:
+            return nics[g * n_nics // n_gpus]
         return nics[g]
 
     def _bound_path(self, src: int, dst: int) -> list[RouteHop]:
         a, b = self.nic_of(src), self.nic_of(dst)
         s, d = self._topo.gpu(src).name, self._topo.gpu(dst).name
-        return self._path(s, a) + self._path(a, b, avoid_fabric=False) + self._path(b, d)
+        return self._gpu_nic_path(s, a) + self._path(a, b, avoid_fabric=False) + self._gpu_nic_path(b, d)
+
+    def _gpu_nic_path(self, a: str, b: str) -> list[RouteHop]:
+        """Path between a GPU and its bound NIC: over PCIe when there is one,
+        else through the GPU fabric and the GPU next to the NIC, as NCCL's PXN
+        forwards traffic to a NIC on another PCIe root (NCCL 2.12 release
+        notes; a node left with fewer NICs by a fabric what-if)."""
+        try:
+            return self._path(a, b)
+        except TopologyError:
+            g = self._node_graph()
+            try:
+                nodes = nx.shortest_path(g, a, b)
+            except nx.NetworkXNoPath:
+                raise TopologyError(f"{self.machine.name}: no path from {a} to {b} for the network model") from None
+            return [g[u][v]["hop"] for u, v in zip(nodes, nodes[1:], strict=False)]
 
     def _non_gpudirect_nics(self, src: int, weighted) -> list[tuple[str, float, bool]]:
         """NICs without GPUDirect RDMA on the route: (name, share of the flow
@@ -732,12 +748,12 @@ class FluidNetwork:
         for fid, f in flows.items():
             if new[fid] != f.rate:
                 self._set_rate(f, new[fid], now)
-        totals = dict.fromkeys(seen, 0.0)
-        for f in flows.values():
-            rate = f.rate
-            for res, w in f.res:
-                totals[res.id] += rate * w
-        if self.record_utilisation:
+        if self.record_utilisation:  # the resources' total rates only feed the utilisation record
+            totals = dict.fromkeys(seen, 0.0)
+            for f in flows.values():
+                rate = f.rate
+                for res, w in f.res:
+                    totals[res.id] += rate * w
             for rid, r in seen.items():
                 self._account(r, totals[rid], now)
 
@@ -913,7 +929,13 @@ def _max_min(flows: dict[int, Flow], resources: dict[int, Resource]) -> dict[int
 
 
 def _max_min_numpy(flows: dict[int, Flow], resources: dict[int, Resource]) -> dict[int, float]:
-    """:func:`_max_min`, vectorised over a dense flow × resource weight matrix."""
+    """:func:`_max_min`, vectorised over the sparse flow × resource weights.
+
+    The same arithmetic as a dense flow × resource matrix summed over its
+    rows, without the zeros: entries are kept sorted by flow, and every
+    per-resource sum (:func:`numpy.bincount`) adds them in that order, so the
+    rates are bit-identical to the dense form's (tested) while each filling
+    round costs the number of (flow, resource) uses, not flows × resources."""
     flow_list = list(flows.values())
     local = {rid: i for i, rid in enumerate(resources)}
     rows, cols, weights = [], [], []
@@ -922,24 +944,31 @@ def _max_min_numpy(flows: dict[int, Flow], resources: dict[int, Resource]) -> di
             rows.append(i)
             cols.append(local[r.id])
             weights.append(w)
-    matrix = np.zeros((len(flow_list), len(local)))
-    np.add.at(matrix, (np.array(rows), np.array(cols)), np.array(weights))
-    used = matrix > 0
+    nf, nr = len(flow_list), len(local)
+    keys, inverse = np.unique(np.array(rows, dtype=np.int64) * nr + np.array(cols, dtype=np.int64), return_inverse=True)
+    values = np.zeros(len(keys))
+    np.add.at(values, inverse, np.array(weights, dtype=float))  # repeated uses of a resource add up, in order
+    entry_flow, entry_res = np.divmod(keys, nr)
+    used = values > 0
     residual = np.array([r.effective_capacity_Bps(len(r.flows)) for r in resources.values()])
     bound = np.array([f.bound for f in flow_list])
-    rates = np.zeros(len(flow_list))
-    unfrozen = np.ones(len(flow_list), dtype=bool)
+    rates = np.zeros(nf)
+    unfrozen = np.ones(nf, dtype=bool)
     while unfrozen.any():
-        weight_sum = matrix[unfrozen].sum(axis=0)
+        live = unfrozen[entry_flow]
+        weight_sum = np.bincount(entry_res[live], weights=values[live], minlength=nr)
         active = weight_sum > 1e-12
-        share = np.full(len(local), np.inf)
+        share = np.full(nr, np.inf)
         share[active] = residual[active] / weight_sum[active]
         level = max(min(share.min(), bound[unfrozen].min()), 0.0)
         limit = level * (1 + _REL_TOL)
         tight = share <= limit
-        newly = unfrozen & ((bound <= limit) | used[:, tight].any(axis=1))
+        hit = np.zeros(nf, dtype=bool)
+        hit[entry_flow[used & tight[entry_res]]] = True
+        newly = unfrozen & ((bound <= limit) | hit)
         rates[newly] = level
-        residual -= level * matrix[newly].sum(axis=0)
+        taken = newly[entry_flow]
+        residual -= level * np.bincount(entry_res[taken], weights=values[taken], minlength=nr)
         unfrozen &= ~newly
     return {f.id: float(rate) for f, rate in zip(flow_list, rates, strict=True)}
 

@@ -56,9 +56,17 @@ The runtime it models (GC3 §6; NV-Group §4.2.1):
   k stands for k replicas (GC3 §5), each with its own connection and slots:
   it moves k tiles at a time (tile = k × slot) at k times the thread-block
   rate and scaled by the protocol's efficiency
-  (``model.protocol_efficiency[program.protocol]``; 1.0 when the model does
+  (``model.protocol(program.protocol).efficiency``; 1.0 when the model does
   not list the protocol; ``result.stats["protocol_efficiency"]`` says which
-  was used). A **local copy** of ``b`` bytes by a thread block costs
+  was used). Where a protocol is named to :func:`~simcoll.simulator.simulate`
+  (or by the Algorithm lowered), every transfer between ranks is also
+  delivered the protocol's ``hop_latency_s`` after it arrives, and the call's
+  fixed cost (``call.overhead_s`` + the protocol's ``call_latency_s``,
+  ``stats["call_s"]``) is added once to the completion time, on top of the
+  kernel launches. Where the model says ``compute.fused``, the reduction of
+  a received tile (rrc, rrs, rrcs) happens as the data streams in and costs
+  nothing after it (as in Algorithm mode); ``reduce`` and ``load_reduce``
+  still pay T_R. A **local copy** of ``b`` bytes by a thread block costs
   ``b / (thread_block_bandwidth_Bps × instances)``: the executor parameter is
   "the copy rate one thread block sustains" (free when the model gives no
   executor parameters); by a host thread, ``b / host_memory.bandwidth_Bps``
@@ -132,14 +140,24 @@ class ProgramCosts:
     host_signal_s: float
     protocol_efficiency: float
     host_copy_bandwidth_Bps: float | None
+    protocol: str = "Simple"
+    hop_latency_s: float = 0.0
+    call_s: float = 0.0
 
 
-def program_costs(program: Program, machine: Machine) -> ProgramCosts:
-    """The parameters of :class:`ProgramCosts` for ``program`` on ``machine``."""
+def program_costs(program: Program, machine: Machine, protocol: str | None = None) -> ProgramCosts:
+    """The parameters of :class:`ProgramCosts` for ``program`` on ``machine``.
+
+    ``program.protocol`` gives the efficiency; the protocol's latencies and the
+    call's fixed cost are paid only when a ``protocol`` is named (by
+    :func:`~simcoll.simulator.simulate` or the Algorithm lowered), which then
+    also replaces ``program.protocol``: a bare Program pays its runtime's
+    executor costs (launch, FIFO, tiles) and no NCCL latency."""
     model = machine.model
     ex = model.executor
-    # A protocol the model does not list runs at full efficiency, as in Algorithm mode.
-    eff = model.protocol_efficiency.get(program.protocol, 1.0)
+    # A protocol the model does not list runs at full efficiency and no latency, as in Algorithm mode.
+    proto = model.protocol(protocol or program.protocol)
+    eff = proto.efficiency
     return ProgramCosts(
         fifo_slots=ex.fifo_slots if ex is not None else DEFAULT_FIFO_SLOTS,
         slot_bytes=ex.slot_bytes if ex is not None else None,
@@ -148,6 +166,9 @@ def program_costs(program: Program, machine: Machine) -> ProgramCosts:
         host_signal_s=(ex.host_signal_s or 0.0) if ex is not None else 0.0,
         protocol_efficiency=eff,
         host_copy_bandwidth_Bps=model.host_memory_bandwidth_Bps,
+        protocol=proto.name,
+        hop_latency_s=proto.hop_latency_s if protocol is not None else 0.0,
+        call_s=model.call_cost_s(proto.name) if protocol is not None else 0.0,
     )
 
 
@@ -290,12 +311,14 @@ class _Connection:
 class _Run:
     """One simulation of a Program (see :func:`_simulate_program`)."""
 
-    def __init__(self, program: Program, machine: Machine, size_bytes: float, network: FluidNetwork) -> None:
+    def __init__(
+        self, program: Program, machine: Machine, size_bytes: float, network: FluidNetwork, protocol: str | None = None
+    ) -> None:
         self.program = program
         self.machine = machine
         self.network = network
         self.env: simpy.Environment = network.env
-        self.costs = program_costs(program, machine)
+        self.costs = program_costs(program, machine, protocol)
         # A collective without data (signals only) has no chunk to size.
         self.chunk_size = chunk_bytes(program.collective, size_bytes) if program.collective.size_chunks else 0.0
         tile = program.tile_bytes if program.tile_bytes is not None else self.costs.slot_bytes
@@ -472,8 +495,8 @@ class _Run:
                 )
             if op == "wait" and signal_s > 0:
                 yield self.env.timeout(signal_s)
-            if op in REDUCES:
-                yield from self._compute(self.machine.model.reduce_time_s(nbytes))
+            if op in REDUCES:  # a fused reduction happens as the data streams in: nothing after it
+                yield from self._compute(self.machine.model.reduce_after_s(nbytes))
         if op in SENDS:
             if op == "signal" and signal_s > 0:
                 yield self.env.timeout(signal_s)
@@ -498,6 +521,7 @@ class _Run:
                     for ref in remote
                 ]
                 yield self.env.all_of(loads)
+                yield from self._compute(self.costs.hop_latency_s)
             yield from self._compute(self.machine.model.reduce_time_s(nbytes))
         if incoming is not None:
             self._release(incoming)
@@ -535,6 +559,7 @@ class _Run:
                 f"step {step} tile {tile}: free slot on {conn.describe()}",
             )
         yield self._transfer(rank, e.send_peer, size, host, f"{where}: to rank {e.send_peer}")
+        yield from self._compute(self.costs.hop_latency_s)  # the protocol's per-hop latency, after α
         if conn.message_waiters:
             conn.message_waiters.popleft().succeed()
         else:
@@ -573,6 +598,7 @@ class _Run:
         a, b = _owner(rank, src), _owner(rank, dst)
         if a != b:
             yield self._transfer(a, b, nbytes, host, f"{where}: rank {a} -> rank {b}")
+            yield from self._compute(self.costs.hop_latency_s)
             return
         rate = self.costs.host_copy_bandwidth_Bps if host else self.tb_cap
         if rate and not math.isinf(rate) and nbytes > 0:
@@ -628,6 +654,7 @@ def _simulate_program(
     time_limit_s: float = 60.0,
     record_timeline: bool = True,
     record_utilisation: bool = True,
+    protocol: str | None = None,
 ) -> SimulationResult:
     """Simulate ``program`` on ``machine`` for a ``size_bytes`` collective
     (nccl-tests size: the buffer the collective is named by) in Program mode
@@ -658,16 +685,17 @@ def _simulate_program(
         record_timeline=record_timeline,
         record_utilisation=record_utilisation,
     )
-    run = _Run(program, machine, size_bytes, network)
-    time_s = run.run(time_limit_s)
+    run = _Run(program, machine, size_bytes, network, protocol)
+    time_s = run.run(time_limit_s) + run.costs.call_s
     stats = {
         "wall_s": time.perf_counter() - began,
         "tiles": len(run.tiles),
         "tile_bytes": run.tiles.tile_bytes,
         "instructions": run.instructions_run,
         "fifo_slots": run.costs.fifo_slots,
-        "protocol": program.protocol,
+        "protocol": run.costs.protocol,
         "protocol_efficiency": run.costs.protocol_efficiency,
+        "call_s": run.costs.call_s,
         "kernels": len(run.kernels),
     }
     return make_result(

@@ -101,6 +101,9 @@ def solve_cpsat(instance: Instance, time_limit_s: float = 60.0, workers: int = 2
         return SolverOutcome("unknown", (), (), _time.perf_counter() - start, f"encoding took over {time_limit_s:g} s")
     solver.parameters.max_time_in_seconds = left_s
     solver.parameters.num_workers = workers
+    # the same answer on every run: workers take turns in fixed batches instead of racing (OR-Tools sat_parameters)
+    solver.parameters.interleave_search = True
+    solver.parameters.random_seed = 0
     status = solver.solve(model)
     elapsed = _time.perf_counter() - start
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):

@@ -63,16 +63,17 @@ def greedy_schedule(ordering: Ordering, wall_s: float = 0.0) -> Schedule:
 
 def _port_bounds(plan: Plan, ordering: Ordering, contiguity: bool) -> list[int]:
     """Valid lower bounds on the makespan: each link and each GPU hyperedge is
-    busy for its chunks' β parts plus at least one α (all of each chunk's
-    α + β when its link cannot merge chunks)."""
+    busy for every chunk's α + β when the chunk's link cannot merge chunks,
+    and for the β parts plus at least one α of those that can (they travel
+    as one or more messages, each paying its α)."""
     ts = plan.transfers
     out = []
     for orders in (ordering.chunk_order, ordering.switch_send_order, ordering.switch_recv_order):
         for order in orders.values():
-            busy = sum(
-                ts[i].lat_ns - ts[i].alpha_ns if contiguity and ts[i].contiguous else ts[i].lat_ns for i in order
-            )
-            out.append(busy + min(ts[i].alpha_ns for i in order))
+            merging = [i for i in order if contiguity and ts[i].contiguous]
+            busy = sum(ts[i].lat_ns for i in order if not (contiguity and ts[i].contiguous))
+            busy += sum(ts[i].lat_ns - ts[i].alpha_ns for i in merging)
+            out.append(busy + min((ts[i].alpha_ns for i in merging), default=0))
     return out
 
 

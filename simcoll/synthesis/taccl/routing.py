@@ -339,6 +339,9 @@ def run_solver(
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = max(0.05, time_limit_s)
     solver.parameters.num_workers = workers
+    # the same answer on every run: workers take turns in fixed batches instead of racing (OR-Tools sat_parameters)
+    solver.parameters.interleave_search = True
+    solver.parameters.random_seed = 0
     solver.parameters.relative_gap_limit = gap_limit
     if patience_s is None:
         return solver, solver.solve(model)

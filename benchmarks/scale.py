@@ -1,0 +1,169 @@
+"""Scale to thousands of GPUs (issue 15): wall time and peak memory per case.
+
+Each case runs in a fresh subprocess (``simcoll`` command lines, or a short
+Python snippet), so its peak memory is that process's own maximum resident
+set size (``getrusage(RUSAGE_CHILDREN).ru_maxrss`` read after each child),
+and no case profits from another's caches.
+
+    python benchmarks/scale.py                 # every case of the issue's table
+    python benchmarks/scale.py --quick         # skip the largest (dgx-h100*128, dgx-h100*512)
+    python benchmarks/scale.py --only ring     # cases whose name contains "ring"
+    python benchmarks/scale.py --ranks 256     # a smaller ring for the CLI case
+
+Targets (issue 15's table):
+
+==============================================================  =============
+case                                                            target
+==============================================================  =============
+CLI ``algo generate`` + ``verify`` + ``simulate`` ring:1024     <= 10 s, 2 GB
+``compare -t 'dgx-h100*16' -c allreduce --sizes 1GB``           <= 10 s
+``compare -t 'dgx-h100*128' -c allreduce --sizes 1MB,1GB``      <= 60 s, 4 GB
+nccl-ring and nccl-tree Allreduce on ``dgx-h100*512``, 1 GB     <= 60 s, 8 GB
+HiCCL Allreduce on ``perlmutter*48`` (192 GPUs), gen + simulate <= 5 s
+==============================================================  =============
+
+These are not timed tests: the machine (and its load) decides the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PYTHON = sys.executable
+
+
+@dataclass(frozen=True)
+class Case:
+    """One row of the table: the commands run one after another (each a
+    subprocess argv), the targets, and whether ``--quick`` skips it."""
+
+    name: str
+    commands: tuple[tuple[str, ...], ...]
+    target_s: float
+    target_gb: float | None
+    large: bool = False
+
+
+def _cli(*args: str) -> tuple[str, ...]:
+    return (PYTHON, "-m", "simcoll", *args)
+
+
+def _snippet(code: str) -> tuple[str, ...]:
+    return (PYTHON, "-c", code)
+
+
+def cases(workdir: Path, ranks: int, fmt: str, jobs: int = 1) -> list[Case]:
+    schedule = str(workdir / f"ring{ranks}.{fmt}")
+    topo = f"ring:{ranks}"
+    hiccl = (
+        "from simcoll import load_machine; from simcoll.algorithms import generate; "
+        "from simcoll.simulator import simulate; m = load_machine('perlmutter*48'); "
+        "a = generate('hiccl', m, 'allreduce'); r = simulate(a, m, 1 << 30, time_limit_s=600); "
+        "print(f'hiccl perlmutter*48: {len(a.transfers)} transfers, {r.time_s * 1e6:.1f} us')"
+    )
+    big = (
+        "from simcoll import load_machine; from simcoll.algorithms import generate; "
+        "from simcoll.simulator import simulate; m = load_machine('dgx-h100*512'); "
+        "import sys\n"
+        "for name in ('nccl-ring', 'nccl-tree'):\n"
+        "    a = generate(name, m, 'allreduce'); r = simulate(a, m, 1 << 30, time_limit_s=600)\n"
+        "    print(f'{name} dgx-h100*512: {len(a.transfers)} transfers, {r.time_s * 1e6:.1f} us', flush=True)\n"
+    )
+    return [
+        Case(
+            f"cli-ring:{ranks}",
+            (
+                _cli("algo", "generate", "ring", "-t", topo, "-c", "allreduce", "-o", schedule),
+                _cli("verify", schedule),
+                _cli("simulate", schedule, "-t", topo, "--size", "1GB", "--no-verify"),
+            ),
+            10.0,
+            2.0,
+        ),
+        Case(
+            "compare-dgx-h100*16",
+            (_cli("compare", "-t", "dgx-h100*16", "-c", "allreduce", "--sizes", "1GB", "--jobs", str(jobs)),),
+            10.0,
+            None,
+        ),
+        Case("hiccl-perlmutter*48", (_snippet(hiccl),), 5.0, None),
+        Case(
+            "compare-dgx-h100*128",
+            (_cli("compare", "-t", "dgx-h100*128", "-c", "allreduce", "--sizes", "1MB,1GB", "--jobs", str(jobs)),),
+            60.0,
+            4.0,
+            large=True,
+        ),
+        Case("nccl-dgx-h100*512", (_snippet(big),), 60.0, 8.0, large=True),
+    ]
+
+
+def run_command(argv: tuple[str, ...], timeout_s: float) -> tuple[float, float, int, str]:
+    """Wall seconds, peak RSS in GB of this child alone (``os.wait4`` gives
+    each child's own resource usage), return code, and its last output lines."""
+    with tempfile.TemporaryFile("w+") as out:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(argv, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, text=True)
+        timer = threading.Timer(timeout_s, proc.kill)
+        timer.start()
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)
+        finally:
+            timer.cancel()
+        wall = time.perf_counter() - t0
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        text = out.read()
+    rc = proc.returncode if proc.returncode >= 0 else 124
+    return wall, usage.ru_maxrss / (1 << 20), rc, "\n".join(text.strip().splitlines()[-3:])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", help="run only cases whose name contains this text")
+    parser.add_argument("--quick", action="store_true", help="skip the largest cases")
+    parser.add_argument("--ranks", type=int, default=1024, help="ring size of the CLI case (default 1024)")
+    parser.add_argument("--format", default="npz", choices=("npz", "json"), help="schedule file of the CLI case")
+    parser.add_argument("--jobs", type=int, default=1, help="compare --jobs for the compare cases (default 1)")
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds per command before giving up")
+    parser.add_argument("--verbose", "-v", action="store_true", help="print each command's last output lines")
+    args = parser.parse_args(argv)
+    # Children see the checkout first, whatever is installed.
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    print(f"{'case':<24} {'wall s':>8} {'target':>7} {'peak GB':>8} {'target':>7}  steps (s)")
+    failed = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for case in cases(Path(tmp), args.ranks, args.format, args.jobs):
+            if (args.only and args.only not in case.name) or (args.quick and case.large):
+                continue
+            walls, peaks, notes = [], [], []
+            for command in case.commands:
+                wall, peak, rc, tail = run_command(command, args.timeout)
+                walls.append(wall)
+                peaks.append(peak)
+                if rc:
+                    notes.append(f"exit {rc}: {tail}")
+                    break
+                if args.verbose:
+                    notes.append(tail)
+            failed += bool(notes and notes[-1].startswith("exit"))
+            peak = max(peaks)
+            gb = f"{case.target_gb:g}" if case.target_gb else "-"
+            steps = " + ".join(f"{w:.2f}" for w in walls)
+            print(f"{case.name:<24} {sum(walls):>8.2f} {case.target_s:>7g} {peak:>8.2f} {gb:>7}  {steps}", flush=True)
+            for note in notes:
+                print("    " + note.replace("\n", "\n    "))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

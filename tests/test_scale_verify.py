@@ -1,0 +1,124 @@
+"""Issue 15: the array verifier (simcoll.verify.algorithm_is_correct) and the
+columnar transfer tables agree with the general symbolic verifier.
+
+Claim: on every registered generator's step schedule for small machines, and
+on broken variants of them (a transfer dropped, moved a step, duplicated,
+turned into a reduce, or re-pointed), ``algorithm_is_correct`` is True exactly
+when the symbolic verifier reports no problem. A schedule held as a
+TransferTable checks, simulates and costs exactly as the same transfers held
+as Transfer objects.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from simcoll import load_machine
+from simcoll.algorithm import Algorithm, Transfer, TransferTable
+from simcoll.algorithms import REGISTRY, applicable
+from simcoll.errors import AlgorithmError
+from simcoll.verify import _check_algorithm_symbolic, algorithm_is_correct, check
+
+MACHINES = ("ring:4", "dgx1", "dgx-a100*2")
+COLLECTIVES = ("allreduce", "allgather", "reducescatter", "broadcast", "reduce", "alltoall")
+
+
+def _step_algorithms(machine: str):
+    m = load_machine(machine)
+    for collective in COLLECTIVES:
+        for name, a in applicable(m, collective).items():
+            if isinstance(a, Algorithm) and a.schedule == "steps" and not a.switch_reductions:
+                yield f"{machine}/{collective}/{name}", m, a
+
+
+def _variants(a: Algorithm, rng: random.Random):
+    """Broken (or harmless) edits of a schedule's transfers."""
+    ts = list(a.transfers)
+    if not ts:
+        return
+    p, g = a.num_ranks, a.collective.num_chunks
+    for _ in range(3):
+        i = rng.randrange(len(ts))
+        t = ts[i]
+        yield "drop", ts[:i] + ts[i + 1 :]
+        yield "duplicate", [*ts, t]
+        yield (
+            "earlier",
+            [*ts[:i], Transfer(t.chunk, t.src, t.dst, t.op, max(0, t.step - 1), group=t.group), *ts[i + 1 :]],
+        )
+        yield (
+            "op",
+            [*ts[:i], Transfer(t.chunk, t.src, t.dst, "reduce" if t.op == "copy" else "copy", t.step), *ts[i + 1 :]],
+        )
+        dst = (t.dst + 1) % p
+        if dst != t.src:
+            yield "redirect", [*ts[:i], Transfer(t.chunk, t.src, dst, t.op, t.step), *ts[i + 1 :]]
+        yield "chunk", [*ts[:i], Transfer((t.chunk + 1) % g, t.src, t.dst, t.op, t.step), *ts[i + 1 :]]
+
+
+@pytest.mark.parametrize("machine", MACHINES)
+def test_array_verifier_agrees_with_symbolic_on_generators_and_broken_variants(machine):
+    rng = random.Random(15)
+    seen = broken = 0
+    for label, m, a in _step_algorithms(machine):
+        assert _check_algorithm_symbolic(a, m.topology) == [], label
+        assert algorithm_is_correct(a, m.topology), label
+        for kind, ts in _variants(a, rng):
+            try:
+                b = a.with_changes(transfers=tuple(ts))
+            except AlgorithmError:
+                continue  # a step past rounds_per_step: rejected before any verifier
+            for topology in (m.topology, None):
+                expected = _check_algorithm_symbolic(b, topology) == []
+                assert algorithm_is_correct(b, topology) == expected, f"{label} {kind} topology={topology}"
+                broken += not expected
+            seen += 1
+    assert seen > 0 and broken > 0
+
+
+def test_check_describes_a_broken_table_schedule_as_the_symbolic_path_does():
+    m = load_machine("ring:6")
+    a = REGISTRY["ring"].function(m.topology, _coll("allreduce", 6, 6))
+    assert isinstance(a.transfers, TransferTable)
+    ts = list(a.transfers)
+    broken = a.with_changes(transfers=TransferTable.from_transfers(ts[:5] + ts[6:]))
+    problems = check(broken, m)
+    assert problems and problems == _check_algorithm_symbolic(
+        broken.with_changes(transfers=tuple(broken.transfers)), m.topology
+    )
+
+
+def _coll(name, p, c):
+    from simcoll import make_collective
+
+    return make_collective(name, p, c)
+
+
+def test_table_and_tuple_forms_are_equal_and_simulate_identically():
+    from simcoll.analytic import critical_path_time_s
+    from simcoll.simulator import simulate
+
+    m = load_machine("dgx-a100*2")
+    for name in ("ring", "multi-ring", "nccl-ring", "bidirectional-ring"):
+        a = applicable(m, "allreduce")[name]
+        assert isinstance(a.transfers, TransferTable), name
+        b = a.with_changes(transfers=tuple(a.transfers))
+        assert a == b and b == a
+        assert a.to_dict() == b.to_dict()
+        for size in (1 << 20, 1 << 30):
+            assert simulate(a, m, size).time_s == simulate(b, m, size).time_s
+            assert critical_path_time_s(a, m, size) == critical_path_time_s(b, m, size)
+
+
+def test_table_rejects_bad_rows_like_transfer_objects():
+    coll = _coll("allgather", 4, 1)
+    table = TransferTable(chunk=[0, 1], src=[0, 1], dst=[1, 1], reduce=[False, False], step=[0, 0])
+    with pytest.raises(AlgorithmError, match="transfer 1 .*same rank"):
+        Algorithm("bad", coll, table)
+    table = TransferTable(chunk=[0, 9], src=[0, 1], dst=[1, 2], reduce=[False, False], step=[0, 0])
+    with pytest.raises(AlgorithmError, match="transfer 1 .*chunk 9 out of range"):
+        Algorithm("bad", coll, table)
+    with pytest.raises(AlgorithmError, match="either steps or start times"):
+        TransferTable(chunk=[0], src=[0], dst=[1], reduce=[False])

@@ -8,7 +8,9 @@ if [ ! -x .venv/bin/python ]; then
 fi
 if ! .venv/bin/python -c "import simcoll, pytest, hypothesis, nbclient" 2>/dev/null \
    || [ pyproject.toml -nt .venv/.simcoll-installed ]; then
-  .venv/bin/python -m pip install --quiet --upgrade pip
-  .venv/bin/python -m pip install --quiet -e ".[dev]"
+  # -qq: errors only; this machine's pip configuration names package locations that may be absent,
+  # and pip warns once per package about each of them
+  .venv/bin/python -m pip install -qq --upgrade pip
+  .venv/bin/python -m pip install -qq -e ".[dev]"
   touch .venv/.simcoll-installed
 fi

@@ -36,6 +36,7 @@ from .analytic import algbw_GBps, busbw_GBps, critical_path_time_s
 from .bounds import time_lower_bound_s
 from .collectives import canonical_name, make_collective
 from .errors import SimcollError
+from .files import save_figure
 from .machines import Machine, as_machine
 from .units import check_size_bytes, format_size
 
@@ -452,5 +453,7 @@ def plot_comparison(df: pd.DataFrame, path: str | Path) -> None:
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    try:
+        save_figure(fig, path, dpi=120)
+    finally:
+        plt.close(fig)

@@ -6,6 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .errors import TopologyError
+from .files import save_figure
+
 if TYPE_CHECKING:
     from .topology import Topology
 
@@ -84,5 +87,7 @@ def draw_topology(topology: Topology, path: str | Path) -> None:
     ax.set_title(f"{topology.name}: {topology.num_ranks} GPUs (squares, labelled by rank)")
     ax.axis("off")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:
+        save_figure(fig, path, dpi=110, error=TopologyError)
+    finally:
+        plt.close(fig)

@@ -267,3 +267,130 @@ def write_atomic(path: str | Path, data: str | bytes, *, error: type[SimcollErro
     """
     with atomic_output(path, "wb" if isinstance(data, bytes) else "w", error=error) as handle:
         handle.write(data)
+
+
+def check_output_path(
+    path: str | Path, *, inputs: tuple[str | Path, ...] = (), error: type[SimcollError] = SimcollError
+) -> None:
+    """Refuse, before any work starts, an output that cannot be written.
+
+    Parameters
+    ----------
+    path : str or Path
+        The file a command will write.
+    inputs : tuple of str or Path
+        Files the command reads: writing over one of them is refused.
+    error : type
+        The :class:`SimcollError` subclass to raise.
+
+    Raises
+    ------
+    SimcollError
+        (``error``) naming the file when its directory is missing or not
+        writable, when it is a directory, or when it is one of ``inputs``.
+
+    Examples
+    --------
+    >>> check_output_path("/nonexistent/out.json")
+    Traceback (most recent call last):
+    simcoll.errors.SimcollError: /nonexistent/out.json: cannot write: no directory /nonexistent
+    """
+    target = Path(path)
+    parent = target.parent if str(target.parent) else Path(".")
+    if not parent.is_dir():
+        raise error(f"{path}: cannot write: no directory {parent}")
+    if target.is_dir():
+        raise error(f"{path}: cannot write: it is a directory")
+    if not os.access(parent, os.W_OK):
+        raise error(f"{path}: cannot write: directory {parent} is not writable")
+    resolved = target.resolve()
+    for source in inputs:
+        if Path(source).exists() and Path(source).resolve() == resolved:
+            raise error(f"{path}: refusing to write over an input file (choose another output name)")
+
+
+def check_image_path(path: str | Path, *, error: type[SimcollError] = SimcollError) -> None:
+    """Refuse an image file name whose extension matplotlib cannot write.
+
+    Parameters
+    ----------
+    path : str or Path
+        The image a command will write (``.png``, ``.pdf``, ``.svg``...).
+    error : type
+        The :class:`SimcollError` subclass to raise.
+
+    Raises
+    ------
+    SimcollError
+        (``error``) naming the file and the formats that are supported.
+
+    Examples
+    --------
+    >>> check_image_path("plot.xyz")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    simcoll.errors.SimcollError: plot.xyz: unsupported image format 'xyz' (use one of: ..., pdf, ..., png, ...)
+    """
+    from matplotlib.backend_bases import FigureCanvasBase  # only commands that plot pay for matplotlib
+
+    supported = sorted(FigureCanvasBase.get_supported_filetypes())
+    suffix = Path(path).suffix.lower().lstrip(".")
+    if suffix not in supported:
+        what = f"unsupported image format {suffix!r}" if suffix else "no image extension"
+        raise error(f"{path}: {what} (use one of: {', '.join(supported)})")
+
+
+def save_figure(fig: Any, path: str | Path, *, dpi: int = 120, error: type[SimcollError] = SimcollError) -> None:
+    """Save a matplotlib figure atomically (rendered in memory, then :func:`write_atomic`).
+
+    Parameters
+    ----------
+    fig : matplotlib.figure.Figure
+        The figure.
+    path : str or Path
+        The image file; its extension chooses the format (:func:`check_image_path`).
+    dpi : int
+        Resolution of raster formats.
+    error : type
+        The :class:`SimcollError` subclass to raise.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> import matplotlib
+    >>> matplotlib.use("Agg")
+    >>> from matplotlib.figure import Figure
+    >>> path = Path(tempfile.mkdtemp()) / "f.png"
+    >>> save_figure(Figure(), path)
+    >>> path.read_bytes()[:4]
+    b'\\x89PNG'
+    """
+    import io
+
+    check_image_path(path, error=error)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format=Path(path).suffix.lower().lstrip("."), dpi=dpi)
+    write_atomic(path, buffer.getvalue(), error=error)
+
+
+def write_csv(frame: Any, path: str | Path, *, error: type[SimcollError] = SimcollError) -> None:
+    """Write a pandas DataFrame as CSV (no index) atomically.
+
+    Parameters
+    ----------
+    frame : pandas.DataFrame
+        The table.
+    path : str or Path
+        The CSV file.
+    error : type
+        The :class:`SimcollError` subclass to raise.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> import pandas as pd
+    >>> path = Path(tempfile.mkdtemp()) / "t.csv"
+    >>> write_csv(pd.DataFrame({"a": [1, 2]}), path)
+    >>> path.read_text().split()
+    ['a', '1', '2']
+    """
+    write_atomic(path, frame.to_csv(index=False), error=error)

@@ -49,6 +49,7 @@ import yaml
 
 from .errors import TopologyError
 from .files import load_yaml, write_atomic
+from .limits import check_machine_size
 
 COMPONENT_KINDS = (
     "gpu",
@@ -228,6 +229,7 @@ def topology_from_dict(data: Any, where: str = "<topology>") -> Topology:
     if gpus is not None:
         if not isinstance(gpus, int) or isinstance(gpus, bool) or gpus < 1:
             raise TopologyError(f"{where}: field 'gpus' must be a positive integer, got {gpus!r}")
+        check_machine_size(where, gpus, len(data.get("links") or ()))
         components += [Component(name=f"gpu{i}", kind="gpu") for i in range(gpus)]
     raw_components = data.get("components") or []
     if not isinstance(raw_components, list):

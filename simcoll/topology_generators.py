@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .errors import TopologyError
+from .limits import check_machine_size
 from .topology import Component, Link, Topology, build_topology
 
 
@@ -111,7 +112,20 @@ def generate_topology(spec: str) -> Topology:
     expected = 2 if name == "torus2d" else 1
     if len(numbers) != expected:
         raise TopologyError(f"{spec!r}: expected {usage}")
+    check_machine_size(spec, *_size_of(name, numbers))
     return func(*numbers)
+
+
+def _size_of(name: str, numbers: list[int]) -> tuple[int, int]:
+    """(GPUs, links) of a generated topology, from its parameters alone."""
+    if name == "hypercube":
+        dim = min(numbers[0], 64)  # 2**64 is past every limit; keeps the arithmetic small
+        return 2**dim, dim * 2 ** max(dim - 1, 0)
+    if name == "torus2d":
+        n = numbers[0] * numbers[1]
+        return n, 2 * n
+    n = numbers[0]
+    return n, n * (n - 1) // 2 if name == "fully-connected" else n
 
 
 # ---------------------------------------------------------------------------
@@ -272,6 +286,7 @@ def cluster(node: Topology, num_nodes: int, fabric: str | FabricSpec = "fat-tree
     spec = fabric if isinstance(fabric, FabricSpec) else parse_fabric(fabric)
     if num_nodes < 1:
         raise TopologyError(f"{node.name}*{num_nodes}: needs at least one node")
+    check_machine_size(f"{node.name}*{num_nodes}", node.num_ranks * num_nodes, len(node.links) * num_nodes)
     if not any(c.kind == "nic" for c in node.components):
         raise TopologyError(f"cannot build a cluster of {node.name!r}: it has no NIC")
     if spec.nics is not None or spec.gpudirect is not None:

@@ -205,8 +205,8 @@ def test_cli_single_query_and_pareto(tmp_path, capsys):
     assert main(["verify", str(out), "-t", "dgx1"]) == 0
     capsys.readouterr()
     assert (
-        main(["synth", "sccl", "-t", "dgx1", "-c", "allgather", "--chunks", "3", "--steps", "2", "--rounds", "4"]) == 0
-    )
+        main(["synth", "sccl", "-t", "dgx1", "-c", "allgather", "--chunks", "3", "--steps", "2", "--rounds", "4"]) == 1
+    )  # unsat: a negative answer
     assert json.loads(capsys.readouterr().out)["status"] == "unsat"
     assert main(["synth", "sccl", "--pareto", "-t", "ring:4", "-c", "allgather", "--json"]) == 0
     captured = capsys.readouterr()

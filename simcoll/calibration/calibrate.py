@@ -44,6 +44,7 @@ import pandas as pd
 
 from ..cost_model import CostModel, model_from_dict, model_to_dict
 from ..errors import SimcollError
+from ..files import save_figure
 from ..machines import Machine, as_machine
 from ..topology import FABRIC_LINK_TYPES
 from .fit import fit_model
@@ -532,8 +533,10 @@ def plot_validation(frame: pd.DataFrame, path: str | Path, title: str = "") -> N
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    try:
+        save_figure(fig, path, dpi=120)
+    finally:
+        plt.close(fig)
 
 
 __all__ = [

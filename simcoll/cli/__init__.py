@@ -1,7 +1,9 @@
 """The ``simcoll`` command line. Every command takes ``--json`` for scripts.
 
-Exit codes: 0 success; 1 a verification found the schedule incorrect;
-2 bad input (unknown machine, malformed file, inapplicable algorithm...).
+Exit codes: 0 success; 1 a negative answer (a verification found the
+schedule incorrect, a synthesis query is unsat); 2 bad input (unknown
+machine, malformed file, inapplicable algorithm, an output that cannot be
+written...); 130 interrupted (Ctrl-C).
 
 One module per command group (:mod:`.topo`, :mod:`.bounds`, :mod:`.algo`,
 :mod:`.verify`, :mod:`.compare`, :mod:`.synth`, :mod:`.simulate`,
@@ -19,6 +21,7 @@ import importlib
 import importlib.util
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from .. import __version__
 from ..errors import SimcollError
@@ -60,14 +63,69 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: Arguments that name a file a command writes; ``plot`` is an image.
+OUTPUT_ARGUMENTS = ("output", "csv", "plot", "trace", "model_output")
+
+
+def _inputs(args: argparse.Namespace) -> tuple[str, ...]:
+    """Every argument value (or list item) naming an existing file: what the command reads."""
+    found: list[str] = []
+    for key, value in vars(args).items():
+        if key in OUTPUT_ARGUMENTS or key == "func":
+            continue
+        for item in value if isinstance(value, (list, tuple)) else [value]:
+            if isinstance(item, str) and item and Path(item).is_file():
+                found.append(item)
+    return tuple(found)
+
+
+def check_outputs(args: argparse.Namespace) -> None:
+    """Before any work: every output's directory exists and is writable, an
+    image's extension is one matplotlib writes, and no output is an input."""
+    from ..files import check_image_path, check_output_path
+
+    inputs = _inputs(args)
+    for key in OUTPUT_ARGUMENTS:
+        path = getattr(args, key, None)
+        if not isinstance(path, str) or not path or (key == "output" and args.command == "sweep"):
+            continue  # a sweep's output is a directory, checked by the runner
+        check_output_path(path, inputs=inputs)
+        if key == "plot" or (key == "output" and getattr(args, "draws_image", False)):
+            check_image_path(path)
+
+
+def _join_negative_values(argv: list[str]) -> list[str]:
+    """``--size -5MB`` -> ``--size=-5MB``: argparse takes ``-5MB`` for an
+    option and prints its usage; joined, the size parser names the problem."""
+    out: list[str] = []
+    for token in argv:
+        if out and out[-1] in ("--size", "-s", "--sizes") and token[:1] == "-" and token[1:2].isdigit():
+            out[-1] = f"{out[-1]}={token}"
+        else:
+            out.append(token)
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``simcoll ARGS``; returns the exit code (0, 1 incorrect, 2 bad input)."""
+    """Run ``simcoll ARGS``; returns the exit code: 0 success, 1 a negative
+    answer (incorrect schedule, unsat), 2 bad input, 130 interrupted."""
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        try:
+            args = parser.parse_args(_join_negative_values(list(sys.argv[1:] if argv is None else argv)))
+        except SystemExit as exc:  # --help, --version, or a usage error already printed in one line
+            return exc.code if isinstance(exc.code, int) else 2
+        check_outputs(args)
         return args.func(args)
+    except KeyboardInterrupt:
+        # every write is atomic, so nothing half-written is left behind
+        print("simcoll: interrupted", file=sys.stderr)
+        return 130
     except SimcollError as exc:
         print(f"simcoll: error: {exc}", file=sys.stderr)
+        return 2
+    except MemoryError:
+        print("simcoll: error: out of memory (a smaller machine, size or chunk count needs less)", file=sys.stderr)
         return 2
     except BrokenPipeError:
         # the reader (e.g. `| head`) has gone: not an error of ours

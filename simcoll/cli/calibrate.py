@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from ..files import write_csv
 from .options import add_command, add_model_option, add_topology_option, print_json
 
 
@@ -45,7 +46,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     frame = validate(args.nccl_tests, machine)
     errors = error_summary(frame)
     if args.csv:
-        frame.to_csv(args.csv, index=False)
+        write_csv(frame, args.csv)
     if args.plot:
         plot_validation(frame, args.plot, title=f"{args.nccl_tests} on {machine.name} (model {machine.model.name})")
     if args.json:

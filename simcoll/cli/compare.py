@@ -6,7 +6,15 @@ from __future__ import annotations
 import argparse
 import json
 
-from .options import add_collective_option, add_command, add_model_option, add_topology_option, print_json
+from ..files import write_csv
+from .options import (
+    add_collective_option,
+    add_command,
+    add_model_option,
+    add_topology_option,
+    positive_int,
+    print_json,
+)
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -28,7 +36,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         jobs=args.jobs,
     )
     if args.csv:
-        df.to_csv(args.csv, index=False)
+        write_csv(df, args.csv)
     if args.plot:
         plot_comparison(df, args.plot)
     if args.json:
@@ -79,7 +87,11 @@ def _arguments(p: argparse.ArgumentParser) -> None:
         help="only these rows, e.g. nccl,ring,nccl-ring (default: every applicable algorithm and nccl)",
     )
     p.add_argument(
-        "--jobs", "-j", type=int, default=1, help="worker processes that generate and time algorithms (default 1)"
+        "--jobs",
+        "-j",
+        type=positive_int,
+        default=1,
+        help="worker processes that generate and time algorithms (default 1)",
     )
     p.add_argument("--csv", help="write the table as CSV")
     p.add_argument("--plot", help="write algbw vs size as an image")

@@ -20,6 +20,8 @@ from typing import Any
 
 from simcoll.errors import SimcollError
 
+from .options import non_negative_int, positive_int
+
 HELP = "run schedules through simcoll's GPU interpreter (check needs no GPU)"
 NO_GPU = "no CUDA GPU available (needs CuPy and a device: pip install -e .[gpu])"
 
@@ -181,7 +183,9 @@ def report_validation(program: Any, args: argparse.Namespace, measure: Any) -> i
 
 
 def _common(p: argparse.ArgumentParser, *, size: bool = True) -> None:
-    p.add_argument("--index", type=int, default=None, help="which schedule of a multi-<algo> MSCCL XML file")
+    p.add_argument(
+        "--index", type=non_negative_int, default=None, help="which schedule of a multi-<algo> MSCCL XML file"
+    )
     p.add_argument("--dtype", default="float32", choices=("float32", "float16", "bfloat16"))
     if size:
         p.add_argument("--size", default=None, help="collective size, e.g. 1MB (default: 256 elements per chunk)")
@@ -202,13 +206,13 @@ def register(subparsers, add_command=None) -> argparse.ArgumentParser:
     p = sub.add_parser("source", help="write a self-contained CUDA source (kernel, and the table of FILE)")
     p.add_argument("file", nargs="?")
     p.add_argument("-o", "--output", required=True)
-    p.add_argument("--index", type=int, default=None)
+    p.add_argument("--index", type=non_negative_int, default=None)
     p.set_defaults(func=cmd_source)
     p = sub.add_parser("run", help="run FILE on the GPU, timed and verified (needs CuPy)")
     p.add_argument("file")
     _common(p)
     p.add_argument("--devices", default="0")
-    p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--iters", type=positive_int, default=20)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_run)
     p = sub.add_parser("calibrate", help="fit a cost model to GPU microbenchmarks and write it as YAML (needs CuPy)")
@@ -217,21 +221,23 @@ def register(subparsers, add_command=None) -> argparse.ArgumentParser:
     p.add_argument("--base-model", default=None, help="model whose other parameters (links, switches) are kept")
     p.add_argument("--link-type", default="nvlink", help="the topology link type the measured link is written as")
     p.add_argument("--sizes", default="1KB:1GB", help="sweep sizes (factor 4), default 1KB:1GB")
-    p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--iters", type=positive_int, default=20)
     p.set_defaults(func=cmd_calibrate)
     p = sub.add_parser("validate", help="run FILE on the GPU and in the simulator, side by side (needs CuPy)")
     p.add_argument("file")
-    p.add_argument("--index", type=int, default=None, help="which schedule of a multi-<algo> MSCCL XML file")
+    p.add_argument(
+        "--index", type=non_negative_int, default=None, help="which schedule of a multi-<algo> MSCCL XML file"
+    )
     p.add_argument("--dtype", default="float32", choices=("float32", "float16", "bfloat16"))
     p.add_argument("--size", default=None, help="one size, e.g. 1MB")
     p.add_argument("--sizes", default=None, help="a sweep LOW:HIGH (or a comma list), e.g. 1KB:1GB")
-    p.add_argument("--factor", type=int, default=2, help="sweep factor (default 2)")
+    p.add_argument("--factor", type=positive_int, default=2, help="sweep factor (default 2)")
     p.add_argument(
         "--topology", default=None, help="machine to simulate (default: the Program's, else fully-connected)"
     )
     p.add_argument("--model", default=None, help="cost model to simulate with, e.g. a calibrated models/NAME.yaml")
     p.add_argument("--devices", default="0")
-    p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--iters", type=positive_int, default=20)
     p.add_argument("--csv", default=None, help="write the sweep as CSV (atomically)")
     p.add_argument("--plot", default=None, help="write measured vs simulated as an image, e.g. out.png")
     p.add_argument("--json", action="store_true")

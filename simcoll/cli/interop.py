@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from pathlib import Path
 
+from ..files import write_atomic
 from .options import add_command, add_index_option, add_output_option, print_json
 
 FORMATS = ("msccl-xml",)
@@ -53,7 +53,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     elif args.protocol and args.protocol != schedule.protocol:
         schedule = dataclasses.replace(schedule, protocol=args.protocol)
     text = export_msccl_xml(schedule, dialect=args.dialect)
-    Path(args.output).write_text(text)
+    write_atomic(args.output, text)
     summary = {
         "file": args.file,
         "output": args.output,

@@ -33,11 +33,37 @@ class Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
         self._arguments = arguments
 
+    def error(self, message: str):  # type: ignore[override]
+        """One line naming the problem (exit 2), not argparse's usage dump."""
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
     def parse_known_args(self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None):
         if self._arguments is not None:
             arguments, self._arguments = self._arguments, None
             arguments(self)
         return super().parse_known_args(args, namespace)
+
+
+def positive_int(text: str) -> int:
+    """An argparse ``type`` for counts that must be >= 1 (``--chunks 0`` is refused, not defaulted)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    """An argparse ``type`` for ranks and indices (>= 0)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be at least 0, got {value}")
+    return value
 
 
 def add_group(subparsers, name: str, help_text: str, dest: str):
@@ -106,12 +132,12 @@ def add_size_option(p: argparse.ArgumentParser, *, short: bool = False, required
 
 def add_chunks_option(p: argparse.ArgumentParser, help: str, default: int | None = None) -> None:
     """``--chunks``: the chunk factor C."""
-    p.add_argument("--chunks", type=int, default=default, help=help)
+    p.add_argument("--chunks", type=positive_int, default=default, help=help)
 
 
 def add_root_option(p: argparse.ArgumentParser, help: str = "root rank of rooted collectives (default 0)") -> None:
     """``--root``: the root rank of broadcast, reduce, gather, scatter."""
-    p.add_argument("--root", type=int, help=help)
+    p.add_argument("--root", type=non_negative_int, help=help)
 
 
 def add_time_limit_option(p: argparse.ArgumentParser, help: str, default: float = 60.0) -> None:
@@ -121,7 +147,7 @@ def add_time_limit_option(p: argparse.ArgumentParser, help: str, default: float 
 
 def add_index_option(p: argparse.ArgumentParser) -> None:
     """``--index``: one ``<algo>`` of an MSCCL XML file holding several."""
-    p.add_argument("--index", type=int, help="which <algo> of an XML file holding several")
+    p.add_argument("--index", type=non_negative_int, help="which <algo> of an XML file holding several")
 
 
 def add_output_option(p: argparse.ArgumentParser, *, required: bool = False, help: str | None = None) -> None:

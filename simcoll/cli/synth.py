@@ -23,6 +23,8 @@ from .options import (
     add_root_option,
     add_time_limit_option,
     add_topology_option,
+    non_negative_int,
+    positive_int,
     print_json,
 )
 
@@ -51,7 +53,7 @@ def cmd_sccl(args: argparse.Namespace) -> int:
     if result.algorithm is not None and args.output:
         result.algorithm.save(args.output)
     print_json({**result.to_dict(), **({"output": args.output} if args.output and result.algorithm else {})})
-    return 0
+    return 0 if result.status == "sat" else 1  # unsat, or unknown within the time limit: no algorithm
 
 
 def _pareto(args: argparse.Namespace, machine, pareto_synthesize) -> int:
@@ -78,31 +80,49 @@ def _pareto(args: argparse.Namespace, machine, pareto_synthesize) -> int:
             flush=True,
         )
         if point.result.status == "sat":
-            frontier.append(row)
+            frontier.append({**row, "proven": point.optimal})
+    # a query that ran out of time leaves the frontier unproven from there on (SCCL Algorithm 1 needs every "unsat")
+    unknown = sum(q["status"] == "unknown" for q in queries)
+    complete = unknown == 0
     if args.json:
-        print_json({"topology": machine.name, "collective": args.collective, "frontier": frontier, "queries": queries})
+        print_json(
+            {
+                "topology": machine.name,
+                "collective": args.collective,
+                "complete": complete,
+                "unknown_queries": unknown,
+                "frontier": frontier,
+                "queries": queries,
+            }
+        )
     else:
         print("frontier (C, S, R, R/C, time):")
         for row in frontier:
+            note = "" if row["proven"] else "  (not proven Pareto-optimal)"
             print(
-                f"  ({row['chunks']}, {row['steps']}, {row['rounds']})  R/C={row['rounds_per_chunk']}  {row['time_s']:.2f} s"
+                f"  ({row['chunks']}, {row['steps']}, {row['rounds']})  R/C={row['rounds_per_chunk']}"
+                f"  {row['time_s']:.2f} s{note}"
             )
+        if not complete:
+            print(f"incomplete: {unknown} queries hit the --time-limit; raise it to prove the frontier")
     return 0
 
 
 def _sccl_arguments(p: argparse.ArgumentParser) -> None:
     add_topology_option(p)
     add_collective_option(p)
-    p.add_argument("--chunks", type=int, help="C, chunks per rank's buffer as in SCCL's tables")
-    p.add_argument("--steps", type=int, help="S")
-    p.add_argument("--rounds", type=int, help="R (default: S)")
+    p.add_argument("--chunks", type=positive_int, help="C, chunks per rank's buffer as in SCCL's tables")
+    p.add_argument("--steps", type=positive_int, help="S")
+    p.add_argument("--rounds", type=positive_int, help="R (default: S)")
     add_root_option(p)
     p.add_argument("--backend", default="cpsat", help="cpsat (default), z3 or z3-pb")
     add_time_limit_option(p, "seconds per solver query (default 60)")
     add_output_option(p, help="write the synthesized Algorithm JSON here")
     p.add_argument("--pareto", action="store_true", help="SCCL Algorithm 1: the Pareto frontier")
-    p.add_argument("--k", type=int, default=0, help="k of k-synchronous (R <= S + k) for --pareto (default 0)")
-    p.add_argument("--max-steps", type=int, help="--pareto gives up after this many steps")
+    p.add_argument(
+        "--k", type=non_negative_int, default=0, help="k of k-synchronous (R <= S + k) for --pareto (default 0)"
+    )
+    p.add_argument("--max-steps", type=positive_int, help="--pareto gives up after this many steps")
 
 
 # -- taccl ------------------------------------------------------------------------------

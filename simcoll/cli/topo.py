@@ -88,6 +88,7 @@ def _show_arguments(p: argparse.ArgumentParser) -> None:
 def _draw_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("name")
     add_output_option(p, required=True, help="output image (.png, .svg, .pdf)")
+    p.set_defaults(draws_image=True)
 
 
 def _import_arguments(p: argparse.ArgumentParser) -> None:

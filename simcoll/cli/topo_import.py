@@ -17,6 +17,7 @@ import sys
 
 from ..errors import SimcollError
 from ..topology_import import FORMATS, NETWORKS, import_machine, model_path_for, save_imported
+from .options import positive_int
 
 __all__ = ["add_arguments", "run"]
 
@@ -25,7 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add ``topo import``'s arguments to ``parser``."""
     parser.add_argument("format", choices=sorted(FORMATS), help="what printed the dump")
     parser.add_argument("file", help="the dump: nvidia-smi topo -m output, an NCCL topology XML, rocm-smi --showtopo")
-    parser.add_argument("--nodes", type=int, default=1, help="a cluster of N such nodes (default 1)")
+    parser.add_argument("--nodes", type=positive_int, default=1, help="a cluster of N such nodes (default 1)")
     parser.add_argument(
         "--network", choices=NETWORKS, default="fat-tree", help="inter-node fabric of a cluster (default fat-tree)"
     )

@@ -1,5 +1,6 @@
 """``simcoll verify``: check a schedule file (simcoll JSON, MSCCL XML or
-SCCL JSON) against its collective; exit 1 when it is incorrect."""
+SCCL JSON) against its collective; exit 1 when it is incorrect, 2 when the
+input is bad (unreadable file, a machine with another rank count)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from .options import add_command, add_topology_option, print_json
 
 def cmd_verify(args: argparse.Namespace) -> int:
     from ..algorithm import Algorithm
+    from ..errors import SimcollError
     from ..interop.schedules import load_schedules
     from ..machines import load_machine
     from ..verify import check
@@ -18,6 +20,12 @@ def cmd_verify(args: argparse.Namespace) -> int:
     machine = load_machine(args.topology) if args.topology else None
     results = []
     for schedule in schedules:
+        if machine is not None and schedule.collective.num_ranks != machine.topology.num_ranks:
+            # the wrong machine is bad input (exit 2, as simulate says), not an incorrect schedule (exit 1)
+            raise SimcollError(
+                f"{args.file}: {schedule.name} is for {schedule.collective.num_ranks} ranks "
+                f"but {machine.name} has {machine.topology.num_ranks}"
+            )
         problems = check(schedule, machine)
         kind = "algorithm" if isinstance(schedule, Algorithm) else "program"
         results.append(

@@ -18,6 +18,7 @@ import json
 import sys
 from collections.abc import Sequence
 
+from ..cli.options import positive_int
 from ..errors import SimcollError
 
 
@@ -73,7 +74,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("directory", nargs="?", metavar="DIR", help="with 'status': the results directory")
     p.add_argument("-o", "--output", metavar="DIR", help="results directory (Parquet part files)")
     p.add_argument("--scheduler", metavar="ADDR", help="address of a running Dask scheduler (default: a LocalCluster)")
-    p.add_argument("--workers", type=int, metavar="N", help="LocalCluster worker processes (default: CPU count)")
+    p.add_argument(
+        "--workers", type=positive_int, metavar="N", help="LocalCluster worker processes (default: CPU count)"
+    )
     p.add_argument("--resume", action="store_true", help="run only the points missing from DIR")
     p.add_argument("--serial", action="store_true", help="run in this process, without Dask (debugging)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")

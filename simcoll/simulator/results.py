@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from ..analytic import algbw_GBps
-from ..errors import SimcollError
+from ..files import write_atomic
 
 #: Columns of :attr:`SimulationResult.timeline`, one row per transfer or executor op.
 TIMELINE_COLUMNS = ["kind", "track", "src", "dst", "chunk", "bytes", "start_s", "end_s", "label"]
@@ -438,10 +438,7 @@ class SimulationResult:
         True
         """
         path = Path(path)
-        try:
-            path.write_text(json.dumps(self.to_chrome_trace()))
-        except OSError as exc:
-            raise SimcollError(f"{path}: cannot write the trace: {exc.strerror}") from None
+        write_atomic(path, json.dumps(self.to_chrome_trace()))
         return path
 
 

@@ -34,6 +34,7 @@ from collections import defaultdict
 from ortools.sat.python import cp_model
 
 from .instance import Instance
+from .interrupt import solve_interruptibly
 from .result import SolverOutcome
 
 
@@ -104,7 +105,7 @@ def solve_cpsat(instance: Instance, time_limit_s: float = 60.0, workers: int = 2
     # the same answer on every run: workers take turns in fixed batches instead of racing (OR-Tools sat_parameters)
     solver.parameters.interleave_search = True
     solver.parameters.random_seed = 0
-    status = solver.solve(model)
+    status = solve_interruptibly(solver, model)
     elapsed = _time.perf_counter() - start
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         sends = tuple(sorted((c, src, n, s - 1) for (c, src, n, s), var in recv.items() if solver.boolean_value(var)))

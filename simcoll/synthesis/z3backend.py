@@ -18,6 +18,7 @@ import time as _time
 import z3
 
 from .instance import Instance
+from .interrupt import raise_if_interrupted
 from .result import SolverOutcome
 
 
@@ -113,6 +114,7 @@ def solve_z3(instance: Instance, time_limit_s: float = 60.0) -> SolverOutcome:
         return SolverOutcome("sat", tuple(sorted(sends)), rounds_value, elapsed)
     if answer == z3.unsat:
         return SolverOutcome("unsat", (), (), elapsed)
+    raise_if_interrupted(solver.reason_unknown())
     return SolverOutcome("unknown", (), (), elapsed, f"no answer within {time_limit_s:g} s ({solver.reason_unknown()})")
 
 
@@ -190,4 +192,5 @@ def solve_z3_pb(instance: Instance, time_limit_s: float = 60.0) -> SolverOutcome
         return SolverOutcome("sat", sends, rounds_value, elapsed)
     if answer == z3.unsat:
         return SolverOutcome("unsat", (), (), elapsed)
+    raise_if_interrupted(solver.reason_unknown())
     return SolverOutcome("unknown", (), (), elapsed, f"no answer within {time_limit_s:g} s ({solver.reason_unknown()})")

@@ -46,6 +46,7 @@ from ortools.sat.python import cp_model
 
 from ...collectives import Collective
 from ...errors import SynthesisError
+from ..interrupt import solve_interruptibly
 from .sketch import LogicalTopology, chunk_distances
 
 NS = 1e-9
@@ -344,7 +345,7 @@ def run_solver(
     solver.parameters.random_seed = 0
     solver.parameters.relative_gap_limit = gap_limit
     if patience_s is None:
-        return solver, solver.solve(model)
+        return solver, solve_interruptibly(solver, model)
     last = [_time.perf_counter()]
     done = threading.Event()
 
@@ -361,7 +362,7 @@ def run_solver(
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     try:
-        status = solver.solve(model, _Improved())
+        status = solve_interruptibly(solver, model, _Improved())
     finally:
         done.set()
         watcher.join()

@@ -74,3 +74,40 @@ def test_cli_compare_algorithms(capsys):
     assert main(["compare", "-t", "dgx-a100", "-c", "allreduce", "--sizes", "1MB", "--algorithms", "nccl,ring"]) == 0
     out = capsys.readouterr().out
     assert "nccl (ring/" in out and "nccl-ring" not in out
+
+
+def test_chain_collectives_pipeline_deeper_as_the_buffer_grows():
+    """NCCL pipelines a Broadcast / Reduce chain in FIFO-slot pieces (512 KiB
+    under Simple), so a 1 GB Broadcast runs at most of a link's rate where one
+    piece per channel would leave the chain idle 6/7 of the time."""
+    from simcoll.nccl.baseline import MAX_PIPELINE_PIECES, pipeline_pieces
+    from simcoll.simulator import simulate
+
+    machine = load_machine("dgx-a100")
+    assert pipeline_pieces(machine, "broadcast", 1 << 20, 24) == 1
+    assert pipeline_pieces(machine, "broadcast", 1 << 30, 24) == MAX_PIPELINE_PIECES
+    assert pipeline_pieces(machine, "allreduce", 1 << 30, 24) == 1  # the ring's blocks pipeline already
+    big = nccl_algorithm(machine, "broadcast", 1 << 30)
+    assert big.chunks == 24 * MAX_PIPELINE_PIECES
+    one_piece = nccl_algorithm(machine, "broadcast", 1 << 20)
+    piped = simulate(big, machine, 1 << 30).busbw_GBps
+    unpiped = simulate(one_piece, machine, 1 << 30).busbw_GBps
+    assert piped > 1.4 * unpiped
+    # and never above what the root's twelve NVLinks carry
+    assert piped <= 12 * machine.model.link("nvlink").bandwidth_Bps / 1e9
+
+
+def test_collnet_is_a_candidate_only_when_enabled():
+    """NCCL_COLLNET_ENABLE is off by default, even on a SHARP fabric."""
+    default = nccl_choice("dgx-h100*2", "allreduce", 8 << 20)
+    enabled = nccl_choice("dgx-h100*2", "allreduce", 8 << 20, collnet=True)
+    assert not default.algorithm.startswith("collnet")
+    assert enabled.algorithm.startswith("collnet")
+
+
+def test_nvls_tree_spreads_concurrent_chunks_over_every_nvswitch():
+    a = nccl_algorithm("dgx-h100*2", "allreduce", 1 << 30)
+    assert a.metadata["nccl_choice"].startswith("nvls_tree")
+    g = 8
+    first = [r.switch for r in a.switch_reductions if r.chunk < g and r.step == 0]
+    assert len({s.split(".")[-1] for s in first}) == 4  # the G chunks in flight use all four NVSwitches

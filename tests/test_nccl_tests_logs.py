@@ -163,3 +163,16 @@ def test_bus_factor_values():
     assert bus_factor("allgather", 8) == pytest.approx(0.875)
     assert bus_factor("alltoall", 4) == pytest.approx(0.75)
     assert bus_factor("broadcast", 8) == bus_factor("sendrecv", 2) == 1.0
+
+
+def test_an_environment_quoted_in_a_description_line_counts():
+    """Curated headers describe the run's command in prose ("... as env
+    NCCL_ALGO=RING ..."); that sets the algorithm, a mere mention does not."""
+    table = (
+        "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n"
+        "     1048576        262144     float     sum      -1    100.0   10.49   18.35      0    100.0   10.49   18.35      0\n"
+    )
+    forced = "# Collective: all_reduce; forced Ring (the script runs it as env NCCL_ALGO=RING NCCL_NVLS_ENABLE=0)\n"
+    mentioned = "# Collective: all_reduce; NCCL_ALGO=RING expected from the config name (exact env not printed)\n"
+    assert parse_nccl_tests(forced + table, path="all_reduce_perf.log", num_ranks=8).algo == "RING"
+    assert parse_nccl_tests(mentioned + table, path="all_reduce_perf.log", num_ranks=8).algo is None

@@ -28,6 +28,8 @@ model's ``switches.<kind>.reduce_Bps`` per link (:mod:`simcoll.simulator.network
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import networkx as nx
 
 from ..algorithm import Algorithm, SwitchReduction, Transfer
@@ -69,14 +71,17 @@ def node_switch_shares(topology: Topology, node: int, name: str, *, multicast: b
 
 
 def _deal(shares: list[tuple[str, int]], index: int) -> str:
-    """Switch of the ``index``-th chunk: weighted round-robin over ``shares``."""
-    total = sum(w for _, w in shares)
-    pos = index % total
-    for name, weight in shares:
-        if pos < weight:
-            return name
-        pos -= weight
-    raise AssertionError("unreachable")
+    """Switch of the ``index``-th chunk: weighted round-robin over ``shares``,
+    interleaved (stride scheduling: the k-th turn of a switch of weight w
+    falls at (k + 1/2) / w of the cycle), so that any few consecutive chunks,
+    those in flight at once, already spread over all the switches."""
+    return _deal_cycle(tuple(shares))[index % sum(w for _, w in shares)]
+
+
+@lru_cache(maxsize=64)
+def _deal_cycle(shares: tuple[tuple[str, int], ...]) -> tuple[str, ...]:
+    turns = [((k + 0.5) / w, i, name) for i, (name, w) in enumerate(shares) for k in range(w)]
+    return tuple(name for _, _, name in sorted(turns))
 
 
 def fabric_reducing_switch(topology: Topology, ranks: list[int], name: str) -> str:
@@ -253,13 +258,15 @@ def nvls_tree(topology: Topology, collective: Collective) -> Algorithm:
     for c in range(collective.num_chunks):
         local = _owner(c, g)
         owners = [ranks[local] for ranks in per_node]
+        # dealt by chunk, not by chunk group: the G chunks in flight at once (one per owner) then
+        # spread over all the node's NVSwitches in proportion to their links, as NCCL's channels do
         for j, ranks in enumerate(per_node):
-            reductions.append(SwitchReduction(c, _deal(shares[j], c // g), tuple(ranks), (owners[j],), step=0))
+            reductions.append(SwitchReduction(c, _deal(shares[j], c), tuple(ranks), (owners[j],), step=0))
         up, down, _, after = tree_transfers(owners, c, (c // g) % 2, 1)
         transfers += up + down
         for j, ranks in enumerate(per_node):
             others = tuple(r for r in ranks if r != owners[j])
-            reductions.append(SwitchReduction(c, _deal(shares[j], c // g), (owners[j],), others, step=after))
+            reductions.append(SwitchReduction(c, _deal(shares[j], c), (owners[j],), others, step=after))
     return _algorithm("nvls-tree", collective, topology, transfers, reductions)
 
 
@@ -286,7 +293,7 @@ def collnet(topology: Topology, collective: Collective) -> Algorithm:
             if not others:
                 continue
             if shares is not None:
-                sw = _deal(shares, c // g)
+                sw = _deal(shares, c)
                 reductions.append(SwitchReduction(c, sw, tuple(ranks), (owners[j],), step=0))
                 reductions.append(SwitchReduction(c, sw, (owners[j],), others, step=2))
             else:

@@ -92,6 +92,8 @@ def fit_model(
     bounds: Sequence[tuple[float, float]] | None = None,
     *,
     max_evaluations: int = 2000,
+    loss: str = "linear",
+    f_scale: float = 1.0,
 ) -> FitResult:
     """Fit parameters so that ``predict(params)`` matches ``times_s``.
 
@@ -111,6 +113,14 @@ def fit_model(
         non-negative).
     max_evaluations : int
         Budget of ``predict`` calls.
+    loss : {"linear", "soft_l1", "huber", "cauchy", "arctan"}
+        :func:`scipy.optimize.least_squares`'s loss on the relative
+        residuals: ``linear`` is plain least squares; a robust loss such as
+        ``soft_l1`` lets residuals beyond ``f_scale`` count about linearly,
+        so a few sizes the model's physics cannot follow do not pull every
+        parameter away from the sizes it can.
+    f_scale : float
+        The relative residual where a robust loss turns from quadratic to linear.
 
     Returns
     -------
@@ -153,13 +163,20 @@ def fit_model(
     # strictly inside the bounds: trf needs a feasible interior start
     u0 = np.clip(x0 / scale, low / scale, high / scale)
     solution = least_squares(
-        residuals, u0, bounds=(low / scale, high / scale), method="trf", x_scale="jac", max_nfev=max_evaluations
+        residuals,
+        u0,
+        bounds=(low / scale, high / scale),
+        method="trf",
+        x_scale="jac",
+        max_nfev=max_evaluations,
+        loss=loss,
+        f_scale=f_scale,
     )
     x = solution.x * scale
     return FitResult(
         params=dict(zip(names, (float(v) for v in x), strict=True)),
         relative_residuals=tuple(float(v) for v in residuals(solution.x)),
-        method="scipy.optimize.least_squares (trf, relative residuals)",
+        method=f"scipy.optimize.least_squares (trf, relative residuals, {loss} loss)",
         success=bool(solution.success),
         message=str(solution.message),
     )

@@ -447,6 +447,8 @@ def _is_env_line(line: str) -> bool:
         body.startswith(("Env:", "Run:", "export ", "$", "mpirun", "srun", "env "))
         or "NCCL INFO" in line
         or "set by environment" in line
+        # a command quoted inside a description: "... runs it as env NCCL_ALGO=RING ..."
+        or re.search(r"\benv\s+(?:-u\s+\S+\s+)*NCCL_\w+=", body) is not None
     )
 
 

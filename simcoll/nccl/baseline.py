@@ -35,6 +35,7 @@ change with it), so it is not a size-independent registry generator:
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, replace
 from functools import lru_cache
@@ -180,30 +181,77 @@ def nccl_choice(
     *,
     algorithms: list[str] | tuple[str, ...] | None = None,
     protocols: list[str] | tuple[str, ...] | None = None,
+    collnet: bool = False,
 ) -> Choice:
     """NCCL's choice (algorithm x protocol x channels) for one call of
     ``collective`` on ``size_bytes`` bytes (nccl-tests' ``size``) on ``machine``.
 
     ``algorithms`` / ``protocols`` restrict the candidates as NCCL_ALGO /
     NCCL_PROTO do (NCCL spelling in lower case: ``ring``, ``tree``, ``nvls``;
-    ``ll``, ``ll128``, ``simple``).
+    ``ll``, ``ll128``, ``simple``). ``collnet`` is NCCL_COLLNET_ENABLE: off
+    by default in NCCL (it needs the SHARP plugin), so CollNet is a candidate
+    only when asked for and the fabric's switches reduce.
 
     >>> nccl_choice("dgx-a100", "allreduce", 1 << 30).label
     'ring/Simple/24ch'
     """
-    described = nccl_machine(machine)
-    return choose(described.comm, collective, int(size_bytes), algorithms=algorithms, protocols=protocols)
+    comm = nccl_machine(machine).comm
+    if not collnet and comm.collnet:
+        comm = replace(comm, collnet=False)
+    return choose(comm, collective, int(size_bytes), algorithms=algorithms, protocols=protocols)
 
 
 _CACHE: dict[tuple[Any, ...], tuple[Topology, Algorithm]] = {}
 
 
-def _generate(machine: Machine, collective: str, nccl_algo: str, channels: int) -> Algorithm:
-    """The Algorithm of ``nccl_algo`` over ``channels`` channels, cached per
-    (topology, collective, algorithm, channels)."""
+#: Collectives whose ring is a chain from or to the root: NCCL pipelines the
+#: buffer down the chain in FIFO-slot pieces, so their depth grows with size.
+CHAIN_COLLECTIVES = ("broadcast", "reduce")
+#: NCCL algorithms that pass every piece through several stages (in-switch
+#: reduction, the network, multicast): pipelined in pieces like a chain, with
+#: at least :data:`MIN_STAGED_PIECES` per rank so that the stages overlap.
+STAGED_ALGORITHMS = ("nvls_tree", "collnet_direct", "collnet_chain")
+MIN_STAGED_PIECES = 4
+#: Most pipeline pieces per channel simulated: with P ranks a chain of k pieces
+#: runs at k / (k + P - 2) of its link rate, 32 / 38 = 84 % at P = 8, within
+#: a few per cent of deeper pipelines once per-piece latencies are counted,
+#: at a bounded simulation cost.
+MAX_PIPELINE_PIECES = 32
+
+
+def pipeline_pieces(
+    machine: Machine, collective: str, size_bytes: float, channels: int, nccl_algo: str = "ring"
+) -> int:
+    """Pieces per channel NCCL's chain pipelines ``size_bytes`` in: one per
+    FIFO slot's worth (``executor.slot_bytes``: Simple's 4 MiB buffer in 8
+    slots, GC3 §6.1), between 1 and :data:`MAX_PIPELINE_PIECES`; 1 for ring
+    collectives that are not chains (the ring's blocks already pipeline).
+    For the staged in-network algorithms (:data:`STAGED_ALGORITHMS`) the
+    same count per rank, at least :data:`MIN_STAGED_PIECES`.
+
+    >>> pipeline_pieces(as_machine("dgx-a100"), "broadcast", 1 << 30, 24)
+    32
+    >>> pipeline_pieces(as_machine("dgx-a100"), "allreduce", 1 << 30, 24)
+    1
+    """
+    executor = machine.model.executor
+    slot = executor.slot_bytes if executor is not None and executor.slot_bytes else None
+    if nccl_algo in STAGED_ALGORITHMS:
+        if slot is None:
+            return MIN_STAGED_PIECES
+        pieces = math.ceil(size_bytes / machine.num_ranks / slot)
+        return int(max(MIN_STAGED_PIECES, min(MAX_PIPELINE_PIECES, pieces)))
+    if collective not in CHAIN_COLLECTIVES or slot is None:
+        return 1
+    return int(max(1, min(MAX_PIPELINE_PIECES, math.ceil(size_bytes / channels / slot))))
+
+
+def _generate(machine: Machine, collective: str, nccl_algo: str, channels: int, pieces: int = 1) -> Algorithm:
+    """The Algorithm of ``nccl_algo`` over ``channels`` channels of ``pieces``
+    chunks each, cached per (topology, collective, algorithm, channels, pieces)."""
     from ..algorithms import generate
 
-    key = (machine.topology.name, machine.num_ranks, collective, nccl_algo, channels)
+    key = (machine.topology.name, machine.num_ranks, collective, nccl_algo, channels, pieces)
     hit = _CACHE.get(key)
     if hit is not None and hit[0] is machine.topology:
         return hit[1]
@@ -212,7 +260,12 @@ def _generate(machine: Machine, collective: str, nccl_algo: str, channels: int) 
     name = GENERATOR_OF[nccl_algo]
     per_channel = machine.num_ranks if collective == "allreduce" else 1
     options = {"channels": channels} if "channels" in REGISTRY[name].options else {}
-    chunks = channels * per_channel if options else None
+    if options:
+        chunks = channels * per_channel * pieces
+    elif nccl_algo in STAGED_ALGORITHMS:
+        chunks = machine.num_ranks * pieces
+    else:
+        chunks = None
     algorithm = generate(name, machine, collective, chunks=chunks, **options)
     if len(_CACHE) > 256:
         _CACHE.clear()
@@ -233,13 +286,15 @@ def nccl_algorithm(
     *,
     algorithms: list[str] | tuple[str, ...] | None = None,
     protocols: list[str] | tuple[str, ...] | None = None,
+    collnet: bool = False,
 ) -> Algorithm:
     """The Algorithm NCCL would run for ``collective`` on ``size_bytes`` bytes
     (module docstring), with ``metadata["protocol"]``,
     ``metadata["nccl_choice"]`` (the label) and, where the tuner's first
     choice has no generator here, ``metadata["nccl_fallback"]``.
     ``algorithms`` / ``protocols`` restrict the tuner as NCCL_ALGO /
-    NCCL_PROTO do (:func:`nccl_choice`).
+    NCCL_PROTO do, ``collnet`` enables CollNet as NCCL_COLLNET_ENABLE=1
+    does (:func:`nccl_choice`).
 
     Raises
     ------
@@ -257,14 +312,16 @@ def nccl_algorithm(
     collective = canonical_name(collective)
     if collective not in TUNED_COLLECTIVES:
         raise NotApplicableError(f"nccl: NCCL's tuner has no algorithm choice for {collective}")
-    best = nccl_choice(machine, collective, size_bytes, algorithms=algorithms, protocols=protocols)
+    best = nccl_choice(machine, collective, size_bytes, algorithms=algorithms, protocols=protocols, collnet=collnet)
     choice, fallback = best, None
     if GENERATOR_OF.get(best.algorithm) not in _registry_names(collective):
         available = [a for a in _buildable(collective) if algorithms is None or a in algorithms]
         if not available:
             raise NotApplicableError(f"nccl: no generator of NCCL's algorithms implements {collective}")
         try:
-            choice = nccl_choice(machine, collective, size_bytes, algorithms=available, protocols=protocols)
+            choice = nccl_choice(
+                machine, collective, size_bytes, algorithms=available, protocols=protocols, collnet=collnet
+            )
         except SimcollError as exc:
             raise NotApplicableError(f"nccl: {exc}") from None
         fallback = f"NCCL would run {best.label}; {best.algorithm} has no generator here, so {choice.label} is run"
@@ -274,7 +331,12 @@ def nccl_algorithm(
         # fewer channels than NCCL so that every chunk holds at least one byte
         channels = max(1, int(size_bytes) // per_channel)
     try:
-        algorithm = _generate(machine, collective, choice.algorithm, channels)
+        pieces = (
+            pipeline_pieces(machine, collective, size_bytes, channels, choice.algorithm)
+            if choice.algorithm == "ring" or choice.algorithm in STAGED_ALGORITHMS
+            else 1
+        )
+        algorithm = _generate(machine, collective, choice.algorithm, channels, pieces)
     except NotApplicableError as exc:
         if choice.algorithm == "ring":
             raise
@@ -284,7 +346,9 @@ def nccl_algorithm(
         choice, channels = ring, ring.n_channels
         if size_bytes < channels * per_channel:
             channels = max(1, int(size_bytes) // per_channel)
-        algorithm = _generate(machine, collective, "ring", channels)
+        algorithm = _generate(
+            machine, collective, "ring", channels, pipeline_pieces(machine, collective, size_bytes, channels)
+        )
     metadata = dict(algorithm.metadata)
     metadata.update(
         protocol=PROTOCOL_OF[choice.protocol],

@@ -29,6 +29,7 @@ from functools import cached_property
 from typing import Any
 
 from .errors import CollectiveError
+from .limits import MAX_COLLECTIVE_SLOTS, MAX_GPUS
 
 Layout = tuple[tuple[int, ...], ...]
 
@@ -260,6 +261,8 @@ _ALIASES = {
 
 def canonical_name(name: str) -> str:
     """Normalise a collective name ("reduce_scatter" -> "reducescatter")."""
+    if not isinstance(name, str):
+        raise CollectiveError(f"a collective's name must be a string, got {name!r}")
     key = name.strip().lower()
     key = _ALIASES.get(key, key)
     if key not in COLLECTIVES:
@@ -318,6 +321,12 @@ def make_collective(
     _check_int("num_ranks", num_ranks, 1 if key != "alltonext" else 2)
     _check_int("chunk_factor", chunk_factor, 1)
     p, c = num_ranks, chunk_factor
+    slots = p * p * c if key == "alltoall" else p * c
+    if p > MAX_GPUS or slots > MAX_COLLECTIVE_SLOTS:
+        raise CollectiveError(
+            f"{key} on {p:,} ranks with chunk factor {c:,} has {slots:,} buffer slots per rank set, more than "
+            f"simcoll builds (at most {MAX_GPUS:,} ranks and {MAX_COLLECTIVE_SLOTS:,} slots, simcoll.limits)"
+        )
     if key in ROOTED:
         root = 0 if root is None else root
         if not isinstance(root, int) or not 0 <= root < p:

@@ -380,6 +380,8 @@ def _number(entry: Mapping, key: str, where: str, *, required: bool = True, posi
             pass
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ModelError(f"{where}.{key}: must be a number, got {value!r}")
+    if not math.isfinite(value):
+        raise ModelError(f"{where}.{key}: must be a finite number, got {value!r}")
     if value < 0 or (positive and value == 0):
         raise ModelError(f"{where}.{key}: must be {'positive' if positive else 'non-negative'}, got {value!r}")
     return float(value)

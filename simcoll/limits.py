@@ -10,6 +10,8 @@ before anything is built, and refused with one line naming the limit.
 - :data:`MAX_GPUS` = 65,536: sixteen times the largest cluster the scale
   targets ask for (4,096 GPUs, ``dgx-h100*512``, issue 15) and above the
   largest system the seed papers evaluate (1,536 GPUs, HiCCL §6);
+- :data:`MAX_COLLECTIVE_SLOTS` = 50,000,000 buffer slots of a collective
+  (see its comment);
 - :data:`MAX_LINKS` = 2,000,000 links: each link becomes a ``Link`` record,
   graph edges both ways and route entries, a few hundred bytes to a few
   kilobytes in all, so two million links stay within a few GiB
@@ -24,6 +26,11 @@ from .errors import TopologyError
 MAX_GPUS = 65_536
 #: Most links in one machine (see the module docstring).
 MAX_LINKS = 2_000_000
+#: Most chunks a collective's buffers hold over all ranks (P·C, P²·C for
+#: Alltoall): each is a Python integer in its layouts (~30 bytes), so 50
+#: million stay near 1.5 GB. The 1,024-GPU targets of issue 15 need 25
+#: million (``dgx-h100*128``, NCCL's rings with chunk factor 24·P).
+MAX_COLLECTIVE_SLOTS = 50_000_000
 
 
 def check_machine_size(what: str, gpus: int, links: int = 0) -> None:

@@ -247,6 +247,8 @@ def topology_from_dict(data: Any, where: str = "<topology>") -> Topology:
     sources = data.get("sources") or []
     if isinstance(sources, str):
         sources = [sources]
+    if not isinstance(sources, list) or not all(isinstance(s, str) for s in sources):
+        raise TopologyError(f"{where}: field 'sources' must be a list of strings, got {sources!r}")
     default_model = data.get("default_model")
     if default_model is not None and not isinstance(default_model, str):
         raise TopologyError(f"{where}: field 'default_model' must be a string")

@@ -1,0 +1,241 @@
+"""Fuzzing every importer (issue 14 item 7): mutated schedules (simcoll
+Algorithm and Program JSON, SCCL JSON, the MSCCL XML files of
+``../shared/interop/``), topology and model YAML, and TACCL sketches either
+load or are refused with a :class:`~simcoll.errors.SimcollError` - never
+another exception, never a hang - and a mutated schedule that loads is
+verified by the independent checker without raising.
+
+Hypothesis runs derandomized (the same inputs on every run, so CI is
+deterministic) with ``SIMCOLL_FUZZ_EXAMPLES`` examples per fuzzer (default
+200; e.g. ``SIMCOLL_FUZZ_EXAMPLES=5000 pytest tests/test_fuzz_loaders.py``
+for a longer hunt). Every example runs under a 20 s alarm: a loader that
+hangs fails the test instead of stalling CI.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+import signal
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from simcoll.algorithms import generate
+from simcoll.compiler import lower_algorithm
+from simcoll.cost_model import model_from_dict
+from simcoll.errors import SimcollError
+from simcoll.interop.schedules import parse_schedules
+from simcoll.machines import Machine
+from simcoll.synthesis.taccl.sketch import sketch_from_dict
+from simcoll.topology import topology_from_dict
+from simcoll.verify import check
+
+ROOT = Path(__file__).resolve().parents[1]
+XML_DIR = ROOT.parent / "shared" / "interop" / "msccl-xml"
+EXAMPLES = int(os.environ.get("SIMCOLL_FUZZ_EXAMPLES", "200"))
+FUZZ = settings(
+    max_examples=EXAMPLES,
+    derandomize=True,
+    deadline=None,  # wall-clock deadlines are flaky on a loaded machine: the alarm below catches hangs
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+HANG_S = 20
+
+#: Values a mutation puts in place of a field: wrong types, out of range, huge, not a number.
+ODD_VALUES = [None, -1, 0, 1, 2**31, 10**30, -(10**30), 1.5, math.nan, math.inf, "", "x", "-1", True, [], {}, [0, -1]]
+
+
+@contextmanager
+def no_hang(what: str):
+    """Fail instead of hanging: SIGALRM after HANG_S seconds."""
+
+    def expired(signum, frame):
+        raise AssertionError(f"{what}: no answer within {HANG_S} s (a hang)")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(HANG_S)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _paths(node: Any, prefix: tuple = ()) -> list[tuple]:
+    """Every path into a JSON/YAML document (dict keys and list indices)."""
+    out = [prefix]
+    if isinstance(node, dict):
+        for k, v in node.items():
+            out += _paths(v, (*prefix, k))
+    elif isinstance(node, list):
+        for i, v in enumerate(node[:6]):  # a few elements of long lists are enough
+            out += _paths(v, (*prefix, i))
+        if len(node) > 6:
+            out += _paths(node[-1], (*prefix, len(node) - 1))
+    return out
+
+
+def _mutate(doc: Any, data: st.DataObject) -> Any:
+    """One to three mutations of ``doc``: delete, replace with an odd value,
+    duplicate or truncate a list, or rename a key."""
+    doc = copy.deepcopy(doc)
+    for _ in range(data.draw(st.integers(1, 3), label="mutations")):
+        paths = [p for p in _paths(doc) if p]
+        if not paths:
+            return copy.deepcopy(data.draw(st.sampled_from(ODD_VALUES)))
+        path = data.draw(st.sampled_from(paths), label="path")
+        parent = doc
+        for key in path[:-1]:
+            parent = parent[key]
+        key = path[-1]
+        action = data.draw(st.sampled_from(["delete", "replace", "duplicate", "truncate", "rename"]), label="action")
+        if action == "delete":
+            del parent[key]
+        elif action == "replace":
+            parent[key] = copy.deepcopy(data.draw(st.sampled_from(ODD_VALUES), label="value"))  # never share the constants
+        elif action == "duplicate" and isinstance(parent[key], list) and parent[key]:
+            parent[key] = parent[key] + parent[key][:1]
+        elif action == "truncate" and isinstance(parent[key], list):
+            parent[key] = parent[key][: len(parent[key]) // 2]
+        elif action == "rename" and isinstance(parent, dict):
+            parent[f"{key}_typo"] = parent.pop(key)
+    return doc
+
+
+def _loads_or_refuses(load, text: str, what: str):
+    """``load(text)``, or None when refused with a SimcollError; any other exception fails."""
+    with no_hang(what):
+        try:
+            return load(text)
+        except SimcollError as exc:
+            assert str(exc).strip() and "\n" not in str(exc).strip(), f"{what}: not one line: {exc!r}"
+            return None
+
+
+def _verified_without_raising(schedules, machine: Machine | None = None) -> None:
+    for schedule in schedules:
+        with no_hang("verify"):
+            try:
+                problems = check(schedule, machine)
+            except SimcollError:
+                continue
+        assert isinstance(problems, list)
+
+
+# -- schedules ---------------------------------------------------------------------------------
+def _algorithm_doc() -> dict:
+    return json.loads(generate("ring", "ring:4", "allreduce", chunks=4).to_json())
+
+
+def _program_doc() -> dict:
+    return json.loads(lower_algorithm(generate("ring", "ring:4", "allgather"), machine="ring:4").to_json())
+
+
+SCCL_DOC = {
+    "sccl_type": "algorithm",
+    "name": "allgather-ring3",
+    "input_map": {"0": [0], "1": [1], "2": [2]},
+    "output_map": {"0": [0, 1, 2], "1": [0, 1, 2], "2": [0, 1, 2]},
+    "steps": [
+        {"rounds": 1, "sends": [[0, 0, 1], [1, 1, 2], [2, 2, 0]]},
+        {"rounds": 1, "sends": [[2, 0, 1], [0, 1, 2], [1, 2, 0]]},
+    ],
+}
+
+
+@pytest.mark.parametrize("make_doc", [_algorithm_doc, _program_doc, lambda: SCCL_DOC], ids=["algorithm", "program", "sccl"])
+@FUZZ
+@given(data=st.data())
+def test_mutated_json_schedules_load_or_are_refused(make_doc, data):
+    text = json.dumps(_mutate(make_doc(), data))
+    schedules = _loads_or_refuses(lambda t: parse_schedules(t, "fuzz.json"), text, "schedule JSON")
+    if schedules is not None:
+        _verified_without_raising(schedules)
+
+
+def _xml_files() -> list[Path]:
+    return sorted(XML_DIR.glob("*.xml")) if XML_DIR.is_dir() else []
+
+
+@pytest.mark.skipif(not XML_DIR.is_dir(), reason="../shared/interop/msccl-xml is absent")
+@FUZZ
+@given(data=st.data())
+def test_mutated_msccl_xml_loads_or_is_refused(data):
+    path = data.draw(st.sampled_from(_xml_files()), label="file")
+    text = path.read_text()
+    action = data.draw(st.sampled_from(["truncate", "attribute", "delete", "insert"]), label="action")
+    if action == "truncate":
+        text = text[: data.draw(st.integers(0, len(text) - 1), label="at")]
+    elif action == "attribute":
+        # a random attribute's value replaced: out of range, negative, not a number
+        quotes = [i for i, ch in enumerate(text) if ch == '"']
+        k = data.draw(st.integers(0, len(quotes) // 2 - 1), label="attr")
+        start, end = quotes[2 * k], quotes[2 * k + 1]
+        value = data.draw(st.sampled_from(["-1", "0", "99999", "x", "", "1.5", "-99999"]), label="value")
+        text = text[: start + 1] + value + text[end:]
+    elif action == "delete":
+        at = data.draw(st.integers(0, len(text) - 1), label="at")
+        text = text[:at] + text[at + data.draw(st.integers(1, 200), label="n") :]
+    else:
+        at = data.draw(st.integers(0, len(text)), label="at")
+        text = text[:at] + data.draw(st.text(min_size=1, max_size=20), label="junk") + text[at:]
+    schedules = _loads_or_refuses(lambda t: parse_schedules(t, path.name), text, path.name)
+    if schedules is not None:
+        _verified_without_raising(schedules)
+
+
+@FUZZ
+@given(data=st.binary(max_size=300))
+def test_random_bytes_are_refused_as_a_schedule(data):
+    text = data.decode("utf-8", errors="replace")
+    assert _loads_or_refuses(lambda t: parse_schedules(t, "junk"), text, "junk bytes") is None or text.strip()
+
+
+# -- topologies, models, sketches ----------------------------------------------------------------
+def _yaml_docs(folder: str) -> list[dict]:
+    return [yaml.safe_load(p.read_text()) for p in sorted((ROOT / folder).glob("*.yaml"))]
+
+
+TOPOLOGIES = _yaml_docs("topologies")
+MODELS = _yaml_docs("models")
+SKETCHES = [json.loads(p.read_text()) for p in sorted((ROOT / "sketches").glob("*.json"))]
+
+
+@FUZZ
+@given(data=st.data())
+def test_mutated_topology_yaml_loads_or_is_refused(data):
+    doc = _mutate(data.draw(st.sampled_from(TOPOLOGIES), label="topology"), data)
+    text = yaml.safe_dump(doc)
+    topology = _loads_or_refuses(lambda t: topology_from_dict(yaml.safe_load(t), "fuzz.yaml"), text, "topology")
+    if topology is not None:
+        assert topology.num_ranks >= 1
+        assert all(0 <= r < topology.num_ranks for r in range(topology.num_ranks))
+
+
+@FUZZ
+@given(data=st.data())
+def test_mutated_model_yaml_loads_or_is_refused(data):
+    doc = _mutate(data.draw(st.sampled_from(MODELS), label="model"), data)
+    model = _loads_or_refuses(lambda t: model_from_dict(yaml.safe_load(t), "fuzz.yaml"), yaml.safe_dump(doc), "model")
+    if model is not None:
+        for name in model.links:
+            link = model.link(name)
+            # a model that loads has usable numbers: finite, positive rates and non-negative latencies
+            assert math.isfinite(link.bandwidth_Bps) and link.bandwidth_Bps > 0
+            assert math.isfinite(link.alpha_s) and link.alpha_s >= 0
+
+
+@FUZZ
+@given(data=st.data())
+def test_mutated_taccl_sketch_loads_or_is_refused(data):
+    doc = _mutate(data.draw(st.sampled_from(SKETCHES), label="sketch"), data)
+    _loads_or_refuses(lambda t: sketch_from_dict(json.loads(t), "fuzz-sketch.json"), json.dumps(doc), "sketch")

@@ -7,7 +7,8 @@ can describe, this calibrates the machine's model on the log
 (:func:`simcoll.calibration.calibrate.calibrate`) and prints the geometric-mean
 error ``exp(mean |ln(sim / measured)|) - 1`` of busbw for sizes >= 64 MB and
 <= 64 KB, before (shipped model) and after calibration. For a multi-node log
-it also applies the model calibrated on the same GPUs' one-node allreduce log.
+it also applies the model calibrated on the same GPUs' one-node allreduce logs
+(all of them, fitted together).
 Logs without a matching topology are listed with the reason.
 
 Usage: ``python benchmarks/fidelity.py [--measurements DIR] [--max-ranks N] [--only SUBSTRING]``.
@@ -68,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no measurements at {args.measurements}")
         return 0
     logs = sorted(p for p in args.measurements.glob("*.log") if not args.only or args.only in p.name)
+    one_node_logs: dict[str, list[Path]] = {}
     one_node_models: dict[str, object] = {}
     print(f"{'log':<58} {'topology':<12} {'base>=64MB':>10} {'base<=64KB':>10} {'cal>=64MB':>9} {'cal<=64KB':>9}")
     unmatched = []
@@ -92,17 +94,20 @@ def main(argv: list[str] | None = None) -> int:
             unmatched.append((path.name, str(exc)))
             continue
         if "*" not in spec and "_all_reduce" in path.name:
-            one_node_models.setdefault(spec, model)
+            one_node_logs.setdefault(spec, []).append(path)
         print(
             f"{path.name:<58} {spec:<12} {_pct(base['large']):>10} {_pct(base['small']):>10}"
             f" {_pct(cal['large']):>9} {_pct(cal['small']):>9}   ({time.time() - started:.0f} s)",
             flush=True,
         )
         node_spec = spec.split("*")[0]
-        if "*" in spec and node_spec in one_node_models:
+        if "*" in spec and node_spec in one_node_logs:
             from simcoll.machines import Machine
 
             try:
+                if node_spec not in one_node_models:
+                    # one model from all of the node's one-node allreduce logs, fitted together, as a user would
+                    one_node_models[node_spec] = calibrate(one_node_logs[node_spec], load_machine(node_spec))[0]
                 cross = error_summary(validate(path, Machine(machine.topology, one_node_models[node_spec])))
                 text = _pct(cross["large"])
             except SimcollError as exc:

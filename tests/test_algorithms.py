@@ -205,3 +205,21 @@ def test_random_topologies_verify_and_mutations_are_caught(tmp_path, yaml_text, 
 
 def _depends(algo, t):
     return (t.chunk, t.src) not in {(c, r) for c, r in algo.collective.pre}
+
+
+def test_what_a_generator_implements_is_declared_once_and_enforced():
+    """Each registry entry reads its collectives from the function's
+    @implements declaration; calling the function directly with another
+    collective is refused there, naming both."""
+    from simcoll.algorithms import REGISTRY
+    from simcoll.algorithms.bruck import bruck
+    from simcoll.algorithms.registry import Generator
+    from simcoll.errors import NotApplicableError, SimcollError
+    from simcoll.machines import load_topology
+
+    for name, entry in REGISTRY.items():
+        assert entry.collectives == entry.function.collectives, name
+    with pytest.raises(NotApplicableError, match="bruck implements allgather, alltoall, not allreduce"):
+        bruck(load_topology("ring:4"), make_collective("allreduce", 4))
+    with pytest.raises(SimcollError, match="lists .* but its function implements"):
+        Generator("bruck", bruck, ("allgather",), "a second, different declaration")

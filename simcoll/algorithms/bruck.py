@@ -12,7 +12,7 @@ from ..algorithm import Algorithm, Transfer
 from ..collectives import Collective
 from ..routes import Routes
 from ..topology import Topology
-from .common import finish, one_message_per_step, require, require_routes
+from .common import finish, implements, one_message_per_step, require_routes
 from .registry import Generator
 
 
@@ -38,6 +38,7 @@ def bruck_alltoall_blocks(num_ranks: int) -> list[int]:
     return [sum(1 for j in range(1, num_ranks) if j >> k & 1) for k in range(steps)]
 
 
+@implements("bruck", ("allgather", "alltoall"))
 def bruck(topology: Topology, collective: Collective) -> Algorithm:
     """Bruck et al. 1997, radix 2, any P, ⌈log2 P⌉ steps.
 
@@ -65,7 +66,6 @@ def bruck(topology: Topology, collective: Collective) -> Algorithm:
     >>> bruck(load_topology("fully-connected:6"), make_collective("alltoall", 6)).steps
     3
     """
-    require(collective, topology, ("allgather", "alltoall"), "bruck")
     p = collective.num_ranks
     steps = (p - 1).bit_length()
     transfers: list[Transfer] = []
@@ -95,7 +95,7 @@ GENERATORS = (
     Generator(
         "bruck",
         bruck,
-        ("allgather", "alltoall"),
+        bruck.collectives,
         "Bruck et al. 1997: Allgather and Alltoall (index algorithm) in ⌈log2 P⌉ steps on any P",
         chunks=lambda collective, num_ranks: 1,
     ),

@@ -4,9 +4,11 @@ ring/chain search."""
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -15,6 +17,42 @@ from ..collectives import Collective
 from ..errors import NotApplicableError
 from ..routes import Routes, bandwidth_relation
 from ..topology import Topology
+
+
+def implements(
+    algorithm: str, collectives: Iterable[str]
+) -> Callable[[Callable[..., Algorithm]], Callable[..., Algorithm]]:
+    """Declare, once, what a generator function implements; enforce it on every call.
+
+    The decorated ``function(topology, collective, ...)`` refuses (with
+    :class:`NotApplicableError`, via :func:`require`) a collective not in
+    ``collectives`` or of another rank count than the topology, and carries
+    the declaration as ``function.collectives``, which its registry entry
+    (:class:`~simcoll.algorithms.registry.Generator`) reads instead of
+    repeating it.
+
+    >>> from simcoll import load_topology, make_collective
+    >>> @implements("swap", ("allgather",))
+    ... def swap(topology, collective):
+    ...     return "built"
+    >>> swap.collectives
+    ('allgather',)
+    >>> swap(load_topology("ring:2"), make_collective("allreduce", 2))
+    Traceback (most recent call last):
+    simcoll.errors.NotApplicableError: swap implements allgather, not allreduce
+    """
+    supported = tuple(collectives)
+
+    def declare(function: Callable[..., Algorithm]) -> Callable[..., Algorithm]:
+        @functools.wraps(function)
+        def checked(topology: Topology, collective: Collective, *args: Any, **kwargs: Any) -> Algorithm:
+            require(collective, topology, supported, algorithm)
+            return function(topology, collective, *args, **kwargs)
+
+        checked.collectives = supported  # type: ignore[attr-defined]
+        return checked
+
+    return declare
 
 
 def require(collective: Collective, topology: Topology, supported: Iterable[str], algorithm: str) -> None:

@@ -18,7 +18,7 @@ from ..collectives import Collective
 from ..errors import NotApplicableError
 from ..routes import Routes
 from ..topology import Topology
-from .common import block_chunks, finish, require, tree_depths
+from .common import block_chunks, finish, implements, tree_depths
 from .registry import Generator
 
 COLLECTIVES = (
@@ -120,6 +120,7 @@ def _routed_copies(hops: Iterable[tuple[int, list[int]]]) -> list[Transfer]:
     return [Transfer(chunk, path[k], path[k + 1], "copy", k) for chunk, path in hops for k in range(len(path) - 1)]
 
 
+@implements("direct", COLLECTIVES)
 def direct(topology: Topology, collective: Collective) -> Algorithm:
     """All-pairs algorithm for every built-in collective.
 
@@ -158,7 +159,6 @@ def direct(topology: Topology, collective: Collective) -> Algorithm:
     >>> direct(load_topology("line:4"), make_collective("broadcast", 4, root=1)).steps
     2
     """
-    require(collective, topology, COLLECTIVES, "direct")
     routes = Routes(topology)
     name, root = collective.name, collective.root
     transfers: list[Transfer] = []
@@ -207,7 +207,7 @@ GENERATORS = (
     Generator(
         "direct",
         direct,
-        COLLECTIVES,
+        direct.collectives,
         "all-pairs exchange, relayed along shortest-path trees where pairs are not joined; "
         "Allreduce as GC3's two-step All Pairs (§7.1.2)",
     ),

@@ -38,7 +38,7 @@ from ..collectives import Collective
 from ..errors import NotApplicableError
 from ..routes import Routes
 from ..topology import Topology
-from .common import finish, require
+from .common import finish, implements
 from .hiccl_primitives import (
     BINDINGS,
     Hierarchy,
@@ -180,6 +180,7 @@ def _parse_hierarchy(hierarchy: Sequence[int] | str) -> list[int]:
 # ---------------------------------------------------------------------------
 # The generator
 # ---------------------------------------------------------------------------
+@implements("hiccl", COLLECTIVES)
 def hiccl(
     topology: Topology,
     collective: Collective,
@@ -233,7 +234,6 @@ def hiccl(
     >>> algo.metadata["hierarchy"], algo.steps
     ([2, 8], 4)
     """
-    require(collective, topology, COLLECTIVES, "hiccl")
     routes = Routes(topology)
     p = collective.num_ranks
     factors = _parse_hierarchy(hierarchy) if hierarchy is not None else default_hierarchy(topology, routes)
@@ -303,7 +303,7 @@ GENERATORS = (
     Generator(
         "hiccl",
         hiccl,
-        COLLECTIVES,
+        hiccl.collectives,
         "HiCCL compositions of multicast/reduction/fence (Table 2) over a hierarchy, ring(k), NIC striping, pipelining",
         {
             "hierarchy": Option("factors of P, outermost first, e.g. 2,2,4 (default: nodes, GPUs per node)", int_list),

@@ -29,7 +29,7 @@ from ..collectives import Collective
 from ..errors import NotApplicableError
 from ..routes import Routes
 from ..topology import Topology
-from .common import finish, hamiltonian_path, require
+from .common import finish, hamiltonian_path, implements
 from .registry import Generator, Option, positive_int
 
 RING_SEARCH_TIME_LIMIT_S = 2.0
@@ -188,6 +188,7 @@ def _build(
 # ---------------------------------------------------------------------------
 # 2D ring (NV-Group §3.1.1, eq. 4)
 # ---------------------------------------------------------------------------
+@implements("2d-ring", ("allreduce", "reducescatter", "allgather"))
 def two_d_ring(topology: Topology, collective: Collective, group_size: int | None = None) -> Algorithm:
     """2D ring: an intra-node ring phase and an inter-node ring phase
     (NV-Group §3.1.1, eq. 4), for N nodes of G GPUs.
@@ -226,7 +227,6 @@ def two_d_ring(topology: Topology, collective: Collective, group_size: int | Non
     >>> algo.steps  # 2(G-1) + 2(N-1)
     6
     """
-    require(collective, topology, ("allreduce", "reducescatter", "allgather"), "2d-ring")
     grid = node_grid(topology, "2d-ring", group_size)
     routes = Routes(topology)
     n_nodes, g_local = grid.num_nodes, grid.gpus_per_node
@@ -267,6 +267,7 @@ def two_d_ring(topology: Topology, collective: Collective, group_size: int | Non
 # ---------------------------------------------------------------------------
 # GC3 hierarchical Allreduce (§2, Figs. 1-3)
 # ---------------------------------------------------------------------------
+@implements("gc3-hierarchical", ("allreduce",))
 def gc3_hierarchical(topology: Topology, collective: Collective, group_size: int | None = None) -> Algorithm:
     """GC3's hierarchical Allreduce for N nodes × G GPUs (GC3 §2, Figs. 1-3).
 
@@ -293,7 +294,6 @@ def gc3_hierarchical(topology: Topology, collective: Collective, group_size: int
     >>> gc3_hierarchical(load_topology("fully-connected:6"), make_collective("allreduce", 6, 6), group_size=3).steps
     6
     """
-    require(collective, topology, ("allreduce",), "gc3-hierarchical")
     grid = node_grid(topology, "gc3-hierarchical", group_size)
     routes = Routes(topology)
     n_nodes, g_local = grid.num_nodes, grid.gpus_per_node
@@ -327,6 +327,7 @@ def gc3_hierarchical(topology: Topology, collective: Collective, group_size: int
 # ---------------------------------------------------------------------------
 # GC3 two-step Alltoall (§7.3, Fig. 8)
 # ---------------------------------------------------------------------------
+@implements("two-step-alltoall", ("alltoall",))
 def two_step_alltoall(topology: Topology, collective: Collective, group_size: int | None = None) -> Algorithm:
     """GC3's two-step Alltoall (GC3 §7.3, Fig. 8).
 
@@ -348,7 +349,6 @@ def two_step_alltoall(topology: Topology, collective: Collective, group_size: in
     >>> two_step_alltoall(load_topology("fully-connected:6"), make_collective("alltoall", 6), group_size=3).steps
     2
     """
-    require(collective, topology, ("alltoall",), "two-step-alltoall")
     grid = node_grid(topology, "two-step-alltoall", group_size)
     routes = Routes(topology)
     p = collective.num_ranks
@@ -370,6 +370,7 @@ def two_step_alltoall(topology: Topology, collective: Collective, group_size: in
 # ---------------------------------------------------------------------------
 # GC3 AllToNext (§7.4)
 # ---------------------------------------------------------------------------
+@implements("alltonext", ("alltonext",))
 def alltonext(topology: Topology, collective: Collective, group_size: int | None = None) -> Algorithm:
     """GC3's AllToNext algorithm (GC3 §7.4): rank i sends its buffer to rank
     i+1; the last rank sends nothing.
@@ -393,7 +394,6 @@ def alltonext(topology: Topology, collective: Collective, group_size: int | None
     >>> alltonext(load_topology("fully-connected:6"), make_collective("alltonext", 6, 3), group_size=3).steps
     3
     """
-    require(collective, topology, ("alltonext",), "alltonext")
     grid = node_grid(topology, "alltonext", group_size)
     routes = Routes(topology)
     g_local = grid.gpus_per_node
@@ -431,7 +431,7 @@ GENERATORS = (
     Generator(
         "2d-ring",
         two_d_ring,
-        ("allreduce", "reducescatter", "allgather"),
+        two_d_ring.collectives,
         "intra-node ring then inter-node ring (NV-Group eq. 4)",
         _GROUP_SIZE,
         _chunks_per_rank_count,
@@ -439,7 +439,7 @@ GENERATORS = (
     Generator(
         "gc3-hierarchical",
         gc3_hierarchical,
-        ("allreduce",),
+        gc3_hierarchical.collectives,
         "intra-node ReduceScatter, inter-node ReduceScatter + Allgather, intra-node Allgather (GC3 Figs. 2-3)",
         _GROUP_SIZE,
         _chunks_per_rank_count,
@@ -447,7 +447,7 @@ GENERATORS = (
     Generator(
         "two-step-alltoall",
         two_step_alltoall,
-        ("alltoall",),
+        two_step_alltoall.collectives,
         "intra-node aggregation by destination local index, then one inter-node send per node pair (GC3 Fig. 8)",
         _GROUP_SIZE,
         _chunks_per_rank_count,
@@ -455,7 +455,7 @@ GENERATORS = (
     Generator(
         "alltonext",
         alltonext,
-        ("alltonext",),
+        alltonext.collectives,
         "rank i to i+1, node boundaries split over every GPU and NIC of the node (GC3 §7.4)",
         _GROUP_SIZE,
         _chunks_per_rank_count,

@@ -37,7 +37,7 @@ from ..collectives import Collective
 from ..errors import NotApplicableError
 from ..routes import Routes
 from ..topology import Topology
-from .common import minimal_rounds, require, require_routes
+from .common import implements, minimal_rounds, require_routes
 from .registry import Generator
 
 NVLS_COLLECTIVES = ("allreduce", "reducescatter", "allgather")
@@ -157,6 +157,7 @@ def _algorithm(
 
 
 # -- nvls ------------------------------------------------------------------------------
+@implements("nvls", NVLS_COLLECTIVES)
 def nvls(topology: Topology, collective: Collective) -> Algorithm:
     """NVLink SHARP inside one node (module docstring).
 
@@ -165,7 +166,6 @@ def nvls(topology: Topology, collective: Collective) -> Algorithm:
     >>> len(a.switch_reductions), a.steps
     (18, 1)
     """
-    require(collective, topology, NVLS_COLLECTIVES, "nvls")
     (ranks,) = _nodes(topology, "nvls", multi=False)
     shares = node_switch_shares(topology, topology.nodes[0], "nvls")
     p = collective.num_ranks
@@ -247,9 +247,9 @@ def _owner(chunk: int, g: int) -> int:
     return chunk % g
 
 
+@implements("nvls-tree", ("allreduce",))
 def nvls_tree(topology: Topology, collective: Collective) -> Algorithm:
     """NVLS inside nodes plus NCCL's double binary tree across them (module docstring)."""
-    require(collective, topology, ("allreduce",), "nvls-tree")
     per_node = _nodes(topology, "nvls-tree", multi=True)
     shares = [node_switch_shares(topology, n, "nvls-tree") for n in topology.nodes]
     g = len(per_node[0])
@@ -270,9 +270,9 @@ def nvls_tree(topology: Topology, collective: Collective) -> Algorithm:
     return _algorithm("nvls-tree", collective, topology, transfers, reductions)
 
 
+@implements("collnet", ("allreduce",))
 def collnet(topology: Topology, collective: Collective) -> Algorithm:
     """IB SHARP (NCCL's CollNet Direct) across nodes (module docstring)."""
-    require(collective, topology, ("allreduce",), "collnet")
     per_node = _nodes(topology, "collnet", multi=True)
     g = len(per_node[0])
     node_shares: list[list[tuple[str, int]] | None] = []
@@ -314,21 +314,21 @@ GENERATORS = (
     Generator(
         "nvls",
         nvls,
-        NVLS_COLLECTIVES,
+        nvls.collectives,
         "NVLink SHARP on one node: each chunk reduced in an NVSwitch and multicast back (NCCL's NVLS)",
         chunks=_nvls_chunks,
     ),
     Generator(
         "nvls-tree",
         nvls_tree,
-        ("allreduce",),
+        nvls_tree.collectives,
         "NVLS inside each node, NCCL's double binary tree between the nodes (NCCL's NVLSTree)",
         chunks=_per_rank_chunks,
     ),
     Generator(
         "collnet",
         collnet,
-        ("allreduce",),
+        collnet.collectives,
         "IB SHARP: per-node reduction, then reduced and multicast in the network switch (NCCL's CollNet Direct)",
         chunks=_per_rank_chunks,
     ),

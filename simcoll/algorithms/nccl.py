@@ -44,7 +44,7 @@ from ..collectives import Collective
 from ..errors import NotApplicableError
 from ..routes import Routes
 from ..topology import FABRIC_LINK_TYPES, Topology
-from .common import finish, hamiltonian_path, require, require_routes
+from .common import finish, hamiltonian_path, implements, require_routes
 from .registry import Generator, Option, positive_int
 from .ring import SEARCH_TIME_LIMIT_S, _rings_transfers, find_rings
 
@@ -166,6 +166,7 @@ def nccl_rings(topology: Topology, channels: int, routes: Routes | None = None) 
     return rings
 
 
+@implements("nccl-ring", NCCL_RING_COLLECTIVES)
 def nccl_ring(topology: Topology, collective: Collective, channels: int | None = None) -> Algorithm:
     """NCCL's ring algorithm over ``channels`` ring channels (module docstring).
 
@@ -181,7 +182,6 @@ def nccl_ring(topology: Topology, collective: Collective, channels: int | None =
     >>> len(a.metadata["rings"])
     8
     """
-    require(collective, topology, NCCL_RING_COLLECTIVES, "nccl-ring")
     p = collective.num_ranks
     per_channel = p if collective.name == "allreduce" else 1
     if channels is not None and (not isinstance(channels, int) or channels < 1):
@@ -206,6 +206,7 @@ def _nccl_ring_chunks(collective: str, num_ranks: int) -> int:
     return DEFAULT_CHANNELS * num_ranks if collective == "allreduce" else DEFAULT_CHANNELS
 
 
+@implements("nccl-tree", ("allreduce",))
 def nccl_tree(topology: Topology, collective: Collective, channels: int | None = None) -> Algorithm:
     """NCCL's tree algorithm (module docstring) over ``channels`` channels
     (default: the largest count up to ``2 ×`` :data:`DEFAULT_CHANNELS` that
@@ -218,7 +219,6 @@ def nccl_tree(topology: Topology, collective: Collective, channels: int | None =
     """
     from .innetwork import tree_transfers
 
-    require(collective, topology, ("allreduce",), "nccl-tree")
     if channels is not None and (not isinstance(channels, int) or channels < 1):
         raise NotApplicableError(f"nccl-tree: option channels must be a positive integer, got {channels!r}")
     c_factor = collective.chunk_factor
@@ -258,7 +258,7 @@ GENERATORS = (
     Generator(
         "nccl-ring",
         nccl_ring,
-        NCCL_RING_COLLECTIVES,
+        nccl_ring.collectives,
         "NCCL's ring channels: one ring per channel, across nodes entering and leaving each node on the same "
         "rail through the NIC next to its GPUs (rail-aligned)",
         {
@@ -271,7 +271,7 @@ GENERATORS = (
     Generator(
         "nccl-tree",
         nccl_tree,
-        ("allreduce",),
+        nccl_tree.collectives,
         "NCCL's tree channels: per channel an intra-node chain and an inter-node double binary tree",
         {"channels": Option(f"number of tree channels (default {2 * DEFAULT_CHANNELS})", positive_int)},
         chunks=_nccl_tree_chunks,

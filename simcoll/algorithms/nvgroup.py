@@ -31,7 +31,7 @@ from ..errors import NotApplicableError
 from ..program import Executor, Instruction, Program, RankProgram, Ref
 from ..routes import Routes
 from ..topology import FABRIC_LINK_TYPES, Topology, directed_pairs
-from .common import block_chunks, finish, require
+from .common import block_chunks, finish, implements
 from .registry import Generator, Option
 
 NAME = "nvgroup-ring"
@@ -270,6 +270,7 @@ class _Schedule:
                 self.from_leader(g, (g - s) % self.n, arrived, first_ring_step + s)
 
 
+@implements(NAME, ("allreduce", "reducescatter", "allgather"))
 def nvgroup_ring(topology: Topology, collective: Collective, pipeline: bool = False) -> Algorithm:
     """NVGroup ring Allreduce (NV-Group §4.2-4.3, Algorithm 2), and its
     ReduceScatter and Allgather halves, over the NVLink groups of
@@ -330,7 +331,6 @@ def nvgroup_ring(topology: Topology, collective: Collective, pipeline: bool = Fa
     >>> algo.metadata["groups"], algo.metadata["leaders"]
     ([[0, 1, 2], [3, 4, 5]], [0, 3])
     """
-    require(collective, topology, ("allreduce", "reducescatter", "allgather"), NAME)
     routes = Routes(topology)
     groups = _ring_groups(topology, routes)
     plan = _Schedule(collective, groups, pipeline)
@@ -432,6 +432,7 @@ def _cpu_leader_program(
     return RankProgram(group.leader, {"input": chunks, "output": chunks, "shm": chunks}, tuple(executors))
 
 
+@implements(CPU_PATH_NAME, ("allreduce",))
 def nvgroup_cpu_allreduce(topology: Topology, collective: Collective) -> Program:
     """CPU-driven Allreduce for small messages (NV-Group §4.4.2), as a Program
     whose executors are host threads: the GPUs launch no kernel at all.
@@ -450,7 +451,6 @@ def nvgroup_cpu_allreduce(topology: Topology, collective: Collective) -> Program
     >>> sorted({e.kind for r in prog.ranks for e in r.executors})
     ['host']
     """
-    require(collective, topology, ("allreduce",), CPU_PATH_NAME)
     routes = Routes(topology)
     groups = nvlink_groups(topology)
     leaders = [g.leader for g in groups]
@@ -479,6 +479,7 @@ def nvgroup_cpu_allreduce(topology: Topology, collective: Collective) -> Program
     )
 
 
+@implements("nvgroup", ("allreduce",))
 def nvgroup_allreduce(
     topology: Topology,
     collective: Collective,
@@ -496,7 +497,6 @@ def nvgroup_allreduce(
     >>> type(nvgroup_allreduce(topo, coll, 8 << 10)).__name__, type(nvgroup_allreduce(topo, coll, 1 << 20)).__name__
     ('Program', 'Algorithm')
     """
-    require(collective, topology, ("allreduce",), "nvgroup")
     if size_bytes / len(nvlink_groups(topology)) <= cpu_path_max_bytes:
         return nvgroup_cpu_allreduce(topology, collective)
     return nvgroup_ring(topology, collective, pipeline=pipeline)
@@ -513,7 +513,7 @@ GENERATORS = (
     Generator(
         NAME,
         nvgroup_ring,
-        ("allreduce", "reducescatter", "allgather"),
+        nvgroup_ring.collectives,
         "NVGroup ring: cooperative load-reduce-store in NVLink groups, ring across group leaders (NV-Group eqs. 7-10)",
         {"pipeline": Option("forward each chunk as soon as it is reduced (§4.4.1) instead of whole blocks", _boolean)},
     ),

@@ -22,7 +22,7 @@ from ..algorithm import Algorithm, Transfer
 from ..collectives import Collective
 from ..routes import Routes
 from ..topology import Topology
-from .common import finish, one_message_per_step, require, require_routes
+from .common import finish, implements, one_message_per_step, require_routes
 from .registry import Generator
 
 
@@ -87,6 +87,7 @@ def _build(name: str, collective: Collective, topology: Topology, transfers: lis
     return finish(name, collective, topology, one_message_per_step(transfers), routes)
 
 
+@implements("recursive-doubling", ("allgather", "allreduce"))
 def recursive_doubling(topology: Topology, collective: Collective) -> Algorithm:
     """Recursive doubling (Thakur, Rabenseifner & Gropp 2005): in step k each
     rank exchanges with rank ``v XOR 2^k``.
@@ -116,7 +117,6 @@ def recursive_doubling(topology: Topology, collective: Collective) -> Algorithm:
     >>> recursive_doubling(load_topology("fully-connected:6"), make_collective("allreduce", 6)).steps  # fold, 2, unfold
     4
     """
-    require(collective, topology, ("allgather", "allreduce"), "recursive-doubling")
     folding = _Folding(collective.num_ranks)
     core_start = 1 if folding.extra else 0
     end = core_start + folding.steps
@@ -137,6 +137,7 @@ def recursive_doubling(topology: Topology, collective: Collective) -> Algorithm:
     return _build("recursive-doubling", collective, topology, transfers)
 
 
+@implements("recursive-halving", ("reducescatter",))
 def recursive_halving(topology: Topology, collective: Collective) -> Algorithm:
     """Recursive halving ReduceScatter (Thakur, Rabenseifner & Gropp
     2005): in step k each rank exchanges with the rank at distance
@@ -159,7 +160,6 @@ def recursive_halving(topology: Topology, collective: Collective) -> Algorithm:
     >>> recursive_halving(load_topology("fully-connected:8"), make_collective("reducescatter", 8)).steps
     3
     """
-    require(collective, topology, ("reducescatter",), "recursive-halving")
     folding = _Folding(collective.num_ranks)
     core_start = 1 if folding.extra else 0
     outputs = collective.output_layout
@@ -169,6 +169,7 @@ def recursive_halving(topology: Topology, collective: Collective) -> Algorithm:
     return _build("recursive-halving", collective, topology, transfers)
 
 
+@implements("rvhd", ("allreduce",))
 def rvhd(topology: Topology, collective: Collective) -> Algorithm:
     """Rabenseifner's Allreduce, recursive vector halving and doubling (RVHD;
     Thakur, Rabenseifner & Gropp 2005; NV-Group §3.1.3): a recursive-
@@ -193,7 +194,6 @@ def rvhd(topology: Topology, collective: Collective) -> Algorithm:
     >>> rvhd(load_topology("fully-connected:8"), make_collective("allreduce", 8, 8)).steps
     6
     """
-    require(collective, topology, ("allreduce",), "rvhd")
     folding = _Folding(collective.num_ranks)
     core_start = 1 if folding.extra else 0
     everything = range(collective.num_chunks)
@@ -217,21 +217,21 @@ GENERATORS = (
     Generator(
         "recursive-doubling",
         recursive_doubling,
-        ("allgather", "allreduce"),
+        recursive_doubling.collectives,
         "recursive doubling, log2 P exchange steps (Thakur et al. 2005); non-powers of two fold the first 2r ranks",
         chunks=lambda collective, num_ranks: 1,
     ),
     Generator(
         "recursive-halving",
         recursive_halving,
-        ("reducescatter",),
+        recursive_halving.collectives,
         "recursive halving ReduceScatter, log2 P exchange steps (Thakur et al. 2005)",
         chunks=lambda collective, num_ranks: 1,
     ),
     Generator(
         "rvhd",
         rvhd,
-        ("allreduce",),
+        rvhd.collectives,
         "Rabenseifner's recursive vector halving and doubling Allreduce (NV-Group eq. 6)",
         chunks=_power_of_two_below,
     ),

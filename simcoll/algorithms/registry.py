@@ -31,6 +31,9 @@ class Generator:
 
     ``function(topology, collective, **options) -> Algorithm`` raises
     :class:`~simcoll.errors.NotApplicableError` where it does not apply.
+    ``collectives`` is ``function.collectives``, which the function declares
+    with :func:`~simcoll.algorithms.common.implements` (the one place that
+    says, and enforces, what it implements).
     ``chunks(collective_name, num_ranks)`` is the chunk factor used when the
     user gives none (default: P for Allreduce, one block per rank; else 1).
     """
@@ -41,6 +44,15 @@ class Generator:
     summary: str
     options: dict[str, Option] = field(default_factory=dict)
     chunks: Callable[[str, int], int] | None = None
+
+    def __post_init__(self) -> None:
+        # what the function implements is declared once, by @implements on it; the entry must say the same
+        declared = getattr(self.function, "collectives", None)
+        if declared is not None and tuple(self.collectives) != tuple(declared):
+            raise SimcollError(
+                f"registry entry {self.name!r} lists {self.collectives} but its function implements {declared}: "
+                "pass function.collectives"
+            )
 
     def default_chunks(self, collective: str, num_ranks: int) -> int:
         if self.chunks is not None:

@@ -30,7 +30,7 @@ from ..collectives import Collective
 from ..errors import NotApplicableError
 from ..routes import Routes, bandwidth_relation
 from ..topology import Topology
-from .common import block_chunks, finish, hamiltonian_path, require
+from .common import block_chunks, finish, hamiltonian_path, implements
 from .registry import Generator, Option, int_list, positive_int
 
 SEARCH_TIME_LIMIT_S = 5.0
@@ -354,6 +354,7 @@ def _ring_order(topology: Topology, routes: Routes, ring: Sequence[int] | None) 
 
 
 # -- single ring ---------------------------------------------------------------------
+@implements("ring", ("allgather",))
 def ring_allgather(topology: Topology, collective: Collective, ring: Sequence[int] | None = None) -> Algorithm:
     """Ring Allgather: P-1 steps, each rank forwarding to its successor the
     block it received in the previous step.
@@ -364,25 +365,25 @@ def ring_allgather(topology: Topology, collective: Collective, ring: Sequence[in
     >>> ring_allgather(load_topology("ring:4"), make_collective("allgather", 4)).steps
     3
     """
-    require(collective, topology, ("allgather",), "ring")
     routes = Routes(topology)
     order = _ring_order(topology, routes, ring)
     transfers = _ring_allgather_steps(collective, order, 0, lambda owner: collective.input_layout[owner])
     return finish("ring", collective, topology, transfers, routes, ring=order)
 
 
+@implements("ring", ("reducescatter",))
 def ring_reducescatter(topology: Topology, collective: Collective, ring: Sequence[int] | None = None) -> Algorithm:
     """Ring ReduceScatter: P-1 steps of receive-reduce-forward.
 
     Cost (NV-Group eq. 1): ``(P-1)(α + M/(P·B) + T_R(M/P))``.
     """
-    require(collective, topology, ("reducescatter",), "ring")
     routes = Routes(topology)
     order = _ring_order(topology, routes, ring)
     transfers = _ring_reducescatter_steps(collective, order)
     return finish("ring", collective, topology, transfers, routes, ring=order)
 
 
+@implements("ring", ("allreduce",))
 def ring_allreduce(topology: Topology, collective: Collective, ring: Sequence[int] | None = None) -> Algorithm:
     """Ring Allreduce = ring ReduceScatter then ring Allgather over the blocks
     ``c mod P`` of the buffer; 2(P-1) steps. With chunk factor C = P each
@@ -391,7 +392,6 @@ def ring_allreduce(topology: Topology, collective: Collective, ring: Sequence[in
     Cost (NV-Group eq. 3 = eq. 1 + eq. 2):
     ``(P-1)(α + M/(P·B) + T_R(M/P)) + (P-1)(α + M/(P·B))``.
     """
-    require(collective, topology, ("allreduce",), "ring")
     routes = Routes(topology)
     order = _ring_order(topology, routes, ring)
     p = len(order)
@@ -405,6 +405,7 @@ def ring_allreduce(topology: Topology, collective: Collective, ring: Sequence[in
     return finish("ring", collective, topology, transfers, routes, ring=order)
 
 
+@implements("ring", ("broadcast",))
 def ring_broadcast(topology: Topology, collective: Collective, ring: Sequence[int] | None = None) -> Algorithm:
     """Pipelined ring Broadcast (NCCL's ring Broadcast, SCCL §5.3 and Table 3
     for one ring): the root sends the C chunks one per step to its successor,
@@ -416,12 +417,12 @@ def ring_broadcast(topology: Topology, collective: Collective, ring: Sequence[in
     >>> ring_broadcast(load_topology("ring:4"), make_collective("broadcast", 4, 3, root=2)).steps
     5
     """
-    require(collective, topology, ("broadcast",), "ring")
     routes = Routes(topology)
     order = _ring_order(topology, routes, ring)
     return finish("ring", collective, topology, _rings_transfers(collective, [order]), routes, ring=order)
 
 
+@implements("ring", ("reduce",))
 def ring_reduce(topology: Topology, collective: Collective, ring: Sequence[int] | None = None) -> Algorithm:
     """Pipelined ring Reduce (NCCL's ring Reduce): a chain from the root's
     successor round the ring to the root; each rank adds its contribution of a
@@ -429,7 +430,6 @@ def ring_reduce(topology: Topology, collective: Collective, ring: Sequence[int] 
 
     Cost: ``(P+C-2)(α + M/(C·B) + T_R(M/C))``.
     """
-    require(collective, topology, ("reduce",), "ring")
     routes = Routes(topology)
     order = _ring_order(topology, routes, ring)
     return finish("ring", collective, topology, _rings_transfers(collective, [order]), routes, ring=order)
@@ -444,6 +444,7 @@ RING_BUILDERS = {
 }
 
 
+@implements("ring", ("allgather", "reducescatter", "allreduce", "broadcast", "reduce"))
 def ring(topology: Topology, collective: Collective, ring: Sequence[int] | None = None) -> Algorithm:
     """Ring algorithm for Allgather, ReduceScatter, Allreduce (NV-Group eqs.
     1-3), and the pipelined ring chain for Broadcast and Reduce.
@@ -453,7 +454,6 @@ def ring(topology: Topology, collective: Collective, ring: Sequence[int] | None 
     >>> (a.chunks, a.steps, a.rounds)
     (1, 7, 7)
     """
-    require(collective, topology, RING_BUILDERS, "ring")
     return RING_BUILDERS[collective.name](topology, collective, ring)
 
 
@@ -463,6 +463,7 @@ def _ring_chunks(collective: str, num_ranks: int) -> int:
 
 
 # -- bidirectional ring ----------------------------------------------------------------
+@implements("bidirectional-ring", ("allgather", "reducescatter", "allreduce"))
 def bidirectional_ring(topology: Topology, collective: Collective, ring: Sequence[int] | None = None) -> Algorithm:
     """Bidirectional ring: the buffer is split in two halves (chunks dealt
     alternately), one running the ring algorithm clockwise, the other
@@ -479,7 +480,6 @@ def bidirectional_ring(topology: Topology, collective: Collective, ring: Sequenc
     >>> (a.chunks, a.steps, a.rounds)
     (2, 3, 3)
     """
-    require(collective, topology, ("allgather", "reducescatter", "allreduce"), "bidirectional-ring")
     routes = Routes(topology)
     order = _ring_order(topology, routes, ring)
     backward = _reverse(order)
@@ -499,6 +499,7 @@ def _bidirectional_chunks(collective: str, num_ranks: int) -> int:
 
 
 # -- multi-ring ------------------------------------------------------------------------
+@implements("multi-ring", ("allgather", "reducescatter", "allreduce", "broadcast", "reduce"))
 def multi_ring(topology: Topology, collective: Collective, rings: int | None = None, m: int | None = None) -> Algorithm:
     """Multi-ring: the rings of :func:`find_rings` (NCCL's channels; on the
     DGX-1 the six logical rings of SCCL §2.2) run at once, each on its share of
@@ -526,7 +527,6 @@ def multi_ring(topology: Topology, collective: Collective, rings: int | None = N
     >>> (a.chunks, a.steps, a.rounds)
     (48, 14, 14)
     """
-    require(collective, topology, RING_BUILDERS, "multi-ring")
     if m is not None and collective.name not in ("broadcast", "reduce"):
         raise NotApplicableError(
             f"multi-ring: option m (pipeline steps) is for broadcast and reduce, not {collective.name}"
@@ -567,7 +567,7 @@ GENERATORS = (
     Generator(
         "ring",
         ring,
-        tuple(RING_BUILDERS),
+        ring.collectives,
         "single logical ring over a Hamiltonian cycle of the GPU links (NV-Group eqs. 1-3); "
         "pipelined ring chain for Broadcast and Reduce",
         {"ring": Option("comma-separated rank order, e.g. 0,3,2,1,5,6,7,4 (default: found automatically)", int_list)},
@@ -576,7 +576,7 @@ GENERATORS = (
     Generator(
         "bidirectional-ring",
         bidirectional_ring,
-        ("allgather", "reducescatter", "allreduce"),
+        bidirectional_ring.collectives,
         "half the buffer on a ring, half on the same ring backwards (both directions of every link)",
         {"ring": Option("comma-separated rank order of the forward ring (default: found automatically)", int_list)},
         chunks=_bidirectional_chunks,
@@ -584,7 +584,7 @@ GENERATORS = (
     Generator(
         "multi-ring",
         multi_ring,
-        tuple(RING_BUILDERS),
+        multi_ring.collectives,
         "edge-disjoint rings found in the topology, the buffer split over them "
         "(NCCL's six rings on DGX-1, SCCL §2.2 and Table 3)",
         {

@@ -24,7 +24,7 @@ from ..collectives import Collective
 from ..errors import NotApplicableError
 from ..routes import Routes
 from ..topology import Topology
-from .common import finish, hamiltonian_path, one_message_per_step, require, require_routes, tree_depths
+from .common import finish, hamiltonian_path, implements, one_message_per_step, require_routes, tree_depths
 from .registry import Generator, Option, int_list
 
 PATH_SEARCH_TIME_LIMIT_S = 5.0
@@ -82,6 +82,7 @@ def _binomial_links(p: int) -> list[tuple[int, int, int]]:
     return [(v, v - (v & -v), (v & -v).bit_length() - 1) for v in range(1, p)]
 
 
+@implements("binomial-tree", ("broadcast", "reduce", "gather", "scatter", "allreduce"))
 def binomial_tree(topology: Topology, collective: Collective) -> Algorithm:
     """Binomial tree (MPICH's; Thakur, Rabenseifner & Gropp 2005): ranks are
     numbered relative to the root, v = (rank - root) mod P (v = rank XOR root
@@ -110,8 +111,6 @@ def binomial_tree(topology: Topology, collective: Collective) -> Algorithm:
     >>> binomial_tree(load_topology("fully-connected:8"), make_collective("broadcast", 8, root=3)).steps
     3
     """
-    kinds = ("broadcast", "reduce", "gather", "scatter", "allreduce")
-    require(collective, topology, kinds, "binomial-tree")
     p = collective.num_ranks
     n = (p - 1).bit_length()  # ⌈log2 P⌉
     root = collective.root or 0
@@ -169,6 +168,7 @@ def _find_path(topology: Topology, routes: Routes, start: int) -> list[int]:
     return path
 
 
+@implements("chain", ("broadcast", "reduce", "allreduce"))
 def chain(topology: Topology, collective: Collective, order: Sequence[int] | None = None) -> Algorithm:
     """Pipelined chain: the ranks form a path from the root and the C chunks
     follow each other along it, one step apart, as NCCL pipelines Broadcast and
@@ -194,7 +194,6 @@ def chain(topology: Topology, collective: Collective, order: Sequence[int] | Non
     >>> chain(load_topology("line:4"), make_collective("broadcast", 4, 3)).steps  # 3 hops + 2 more chunks
     5
     """
-    require(collective, topology, ("broadcast", "reduce", "allreduce"), "chain")
     routes = Routes(topology)
     p = collective.num_ranks
     start = collective.root if collective.root is not None else 0
@@ -305,6 +304,7 @@ def _halves(chunks: Sequence[int]) -> tuple[list[int], list[int]]:
     return list(chunks[:cut]), list(chunks[cut:])
 
 
+@implements("double-binary-tree", ("allreduce", "broadcast", "reduce"))
 def double_binary_tree(topology: Topology, collective: Collective) -> Algorithm:
     """NCCL's double binary tree (Sanders, Speck & Träff 2009; NV-Group §3.1.2):
     two binary trees, each rank an inner node of at most one
@@ -342,7 +342,6 @@ def double_binary_tree(topology: Topology, collective: Collective) -> Algorithm:
     >>> algo.steps  # 2·3 hops + 7 more chunks per tree
     13
     """
-    require(collective, topology, ("allreduce", "broadcast", "reduce"), "double-binary-tree")
     p = collective.num_ranks
     first_half, second_half = _halves(range(collective.num_chunks))
     if collective.name == "allreduce":
@@ -373,14 +372,14 @@ GENERATORS = (
     Generator(
         "binomial-tree",
         binomial_tree,
-        ("broadcast", "reduce", "gather", "scatter", "allreduce"),
+        binomial_tree.collectives,
         "binomial tree, ⌈log2 P⌉ steps of whole buffers (MPICH); Allreduce = Reduce + Broadcast",
         chunks=lambda collective, num_ranks: 1,
     ),
     Generator(
         "chain",
         chain,
-        ("broadcast", "reduce", "allreduce"),
+        chain.collectives,
         "pipelined chain from the root; Allreduce = reduce-chain then broadcast-chain",
         {"order": Option("comma-separated rank order of the chain, starting at the root (default: found)", int_list)},
         chunks=lambda collective, num_ranks: num_ranks,
@@ -388,7 +387,7 @@ GENERATORS = (
     Generator(
         "double-binary-tree",
         double_binary_tree,
-        ("allreduce", "broadcast", "reduce"),
+        double_binary_tree.collectives,
         "NCCL's double binary tree, pipelined, each tree half the buffer (NV-Group eq. 5)",
         chunks=_pipeline_chunks,
     ),

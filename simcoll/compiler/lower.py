@@ -78,107 +78,128 @@ def algorithm_trace(
     for label, value in (("max_channels", max_channels), ("copy_threadblocks", copy_threadblocks)):
         if not isinstance(value, int) or value < 1:
             raise CompileError(f"{label} must be a positive integer, got {value!r}")
-    coll = algorithm.collective
-    p = coll.num_ranks
-    buffers = buffer_sizes(coll)
-    out_index = [{} for _ in range(p)]
-    in_index = [{} for _ in range(p)]
-    for r in range(p):
-        for i, c in enumerate(coll.output_layout[r]):
-            out_index[r].setdefault(c, i)
-        for i, c in enumerate(coll.input_layout[r]):
-            in_index[r].setdefault(c, i)
-    scratch_slots: list[dict[tuple[str, int], int]] = [{} for _ in range(p)]
-
-    def scratch(rank: int, key: tuple[str, int]) -> Loc:
-        slots = scratch_slots[rank]
-        if key not in slots:
-            slots[key] = len(slots)
-            buffers[rank]["scratch"] = len(slots)
-        return Loc(rank, "scratch", slots[key])
-
-    def home(rank: int, c: int) -> Loc:
-        if c in out_index[rank]:
-            return canonical(coll, rank, "output", out_index[rank][c])
-        if c in in_index[rank]:
-            return canonical(coll, rank, "input", in_index[rank][c])
-        return scratch(rank, ("home", c))
-
-    current: dict[tuple[int, int], Loc] = {}
-    for r in range(p):
-        for c, i in in_index[r].items():
-            current[(r, c)] = canonical(coll, r, "input", i)
+    places = _Placement(algorithm)
+    timed = algorithm.schedule == "timed"
     ops: list[Op] = []
-    name = algorithm.name
-
-    def describe(t: Transfer) -> str:
-        return f"{name}: {t.describe()}"
-
     for batch in _steps(algorithm):
-        reads = {}
-        for t in batch:
-            loc = current.get((t.src, t.chunk))
-            if loc is None:
-                raise CompileError(f"{describe(t)}: rank {t.src} does not hold chunk {t.chunk}")
-            reads[id(t)] = loc
-        read_slots = set(reads.values())
-        pre: list[Op] = []
-        direct: list[tuple[Op, int | None]] = []
-        finish: list[tuple[Op, int | None]] = []
-        stage_used: dict[int, int] = defaultdict(int)
-        for t in batch:
-            target = home(t.dst, t.chunk)
-            if target in read_slots:
-                # the step still sends the slot: write a second slot of the chunk instead
-                # (ping-pong between home and it), as long as that one is not read either
-                alt = scratch(t.dst, ("alt", t.chunk))
-                if alt not in read_slots:
-                    target = alt
-            base = None
-            if t.op == "reduce":
-                base = current.get((t.dst, t.chunk))
-                if base is None:
-                    raise CompileError(f"{describe(t)}: rank {t.dst} holds no contribution of chunk {t.chunk}")
-                if base == target:
-                    base = None
-                elif target in read_slots:
-                    pre.append(Op("copy", base, target, where=describe(t)))
-                    base = None
-            if target in read_slots:
-                k = stage_used[t.dst]
-                stage_used[t.dst] += 1
-                tmp = Loc(t.dst, "stage", k)
-                buffers[t.dst]["stage"] = max(buffers[t.dst].get("stage", 0), k + 1)
-                direct.append((Op("copy", reads[id(t)], tmp, where=describe(t)), t.group))
-                finish.append((Op(t.op, tmp, target, where=describe(t)), None))
-            else:
-                direct.append((Op(t.op, reads[id(t)], target, where=describe(t), base=base), t.group))
-            current[(t.dst, t.chunk)] = target
-        timed = algorithm.schedule == "timed"
-        ops += pre
-        ops += _spread(_aggregate(direct, by_group=timed, by_pair=aggregate and not timed))
-        ops += [op for op, _ in finish]
-    copies = [0] * p
-    for r in range(p):
-        for i, c in enumerate(coll.output_layout[r]):
-            want = canonical(coll, r, "output", i)
-            have = current.get((r, c))
-            if have is not None and have != want:
-                where = f"{name}: final copy of chunk {c} on rank {r}"
-                tb = FIRST_COPY_THREADBLOCK + copies[r] % copy_threadblocks
-                copies[r] += 1
-                ops.append(Op("copy", have, want, sendtb=tb, where=where))
-    ops = _lanes(ops, max_channels)
+        ops += places.step_ops(batch, aggregate=aggregate and not timed, by_group=timed)
+    ops += places.final_copies(copy_threadblocks)
     return Trace(
-        name=name,
-        collective=coll,
-        ops=ops,
-        buffers=buffers,
+        name=algorithm.name,
+        collective=algorithm.collective,
+        ops=_lanes(ops, max_channels),
+        buffers=places.buffers,
         protocol=protocol,
         instances=instances,
         topology=topology,
         metadata={"source": "algorithm", "schedule": algorithm.schedule},
     )
+
+
+class _Placement:
+    """Where each rank keeps each chunk while an Algorithm's steps are traced
+    into ops: a chunk lives in the rank's output slot for it, else its input
+    slot, else a scratch slot; ``current`` follows the slot a rank's latest
+    copy of a chunk is in. ``buffers`` grows scratch and stage slots as the
+    trace needs them."""
+
+    def __init__(self, algorithm: Algorithm) -> None:
+        coll = self.collective = algorithm.collective
+        self.name = algorithm.name
+        p = coll.num_ranks
+        self.buffers = buffer_sizes(coll)
+        self.out_index: list[dict[int, int]] = [{} for _ in range(p)]
+        self.in_index: list[dict[int, int]] = [{} for _ in range(p)]
+        for r in range(p):
+            for i, c in enumerate(coll.output_layout[r]):
+                self.out_index[r].setdefault(c, i)
+            for i, c in enumerate(coll.input_layout[r]):
+                self.in_index[r].setdefault(c, i)
+        self.scratch_slots: list[dict[tuple[str, int], int]] = [{} for _ in range(p)]
+        self.current: dict[tuple[int, int], Loc] = {
+            (r, c): canonical(coll, r, "input", i) for r in range(p) for c, i in self.in_index[r].items()
+        }
+
+    def scratch(self, rank: int, key: tuple[str, int]) -> Loc:
+        slots = self.scratch_slots[rank]
+        if key not in slots:
+            slots[key] = len(slots)
+            self.buffers[rank]["scratch"] = len(slots)
+        return Loc(rank, "scratch", slots[key])
+
+    def home(self, rank: int, c: int) -> Loc:
+        if c in self.out_index[rank]:
+            return canonical(self.collective, rank, "output", self.out_index[rank][c])
+        if c in self.in_index[rank]:
+            return canonical(self.collective, rank, "input", self.in_index[rank][c])
+        return self.scratch(rank, ("home", c))
+
+    def describe(self, t: Transfer) -> str:
+        return f"{self.name}: {t.describe()}"
+
+    def step_ops(self, batch: list[Transfer], *, aggregate: bool, by_group: bool) -> list[Op]:
+        """The ops of one step: every transfer reads the slot its chunk is in
+        at the step's start (SCCL §3.3); a write to a slot the step still
+        reads goes to the chunk's other slot, or through a stage slot."""
+        reads = {}
+        for t in batch:
+            loc = self.current.get((t.src, t.chunk))
+            if loc is None:
+                raise CompileError(f"{self.describe(t)}: rank {t.src} does not hold chunk {t.chunk}")
+            reads[id(t)] = loc
+        read_slots = set(reads.values())
+        pre: list[Op] = []
+        direct: list[tuple[Op, int | None]] = []
+        finish: list[Op] = []
+        stage_used: dict[int, int] = defaultdict(int)
+        for t in batch:
+            where = self.describe(t)
+            target = self.home(t.dst, t.chunk)
+            if target in read_slots:
+                # the step still sends the slot: write a second slot of the chunk instead
+                # (ping-pong between home and it), as long as that one is not read either
+                alt = self.scratch(t.dst, ("alt", t.chunk))
+                if alt not in read_slots:
+                    target = alt
+            base = None
+            if t.op == "reduce":
+                base = self.current.get((t.dst, t.chunk))
+                if base is None:
+                    raise CompileError(f"{where}: rank {t.dst} holds no contribution of chunk {t.chunk}")
+                if base == target:
+                    base = None
+                elif target in read_slots:
+                    pre.append(Op("copy", base, target, where=where))
+                    base = None
+            if target in read_slots:
+                k = stage_used[t.dst]
+                stage_used[t.dst] += 1
+                tmp = Loc(t.dst, "stage", k)
+                self.buffers[t.dst]["stage"] = max(self.buffers[t.dst].get("stage", 0), k + 1)
+                direct.append((Op("copy", reads[id(t)], tmp, where=where), t.group))
+                finish.append(Op(t.op, tmp, target, where=where))
+            else:
+                direct.append((Op(t.op, reads[id(t)], target, where=where, base=base), t.group))
+            self.current[(t.dst, t.chunk)] = target
+        return pre + _spread(_aggregate(direct, by_group=by_group, by_pair=aggregate)) + finish
+
+    def final_copies(self, copy_threadblocks: int) -> list[Op]:
+        """Local copies of chunks that ended outside their output slot, spread
+        over ``copy_threadblocks`` thread blocks of each rank."""
+        coll = self.collective
+        ops = []
+        for r in range(coll.num_ranks):
+            copies = 0
+            for i, c in enumerate(coll.output_layout[r]):
+                want = canonical(coll, r, "output", i)
+                have = self.current.get((r, c))
+                if have is not None and have != want:
+                    tb = FIRST_COPY_THREADBLOCK + copies % copy_threadblocks
+                    copies += 1
+                    ops.append(
+                        Op("copy", have, want, sendtb=tb, where=f"{self.name}: final copy of chunk {c} on rank {r}")
+                    )
+        return ops
 
 
 def _spread(ops: list[Op]) -> list[Op]:

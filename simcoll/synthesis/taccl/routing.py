@@ -214,121 +214,152 @@ def solve_routing(
 ) -> Routing:
     """Stage 1 (module docstring). Raises SynthesisError if no routing exists."""
     t0 = _time.perf_counter()
-    origin, dests = chunk_endpoints(collective)
-    cands = candidate_links(logical, collective, paths)
-    lat = {key: lat_ns(logical, key, chunk_bytes) for key in logical.links}
-    symmetries = chunk_symmetries(logical, collective)
-
-    # orbits of (c, u, v) and (c, r)
-    allowed = {(c, u, v) for c, links in cands.items() for u, v in links}
-    sent_orbits, start_orbits = _Orbits(), _Orbits()
-    dead: set = set()
-    for rank_map, chunk_map in symmetries:
-        for c, u, v in allowed:
-            image = (chunk_map[c], rank_map[u], rank_map[v])
-            if image in allowed:
-                sent_orbits.union((c, u, v), image)
-            else:
-                dead.add((c, u, v))
-        for c, ds in dests.items():
-            for r in ds | {origin[c]}:
-                start_orbits.union((c, r), (chunk_map[c], rank_map[r]))
-    dead_roots = {sent_orbits.find(k) for k in dead}
-
-    model = cp_model.CpModel()
-    horizon = sum(lat.values()) * max(1, collective.num_chunks) + 1
-    sent_var: dict = {}
-
-    def sent(key):
-        root = sent_orbits.find(key)
-        if root not in sent_var:
-            if root in dead_roots:
-                sent_var[root] = model.new_constant(0)
-            else:
-                sent_var[root] = model.new_bool_var(f"s{root}")
-        return sent_var[root]
-
-    start_var: dict = {}
-
-    def start(c, r):
-        if r == origin[c]:
-            return 0
-        root = start_orbits.find((c, r))
-        if root not in start_var:
-            start_var[root] = model.new_int_var(0, horizon, f"t{root}")
-        return start_var[root]
-
-    time = model.new_int_var(0, horizon, "time")
-    incoming: dict[tuple[int, int], list] = defaultdict(list)
-    per_link: dict[tuple[int, int], list] = defaultdict(list)
-    seen_impl: set = set()
-    for c, links in cands.items():
-        for u, v in links:
-            x = sent((c, u, v))
-            incoming[(c, v)].append(x)
-            per_link[(u, v)].append(x)
-            root = sent_orbits.find((c, u, v))
-            if root in seen_impl:
-                continue
-            seen_impl.add(root)
-            if u != origin[c]:
-                model.add(start(c, v) >= start(c, u) + lat[(u, v)]).only_enforce_if(x)  # eqs. 4-5
-            else:
-                model.add(start(c, v) >= lat[(u, v)]).only_enforce_if(x)
-    receivers: dict[int, set[int]] = defaultdict(set)
-    for c, links in cands.items():
-        for _, v in links:
-            receivers[c].add(v)
-    for c, ds in dests.items():
-        for r in ds:
-            if not incoming.get((c, r)):
-                raise SynthesisError(f"chunk {c} cannot reach rank {r} over the sketch's logical topology")
-        for r in receivers[c]:
-            xs = incoming[(c, r)]
-            if r in ds:
-                model.add_exactly_one(xs)
-                model.add(time >= start(c, r))  # eq. 2
-            else:
-                model.add_at_most_one(xs)
-        for u, v in cands[c]:  # a rank forwards only what it received
-            if u != origin[c] and u not in ds:
-                model.add_implication(sent((c, u, v)), _any(model, incoming[(c, u)]))
-        if any(logical.node(r) != logical.node(origin[c]) for r in ds):  # eq. 15
-            cross = [sent((c, u, v)) for u, v in cands[c] if logical.links[(u, v)].internode]
-            model.add(sum(cross) >= 1)
-    for link, xs in per_link.items():  # eq. 6
-        model.add(time >= lat[link] * sum(xs))
-    egress: dict[tuple[int, bool], list] = defaultdict(list)
-    ingress: dict[tuple[int, bool], list] = defaultdict(list)
-    for link, xs in per_link.items():  # one switch- and one NIC-hyperedge per GPU and direction
-        lk = logical.links[link]
-        if lk.switched or lk.internode:
-            egress[(link[0], lk.internode)] += [lat[link] * x for x in xs]
-            ingress[(link[1], lk.internode)] += [lat[link] * x for x in xs]
-    for terms in list(egress.values()) + list(ingress.values()):  # eqs. 7-8
-        model.add(time >= sum(terms))
-    util_terms = []
-    for link, lk in logical.links.items():  # eqs. 9-11
-        if not lk.switched or lk.policy == "free":
-            continue
-        xs = per_link.get(link, [])
-        util = model.new_bool_var(f"u{link}")
-        for x in xs:
-            model.add_implication(x, util)
-        model.add(util <= sum(xs)) if xs else model.add(util == 0)
-        util_terms.append(util if lk.policy == "uc-min" else -util)
-    model.minimize(time + sum(util_terms))
-
-    solver, status = run_solver(model, time_limit_s - (_time.perf_counter() - t0), workers, gap_limit, patience_s)
+    m = _RoutingModel(logical, collective, chunk_bytes, paths)
+    m.add_arrivals()
+    m.add_delivery()
+    m.add_bandwidth()
+    m.add_utilisation()
+    solver, status = run_solver(m.model, time_limit_s - (_time.perf_counter() - t0), workers, gap_limit, patience_s)
     wall = _time.perf_counter() - t0
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         what = "infeasible" if status == cp_model.INFEASIBLE else f"no routing within {time_limit_s:g} s"
         raise SynthesisError(f"stage 1 (routing): {what}")
     sends = tuple(
-        sorted((c, u, v) for c, links in cands.items() for u, v in links if solver.boolean_value(sent((c, u, v))))
+        sorted((c, u, v) for c, links in m.cands.items() for u, v in links if solver.boolean_value(m.sent((c, u, v))))
     )
-    outcome = _outcome(solver, status, wall)
-    return Routing(prune_sends(sends, origin, dests), outcome)
+    return Routing(prune_sends(sends, m.origin, m.dests), _outcome(solver, status, wall))
+
+
+class _RoutingModel:
+    """The stage-1 CP-SAT model, built one group of TACCL's equations at a
+    time (Appendix B.1). Variables are shared along the sketch's chunk
+    symmetries: one ``sent`` Boolean per orbit of (chunk, link) and one start
+    time per orbit of (chunk, rank); an orbit whose image leaves the candidate
+    links is fixed to 0."""
+
+    def __init__(self, logical: LogicalTopology, collective: Collective, chunk_bytes: float, paths: str) -> None:
+        self.logical = logical
+        self.origin, self.dests = chunk_endpoints(collective)
+        self.cands = candidate_links(logical, collective, paths)
+        self.lat = {key: lat_ns(logical, key, chunk_bytes) for key in logical.links}
+        self.sent_orbits, self.start_orbits, self.dead_roots = self._orbits(chunk_symmetries(logical, collective))
+        self.model = cp_model.CpModel()
+        self.horizon = sum(self.lat.values()) * max(1, collective.num_chunks) + 1
+        self.time = self.model.new_int_var(0, self.horizon, "time")
+        self._sent: dict = {}
+        self._start: dict = {}
+        self.incoming: dict[tuple[int, int], list] = defaultdict(list)
+        self.per_link: dict[tuple[int, int], list] = defaultdict(list)
+        for c, links in self.cands.items():
+            for u, v in links:
+                x = self.sent((c, u, v))
+                self.incoming[(c, v)].append(x)
+                self.per_link[(u, v)].append(x)
+
+    def _orbits(self, symmetries) -> tuple[_Orbits, _Orbits, set]:
+        allowed = {(c, u, v) for c, links in self.cands.items() for u, v in links}
+        sent_orbits, start_orbits = _Orbits(), _Orbits()
+        dead: set = set()
+        for rank_map, chunk_map in symmetries:
+            for c, u, v in allowed:
+                image = (chunk_map[c], rank_map[u], rank_map[v])
+                if image in allowed:
+                    sent_orbits.union((c, u, v), image)
+                else:
+                    dead.add((c, u, v))
+            for c, ds in self.dests.items():
+                for r in ds | {self.origin[c]}:
+                    start_orbits.union((c, r), (chunk_map[c], rank_map[r]))
+        return sent_orbits, start_orbits, {sent_orbits.find(k) for k in dead}
+
+    def sent(self, key):
+        """Whether chunk ``c`` is sent over link (u, v), ``key = (c, u, v)``."""
+        root = self.sent_orbits.find(key)
+        if root not in self._sent:
+            dead = root in self.dead_roots
+            self._sent[root] = self.model.new_constant(0) if dead else self.model.new_bool_var(f"s{root}")
+        return self._sent[root]
+
+    def start(self, c: int, r: int):
+        """When chunk ``c`` is at rank ``r`` (0 at its origin)."""
+        if r == self.origin[c]:
+            return 0
+        root = self.start_orbits.find((c, r))
+        if root not in self._start:
+            self._start[root] = self.model.new_int_var(0, self.horizon, f"t{root}")
+        return self._start[root]
+
+    def add_arrivals(self) -> None:
+        """Eqs. 4-5: a chunk sent over (u, v) is at v one link latency after it was at u."""
+        seen: set = set()
+        for c, links in self.cands.items():
+            for u, v in links:
+                root = self.sent_orbits.find((c, u, v))
+                if root in seen:
+                    continue
+                seen.add(root)
+                x = self.sent((c, u, v))
+                if u != self.origin[c]:
+                    self.model.add(self.start(c, v) >= self.start(c, u) + self.lat[(u, v)]).only_enforce_if(x)
+                else:
+                    self.model.add(self.start(c, v) >= self.lat[(u, v)]).only_enforce_if(x)
+
+    def add_delivery(self) -> None:
+        """Every destination receives its chunk exactly once (eq. 2: the time
+        covers its arrival), other ranks at most once; a rank forwards only
+        what it received; a chunk bound for another node crosses an
+        inter-node link (eq. 15)."""
+        model, logical = self.model, self.logical
+        receivers: dict[int, set[int]] = defaultdict(set)
+        for c, links in self.cands.items():
+            for _, v in links:
+                receivers[c].add(v)
+        for c, ds in self.dests.items():
+            for r in ds:
+                if not self.incoming.get((c, r)):
+                    raise SynthesisError(f"chunk {c} cannot reach rank {r} over the sketch's logical topology")
+            for r in receivers[c]:
+                xs = self.incoming[(c, r)]
+                if r in ds:
+                    model.add_exactly_one(xs)
+                    model.add(self.time >= self.start(c, r))
+                else:
+                    model.add_at_most_one(xs)
+            for u, v in self.cands[c]:
+                if u != self.origin[c] and u not in ds:
+                    model.add_implication(self.sent((c, u, v)), _any(model, self.incoming[(c, u)]))
+            if any(logical.node(r) != logical.node(self.origin[c]) for r in ds):
+                cross = [self.sent((c, u, v)) for u, v in self.cands[c] if logical.links[(u, v)].internode]
+                model.add(sum(cross) >= 1)
+
+    def add_bandwidth(self) -> None:
+        """Eq. 6: a link is busy for its chunks' latencies; eqs. 7-8: so is
+        each GPU's switch and NIC hyperedge, per direction."""
+        egress: dict[tuple[int, bool], list] = defaultdict(list)
+        ingress: dict[tuple[int, bool], list] = defaultdict(list)
+        for link, xs in self.per_link.items():
+            self.model.add(self.time >= self.lat[link] * sum(xs))
+            lk = self.logical.links[link]
+            if lk.switched or lk.internode:
+                egress[(link[0], lk.internode)] += [self.lat[link] * x for x in xs]
+                ingress[(link[1], lk.internode)] += [self.lat[link] * x for x in xs]
+        for terms in list(egress.values()) + list(ingress.values()):
+            self.model.add(self.time >= sum(terms))
+
+    def add_utilisation(self) -> None:
+        """Eqs. 9-11 and the objective: time, plus (uc-min) or minus (uc-max)
+        one per switch link used, as the sketch's hyperedge policy asks."""
+        util_terms = []
+        for link, lk in self.logical.links.items():
+            if not lk.switched or lk.policy == "free":
+                continue
+            xs = self.per_link.get(link, [])
+            util = self.model.new_bool_var(f"u{link}")
+            for x in xs:
+                self.model.add_implication(x, util)
+            self.model.add(util <= sum(xs)) if xs else self.model.add(util == 0)
+            util_terms.append(util if lk.policy == "uc-min" else -util)
+        self.model.minimize(self.time + sum(util_terms))
 
 
 def run_solver(

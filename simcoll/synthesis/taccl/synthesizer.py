@@ -33,7 +33,7 @@ from ...verify import check
 from ..sccl import inverse_collective
 from .combining import allreduce_plan, copy_plan, reduce_plan, rename_allgather_sends, reversal_isomorphism
 from .contiguity import Schedule, solve_contiguity
-from .ordering import Plan, heuristic_order, improve_order, merged_lower_bound_ns
+from .ordering import Ordering, Plan, heuristic_order, improve_order, merged_lower_bound_ns
 from .routing import NS, Routing, StageOutcome, solve_routing
 from .sketch import LogicalTopology, Sketch, check_satisfiable, load_sketch, logical_topology
 
@@ -144,117 +144,180 @@ def taccl_synthesize(
     if not (isinstance(time_limit_s, (int, float)) and 0 < time_limit_s < float("inf")):
         raise SynthesisError(f"time_limit_s must be a positive number of seconds, got {time_limit_s!r}")
     t_all = _time.perf_counter()
-    say = progress or (lambda _msg: None)
     if isinstance(machine, str):
         machine = load_machine(machine, model)
     sk = sketch if isinstance(sketch, Sketch) else load_sketch(sketch)
     if input_size_bytes is not None:
         sk = sk.with_changes(input_size_bytes=int(input_size_bytes))
-    p = machine.num_ranks
-    coll = taccl_collective(collective, p, sk.input_chunkup)
-    if paths == "auto":
-        paths = "shortest" if coll.name == "alltoall" else "level"
-    chunk_bytes = sk.input_size_bytes / sk.input_chunkup
-    where = f"sketch {sk.name!r} on {machine.name}"
-    logical = logical_topology(machine, sk)
-    say(
-        f"TACCL {coll.name} on {machine.name} with sketch {sk.name}: {len(logical.links)} logical links, "
-        f"{coll.num_chunks} chunks of {chunk_bytes:.0f} B"
+    coll = taccl_collective(collective, machine.num_ranks, sk.input_chunkup)
+    run = _Run(
+        machine=machine,
+        sketch=sk,
+        collective=coll,
+        logical=logical_topology(machine, sk),
+        chunk_bytes=sk.input_size_bytes / sk.input_chunkup,
+        time_limit_s=time_limit_s,
+        workers=workers,
+        gap_limit=gap_limit,
+        patience_s=patience_s,
+        paths=("shortest" if coll.name == "alltoall" else "level") if paths == "auto" else paths,
+        contiguity=contiguity,
+        reorder=reorder,
+        improve_passes=improve_passes,
+        say=progress or (lambda _msg: None),
     )
+    run.say(
+        f"TACCL {coll.name} on {machine.name} with sketch {sk.name}: {len(run.logical.links)} logical links, "
+        f"{coll.num_chunks} chunks of {run.chunk_bytes:.0f} B"
+    )
+    plan = _stage1_routing(run)
+    greedy, ordering = _stage2_ordering(run, plan)
+    schedule = _stage3_contiguity(run, plan, greedy, ordering)
+    algorithm = _algorithm(coll, sk, machine, plan, schedule, run.chunk_bytes)
+    problems = check(algorithm, machine)
+    if problems:
+        raise SynthesisError(f"TACCL produced an algorithm that fails verification: {problems[0]}")
+    result = _result(run, algorithm, schedule, greedy, _time.perf_counter() - t_all)
+    run.say(
+        f"  verified; predicted {result.predicted_time_s * 1e6:.2f} us = {result.algbw_GBps:.2f} GB/s algbw; "
+        f"total {result.time_s:.2f} s"
+    )
+    return result
 
-    routings: list[Routing] = []
 
-    def route(lt: LogicalTopology, base: Collective, label: str) -> Routing:
-        check_satisfiable(lt, base, where)
+@dataclass
+class _Run:
+    """One synthesis: its inputs, the solvers' settings, and what the stages
+    record on the way (routings and stage times) for the result."""
+
+    machine: Machine
+    sketch: Sketch
+    collective: Collective
+    logical: LogicalTopology
+    chunk_bytes: float
+    time_limit_s: float
+    workers: int
+    gap_limit: float
+    patience_s: float | None
+    paths: str
+    contiguity: bool
+    reorder: bool
+    improve_passes: int
+    say: Callable[[str], None]
+    routings: list[Routing] = field(default_factory=list)
+    order_s: float = 0.0
+    contiguity_s: float = 0.0
+
+    def route(self, lt: LogicalTopology, base: Collective, label: str) -> Routing:
+        """Stage 1 on one logical topology and base collective (TACCL §5.1 step 1, Appendix B.1)."""
+        check_satisfiable(lt, base, f"sketch {self.sketch.name!r} on {self.machine.name}")
         r = solve_routing(
             lt,
             base,
-            chunk_bytes,
-            time_limit_s=time_limit_s,
-            workers=workers,
-            paths=paths,
-            gap_limit=gap_limit,
-            patience_s=patience_s,
+            self.chunk_bytes,
+            time_limit_s=self.time_limit_s,
+            workers=self.workers,
+            paths=self.paths,
+            gap_limit=self.gap_limit,
+            patience_s=self.patience_s,
         )
-        say(
+        self.say(
             f"  stage 1 routing ({label}): {r.outcome.status}, relaxed time {r.outcome.objective_ns * NS * 1e6:.2f} us, "
             f"{len(r.sends)} sends, {r.outcome.wall_s:.2f} s"
         )
-        routings.append(r)
+        self.routings.append(r)
         return r
 
-    if coll.name in ("allgather", "alltoall"):
-        plan = Plan(tuple(copy_plan(logical, machine, chunk_bytes, route(logical, coll, coll.name).sends)))
-    else:
-        ag = make_collective("allgather", p, sk.input_chunkup)
-        rev = logical.reversed()
-        symmetric = _same_links(rev, logical)
-        pi = None if symmetric else reversal_isomorphism(logical)
-        need_forward = symmetric or pi is not None or coll.name == "allreduce"
-        fwd = route(logical, ag, "allgather") if need_forward else None
-        if symmetric:
-            back_sends = fwd.sends
-        elif pi is not None:
-            back_sends = rename_allgather_sends(fwd.sends, pi)
-            say("  stage 1 routing (reversed allgather): the forward routing renamed (isomorphic reversal)")
-        else:  # ReduceScatter inverts an Allgather routed on the reversed links (its dual, SCCL §3.5)
-            dual = inverse_collective(make_collective("reducescatter", p, sk.input_chunkup))
-            back_sends = route(rev, dual, "reversed allgather").sends
-        if coll.name == "reducescatter":
-            plan = Plan(tuple(reduce_plan(logical, machine, chunk_bytes, back_sends)))
-        else:
-            plan = allreduce_plan(logical, machine, chunk_bytes, back_sends, fwd.sends)
 
-    t2 = _time.perf_counter()
+def _stage1_routing(run: _Run) -> Plan:
+    """Stage 1, routing (TACCL §5.1 step 1, Appendix B.1): the paths of every
+    chunk, as the plan of transfers stage 2 orders. Allgather and Alltoall
+    are routed directly; ReduceScatter inverts an Allgather routed on the
+    reversed links (its dual, SCCL §3.5), taken from the forward routing when
+    the reversed logical topology is the same or isomorphic; Allreduce is that
+    ReduceScatter followed by the forward Allgather (§5.3)."""
+    coll, logical, p, chunkup = run.collective, run.logical, run.machine.num_ranks, run.sketch.input_chunkup
+    if coll.name in ("allgather", "alltoall"):
+        sends = run.route(logical, coll, coll.name).sends
+        return Plan(tuple(copy_plan(logical, run.machine, run.chunk_bytes, sends)))
+    ag = make_collective("allgather", p, chunkup)
+    rev = logical.reversed()
+    symmetric = _same_links(rev, logical)
+    pi = None if symmetric else reversal_isomorphism(logical)
+    need_forward = symmetric or pi is not None or coll.name == "allreduce"
+    fwd = run.route(logical, ag, "allgather") if need_forward else None
+    if symmetric:
+        back_sends = fwd.sends
+    elif pi is not None:
+        back_sends = rename_allgather_sends(fwd.sends, pi)
+        run.say("  stage 1 routing (reversed allgather): the forward routing renamed (isomorphic reversal)")
+    else:
+        dual = inverse_collective(make_collective("reducescatter", p, chunkup))
+        back_sends = run.route(rev, dual, "reversed allgather").sends
+    if coll.name == "reducescatter":
+        return Plan(tuple(reduce_plan(logical, run.machine, run.chunk_bytes, back_sends)))
+    return allreduce_plan(logical, run.machine, run.chunk_bytes, back_sends, fwd.sends)
+
+
+def _stage2_ordering(run: _Run, plan: Plan) -> tuple[Ordering, Ordering]:
+    """Stage 2, ordering (TACCL §5.1 step 2, Appendix B.2): the greedy orders,
+    then (an extension) their forward-backward improvement. Returns both."""
+    t0 = _time.perf_counter()
     greedy = heuristic_order(plan)
     ordering = greedy
-    if improve_passes:
-        ordering = improve_order(plan, greedy, max_passes=improve_passes, time_limit_s=time_limit_s)
-    order_s = _time.perf_counter() - t2
-    say(
+    if run.improve_passes:
+        ordering = improve_order(plan, greedy, max_passes=run.improve_passes, time_limit_s=run.time_limit_s)
+    run.order_s = _time.perf_counter() - t0
+    run.say(
         f"  stage 2 ordering: {len(plan.transfers)} transfers, greedy makespan {greedy.makespan_ns * NS * 1e6:.2f} us, "
-        f"after forward-backward improvement {ordering.makespan_ns * NS * 1e6:.2f} us, {order_s:.2f} s"
+        f"after forward-backward improvement {ordering.makespan_ns * NS * 1e6:.2f} us, {run.order_s:.2f} s"
     )
+    return greedy, ordering
 
-    def stage3(orders, limit_s: float) -> Schedule:
+
+def _stage3_contiguity(run: _Run, plan: Plan, greedy: Ordering, ordering: Ordering) -> Schedule:
+    """Stage 3, contiguity and exact scheduling (TACCL §5.1 step 3, Appendix
+    B.3) on the improved orders and, when a bound says they may win, on the
+    greedy ones within what is left of the time limit (merging IB chunks can
+    favour the greedy orders)."""
+
+    def solve(orders: Ordering, limit_s: float) -> Schedule:
         return solve_contiguity(
             plan,
             orders,
             time_limit_s=limit_s,
-            workers=workers,
-            contiguity=contiguity,
-            gap_limit=gap_limit,
-            patience_s=patience_s,
-            reorder=reorder,
+            workers=run.workers,
+            contiguity=run.contiguity,
+            gap_limit=run.gap_limit,
+            patience_s=run.patience_s,
+            reorder=run.reorder,
         )
 
-    schedule = stage3(ordering, time_limit_s)
-    contiguity_s = schedule.outcome.wall_s
-    left_s = time_limit_s - contiguity_s
-    # Improved orders are shorter without contiguity; merging IB chunks may still favour the greedy's.
-    # Solve stage 3 on those too unless a bound shows they cannot win (fixed orders only).
+    schedule = solve(ordering, run.time_limit_s)
+    run.contiguity_s = schedule.outcome.wall_s
+    left_s = run.time_limit_s - run.contiguity_s
     if (
         ordering is not greedy
-        and contiguity
-        and not reorder
+        and run.contiguity
+        and not run.reorder
         and left_s > 0
         and merged_lower_bound_ns(plan, greedy) < schedule.makespan_ns
     ):
-        alt = stage3(greedy, left_s)
-        contiguity_s += alt.outcome.wall_s
-        say(f"  stage 3 on the greedy orders: {alt.makespan_ns * NS * 1e6:.2f} us, {alt.outcome.wall_s:.2f} s")
+        alt = solve(greedy, left_s)
+        run.contiguity_s += alt.outcome.wall_s
+        run.say(f"  stage 3 on the greedy orders: {alt.makespan_ns * NS * 1e6:.2f} us, {alt.outcome.wall_s:.2f} s")
         if alt.makespan_ns < schedule.makespan_ns:
             schedule = alt
-    say(
+    run.say(
         f"  stage 3 contiguity: {schedule.outcome.status}, time {schedule.makespan_ns * NS * 1e6:.2f} us, "
-        f"{sum(g is not None for g in schedule.group)} chunks sent contiguously, {contiguity_s:.2f} s"
+        f"{sum(g is not None for g in schedule.group)} chunks sent contiguously, {run.contiguity_s:.2f} s"
     )
+    return schedule
 
-    algorithm = _algorithm(coll, sk, machine, plan, schedule, chunk_bytes)
-    problems = check(algorithm, machine)
-    if problems:
-        raise SynthesisError(f"TACCL produced an algorithm that fails verification: {problems[0]}")
-    total = _time.perf_counter() - t_all
+
+def _result(run: _Run, algorithm: Algorithm, schedule: Schedule, greedy: Ordering, total_s: float) -> TacclResult:
+    """The result: the stages' statuses combined (optimal only when every stage is), times and gaps."""
+    routings = run.routings
     stage_status = {
         "routing": "optimal" if all(r.outcome.status == "optimal" for r in routings) else "feasible",
         "contiguity": schedule.outcome.status,
@@ -264,33 +327,27 @@ def taccl_synthesize(
         if set(stage_status.values()) == {"optimal"}
         else ("heuristic" if schedule.outcome.status == "heuristic" else "feasible")
     )
-    routing_gap = max((r.outcome.gap for r in routings), default=0.0)
-    result = TacclResult(
+    return TacclResult(
         status=status,
-        collective=coll.name,
-        sketch=sk.name,
-        topology=machine.name,
+        collective=run.collective.name,
+        sketch=run.sketch.name,
+        topology=run.machine.name,
         algorithm=algorithm,
-        time_s=total,
+        time_s=total_s,
         stage_times_s={
             "routing": sum(r.outcome.wall_s for r in routings),
-            "ordering": order_s,
-            "contiguity": contiguity_s,
+            "ordering": run.order_s,
+            "contiguity": run.contiguity_s,
         },
         predicted_time_s=schedule.makespan_ns * NS,
-        chunk_bytes=chunk_bytes,
-        size_bytes=chunk_bytes * coll.size_chunks,
+        chunk_bytes=run.chunk_bytes,
+        size_bytes=run.chunk_bytes * run.collective.size_chunks,
         gap=schedule.outcome.gap,
-        routing_gap=routing_gap,
+        routing_gap=max((r.outcome.gap for r in routings), default=0.0),
         stage_status=stage_status,
         relaxed_time_s=max((r.outcome.objective_ns or 0) for r in routings) * NS,
         greedy_time_s=greedy.makespan_ns * NS,
     )
-    say(
-        f"  verified; predicted {result.predicted_time_s * 1e6:.2f} us = {result.algbw_GBps:.2f} GB/s algbw; "
-        f"total {total:.2f} s"
-    )
-    return result
 
 
 def _same_links(a: LogicalTopology, b: LogicalTopology) -> bool:

@@ -25,11 +25,13 @@ NCCL_MISSING = "nccl baseline not available: speed-ups over NCCL not computed"
 
 
 def nccl_available() -> bool:
-    """Whether the NCCL baseline (a generator named ``nccl``: NCCL's tuner choosing
-    algorithm, protocol and channels) is registered. ``nccl-ring`` alone is not it."""
-    from simcoll.algorithms import REGISTRY
+    """Whether the NCCL baseline is installed: :mod:`simcoll.nccl.baseline`,
+    NCCL's tuner choosing algorithm, protocol and channels per size, which a
+    study names as the algorithm ``nccl`` (not a registry generator: its
+    Algorithm depends on the size). ``nccl-ring`` alone is not it."""
+    import importlib.util
 
-    return "nccl" in REGISTRY
+    return importlib.util.find_spec("simcoll.nccl.baseline") is not None
 
 
 def baseline() -> list[str]:

@@ -3,9 +3,13 @@ non-blocking fat tree, a rail-optimized fabric, and two-tier leaf-spine Clos
 networks of radix-64 switches (radix 16 in --fast) at oversubscription 1:1 and 3:1, for Allgather and
 Alltoall: where does the fabric, not the node, set the bandwidth?
 
-In-network reduction (switch-side reduction such as SHARP) is not modelled by
-simcoll's simulator yet, so its on/off comparison is skipped (stated in the output).
-Writes ``<out>/whatif_fabric.csv`` and ``<out>/whatif_fabric.png``.
+In-network reduction on/off: Allreduce on DGX H100 clusters whose NVSwitches
+reduce and multicast (NVLink SHARP) and whose IB fabric does too (SHARP),
+comparing NCCL's rail-aligned rings (no switch reduces anything) with
+NVLS-tree (in the NVSwitches) and CollNet (in the NVSwitches and the IB
+switches), and the same clusters with the fabric's SHARP off.
+Writes ``<out>/whatif_fabric.csv``, ``<out>/whatif_fabric_innetwork.csv`` and
+``<out>/whatif_fabric.png``.
 
     python experiments/whatif_fabric.py --out out/ [--fast] [--serial | --workers N]
 """
@@ -25,7 +29,7 @@ FABRICS = {
     "clos 1:1": "clos:radix={r},oversub=1",
     "clos 3:1": "clos:radix={r},oversub=3",
 }
-IN_NETWORK_REDUCTION = "in-network reduction: not modelled by the simulator yet; the on/off comparison is skipped"
+IN_NETWORK_ALGORITHMS = ["nccl-ring", "nvls-tree", "collnet"]
 
 
 def study(fast: bool) -> dict:
@@ -41,6 +45,22 @@ def study(fast: bool) -> dict:
         "collectives": ["alltoall"] if fast else ["allgather", "alltoall"],
         "algorithms": ["direct"] if fast else ["nccl-ring", "hiccl"],  # direct: N^2 flows, too many at 256 nodes
         "sizes": "64MB" if fast else "16MB,256MB",
+    }
+
+
+def innetwork_study(fast: bool) -> dict:
+    """Allreduce with and without in-network reduction (module docstring)."""
+    nodes = [2] if fast else [2, 4, 8]
+    return {
+        "name": "whatif_fabric_innetwork",
+        "machines": [
+            {"topology": f"dgx-h100*{n}/fat-tree:sharp={sharp}", "name": f"{n} nodes sharp {sharp}"}
+            for n in nodes
+            for sharp in ("on", "off")
+        ],
+        "collectives": ["allreduce"],
+        "algorithms": IN_NETWORK_ALGORITHMS,
+        "sizes": "256MB" if fast else "16MB,256MB,1GB",
     }
 
 
@@ -63,9 +83,17 @@ def main(argv: list[str] | None = None) -> dict:
     save_figure(fig, out / "whatif_fabric.png")
     print("== fabric what-if: best algbw (GB/s) at the largest size ==")
     print(best.unstack("nodes").round(2).to_string())
-    print(IN_NETWORK_REDUCTION)
-    print(f"wrote {out / 'whatif_fabric.csv'} and {out / 'whatif_fabric.png'}")
-    return {"results": df, "best_algbw": best}
+    inn = run(innetwork_study(args.fast), out, serial=args.serial or args.fast, workers=args.workers)
+    write_csv(inn, out / "whatif_fabric_innetwork.csv")
+    done = ok(inn)
+    table = done.pivot_table(index=["machine", "size_bytes"], columns="algorithm", values="busbw_GBps")
+    print("== in-network reduction on/off: Allreduce busbw (GB/s); collnet needs the fabric's SHARP ==")
+    print(table.round(1).to_string())
+    skipped = inn[inn.status != "ok"]
+    for row in skipped.itertuples():
+        print(f"  not applicable: {row.algorithm} on {row.machine}: {row.error}")
+    print(f"wrote {out / 'whatif_fabric.csv'}, {out / 'whatif_fabric_innetwork.csv'} and {out / 'whatif_fabric.png'}")
+    return {"results": df, "best_algbw": best, "innetwork": inn}
 
 
 if __name__ == "__main__":

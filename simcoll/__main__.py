@@ -2,6 +2,10 @@
 
 import sys
 
-from .cli import main
+try:
+    from .cli import main
+except KeyboardInterrupt:  # Ctrl-C while the command line is still loading: same as later
+    print("simcoll: interrupted", file=sys.stderr)
+    sys.exit(130)
 
 sys.exit(main())

@@ -396,6 +396,28 @@ def messages(batch: Iterable[Transfer]) -> list[list[Transfer]]:
     return singles + list(grouped.values())
 
 
+def _transfer_from_dict(t: Any, where: str) -> Transfer:
+    """One transfer of an Algorithm's JSON, or an AlgorithmError naming it and the field."""
+    if not isinstance(t, Mapping):
+        raise AlgorithmError(f"{where}: expected an object with chunk, src and dst")
+    missing = [k for k in ("chunk", "src", "dst") if k not in t]
+    if missing:
+        raise AlgorithmError(f"{where}: missing field {missing[0]!r}")
+    try:
+        return Transfer(
+            chunk=t["chunk"],
+            src=t["src"],
+            dst=t["dst"],
+            op=t.get("op", "copy"),
+            step=t.get("step"),
+            start_s=t.get("start_s"),
+            end_s=t.get("end_s"),
+            group=t.get("group"),
+        )
+    except (TypeError, ValueError) as exc:
+        raise AlgorithmError(f"{where}: {exc}") from None
+
+
 @dataclass(frozen=True)
 class Algorithm:
     """A verified-or-not schedule; see the module docstring."""
@@ -686,23 +708,16 @@ class Algorithm:
         return out
 
     @classmethod
-    def from_dict(cls, data: Any) -> Algorithm:
+    def from_dict(cls, data: Any, where: str = "Algorithm JSON") -> Algorithm:
+        """The Algorithm of a dict as :meth:`to_dict` writes it; errors name
+        ``where`` (a file name) and the transfer index and field at fault."""
         if not isinstance(data, Mapping) or data.get("format") != "simcoll.algorithm":
-            raise AlgorithmError('not a simcoll Algorithm (expected "format": "simcoll.algorithm")')
+            raise AlgorithmError(f'{where}: not a simcoll Algorithm (expected "format": "simcoll.algorithm")')
+        raw_transfers = data.get("transfers")
+        if not isinstance(raw_transfers, list):
+            raise AlgorithmError(f"{where}: field 'transfers' must be a list")
+        transfers = tuple(_transfer_from_dict(t, f"{where}: transfers[{i}]") for i, t in enumerate(raw_transfers))
         try:
-            transfers = tuple(
-                Transfer(
-                    chunk=t["chunk"],
-                    src=t["src"],
-                    dst=t["dst"],
-                    op=t.get("op", "copy"),
-                    step=t.get("step"),
-                    start_s=t.get("start_s"),
-                    end_s=t.get("end_s"),
-                    group=t.get("group"),
-                )
-                for t in data["transfers"]
-            )
             bandwidth = tuple(
                 BandwidthConstraint(frozenset((a, b) for a, b in c["links"]), c["chunks_per_round"], c.get("label", ""))
                 for c in data.get("bandwidth", [])
@@ -729,8 +744,10 @@ class Algorithm:
                     for r in data.get("switch_reductions", [])
                 ),
             )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise AlgorithmError(f"malformed Algorithm JSON: {type(exc).__name__}: {exc}") from None
+        except KeyError as exc:
+            raise AlgorithmError(f"{where}: missing field {exc.args[0]!r}") from None
+        except (TypeError, ValueError) as exc:
+            raise AlgorithmError(f"{where}: malformed Algorithm JSON: {exc}") from None
 
     def to_json(self, indent: int | None = 1) -> str:
         return json.dumps(self.to_dict(), indent=indent)

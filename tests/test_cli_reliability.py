@@ -251,3 +251,29 @@ def test_the_atomic_write_cleans_up_when_interrupted(tmp_path, monkeypatch):
         raise KeyboardInterrupt
     assert target.read_text() == "old"
     assert os.listdir(tmp_path) == ["out.json"]
+
+
+def test_ctrl_c_while_the_command_line_loads_exits_130_with_one_line(tmp_path):
+    """Ctrl-C that lands while ``python -m simcoll`` is still importing: one line, 130."""
+    script = (
+        "import runpy, sys\n"
+        "class Interrupt:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'simcoll.cli.algo':\n"
+        "            raise KeyboardInterrupt\n"
+        "sys.meta_path.insert(0, Interrupt())\n"
+        "sys.argv = ['simcoll', 'topo', 'list']\n"
+        "runpy.run_module('simcoll', run_name='__main__', alter_sys=True)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 130, done.stderr
+    assert done.stderr.strip() == "simcoll: interrupted"
+
+
+def test_an_algorithm_json_missing_dst_names_the_file_and_the_transfer(tmp_path, ring4, capsys):
+    data = json.loads(ring4.read_text())
+    del data["transfers"][3]["dst"]
+    bad = tmp_path / "nodst.json"
+    bad.write_text(json.dumps(data))
+    assert main(["verify", str(bad)]) == 2
+    _one_line_error(capsys.readouterr().err, "nodst.json", "transfers[3]", "missing field 'dst'")

@@ -28,6 +28,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from simcoll.algorithm import Algorithm
 from simcoll.algorithms import generate
 from simcoll.compiler import lower_algorithm
 from simcoll.cost_model import model_from_dict
@@ -97,7 +98,7 @@ def _mutate(doc: Any, data: st.DataObject) -> Any:
         for key in path[:-1]:
             parent = parent[key]
         key = path[-1]
-        action = data.draw(st.sampled_from(["delete", "replace", "duplicate", "truncate", "rename"]), label="action")
+        action = data.draw(st.sampled_from(["delete", "replace", "duplicate", "truncate", "rename", "reference", "retype"]), label="action")
         if action == "delete":
             del parent[key]
         elif action == "replace":
@@ -108,7 +109,30 @@ def _mutate(doc: Any, data: st.DataObject) -> Any:
             parent[key] = parent[key][: len(parent[key]) // 2]
         elif action == "rename" and isinstance(parent, dict):
             parent[f"{key}_typo"] = parent.pop(key)
+        elif action == "reference" and _is_int(parent[key]):
+            # a wrong but plausible reference: another small rank, chunk, step or index
+            parent[key] = data.draw(st.integers(-1, 9).filter(lambda v, old=parent[key]: v != old), label="ref")
+        elif action == "retype":
+            parent[key] = _retyped(parent[key])
     return doc
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _retyped(value: Any) -> Any:
+    """The same content in another JSON type: a number as a string, a string or
+    number in a list, a list as an object keyed by position, an object as its items."""
+    if isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list):
+        return {str(i): v for i, v in enumerate(value)}
+    if isinstance(value, dict):
+        return [[k, v] for k, v in value.items()]
+    return 0
 
 
 def _loads_or_refuses(load, text: str, what: str):
@@ -122,6 +146,8 @@ def _loads_or_refuses(load, text: str, what: str):
 
 
 def _verified_without_raising(schedules, machine: Machine | None = None) -> None:
+    """Each schedule goes through :func:`check`; an Algorithm that passes must
+    also pass a separate replay (:func:`_replay_problems`): no silently wrong answer."""
     for schedule in schedules:
         with no_hang("verify"):
             try:
@@ -129,6 +155,46 @@ def _verified_without_raising(schedules, machine: Machine | None = None) -> None
             except SimcollError:
                 continue
         assert isinstance(problems, list)
+        if not problems and isinstance(schedule, Algorithm):
+            assert _replay_problems(schedule) == [], f"{schedule.name}: verified but wrong"
+
+
+def _replay_problems(algorithm: Algorithm) -> list[str]:
+    """The postcondition of a step Algorithm, checked by a plain replay written
+    for this test (independent of simcoll.verify): each (rank, chunk) slot holds
+    the set of ranks whose input it sums; a step's sends all read the state
+    before the step (SCCL, PPoPP 2021, §3.2); a copy overwrites, a reduction
+    adds contributions that must be disjoint."""
+    if algorithm.schedule != "steps" or algorithm.switch_reductions:
+        return []
+    coll = algorithm.collective
+    state: dict[tuple[int, int], frozenset[int]] = {}
+    for rank, layout in enumerate(coll.input_layout):
+        for chunk in layout:
+            state[rank, chunk] = frozenset({rank})
+    problems: list[str] = []
+    by_step: dict[int, list] = {}
+    for t in algorithm.transfers:
+        by_step.setdefault(t.step, []).append(t)
+    for step in sorted(by_step):
+        reads = [(t, state.get((t.src, t.chunk))) for t in by_step[step]]
+        for t, value in reads:
+            if value is None:
+                problems.append(f"step {step}: rank {t.src} sends chunk {t.chunk} it does not hold")
+            elif t.op == "reduce":
+                have = state.get((t.dst, t.chunk))
+                if have is None or have & value:
+                    problems.append(f"step {step}: bad reduction of chunk {t.chunk} into rank {t.dst}")
+                else:
+                    state[t.dst, t.chunk] = have | value
+            else:
+                state[t.dst, t.chunk] = value
+    for rank, layout in enumerate(coll.output_layout):
+        for chunk in layout:
+            value = state.get((rank, chunk))
+            if value is None or (coll.combining and value != coll.contributors(chunk)):
+                problems.append(f"rank {rank} chunk {chunk}: wrong or missing")
+    return problems
 
 
 # -- schedules ---------------------------------------------------------------------------------
@@ -239,3 +305,12 @@ def test_mutated_model_yaml_loads_or_is_refused(data):
 def test_mutated_taccl_sketch_loads_or_is_refused(data):
     doc = _mutate(data.draw(st.sampled_from(SKETCHES), label="sketch"), data)
     _loads_or_refuses(lambda t: sketch_from_dict(json.loads(t), "fuzz-sketch.json"), json.dumps(doc), "sketch")
+
+
+def test_the_replay_oracle_accepts_a_correct_schedule_and_catches_a_missing_transfer():
+    algorithm = generate("ring", "ring:4", "allreduce", chunks=4)
+    assert _replay_problems(algorithm) == []
+    doc = json.loads(algorithm.to_json())
+    del doc["transfers"][-1]
+    (broken,) = parse_schedules(json.dumps(doc), "broken.json")
+    assert _replay_problems(broken) and check(broken)

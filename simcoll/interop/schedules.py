@@ -114,7 +114,7 @@ def parse_schedules(text: str, where: str = "input") -> list[Schedule]:
     if kind == "sccl-json":
         return [algorithm_from_sccl_dict(data, where)]
     if data["format"] == "simcoll.algorithm":
-        return [Algorithm.from_dict(data)]
+        return [Algorithm.from_dict(data, where)]
     return [Program.from_dict(data)]
 
 

@@ -1,0 +1,113 @@
+"""Machine-size limits (simcoll.limits, issue 14 item 2): a spec of a few
+characters that names a machine beyond the limits is refused with one
+line, before anything is built, while the issue-15 scale targets still load."""
+
+from __future__ import annotations
+
+import time
+import tracemalloc
+
+import pytest
+
+from simcoll.cli import main
+from simcoll.collectives import make_collective
+from simcoll.errors import CollectiveError, TopologyError
+from simcoll.limits import MAX_GPUS, MAX_LINKS, check_machine_size
+from simcoll.machines import load_topology
+from simcoll.topology_generators import _size_of, generate_topology
+
+
+def test_the_limits_are_inclusive_and_name_the_spec():
+    check_machine_size("at-limit", MAX_GPUS, MAX_LINKS)
+    with pytest.raises(TopologyError, match=r"^big: 65,537 GPUs .* \(at most 65,536\)$"):
+        check_machine_size("big", MAX_GPUS + 1)
+    with pytest.raises(TopologyError, match=r"^dense: 2,000,001 links"):
+        check_machine_size("dense", 8, MAX_LINKS + 1)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "hypercube:40",
+        "hypercube:17",
+        "fully-connected:100000",
+        "fully-connected:2001",
+        "ring:100000",
+        "line:65537",
+        "hub-and-spoke:1000000",
+        "torus2d:100000x100000",
+        "ring:" + "9" * 40,
+        "dgx-h100*8193",
+        "dgx1*" + "1" * 30,
+    ],
+)
+def test_specs_beyond_the_limits_are_refused_fast_and_without_memory(spec):
+    tracemalloc.start()
+    start = time.perf_counter()
+    try:
+        with pytest.raises(TopologyError, match="more than simcoll builds"):
+            load_topology(spec)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert time.perf_counter() - start < 1.0
+    assert peak < 8 * 2**20, f"{spec}: {peak:,} bytes allocated before refusing"
+
+
+@pytest.mark.parametrize(
+    "name, numbers",
+    [
+        ("ring", [6]),
+        ("line", [5]),
+        ("fully-connected", [7]),
+        ("hub-and-spoke", [5]),
+        ("torus2d", [3, 4]),
+        ("torus2d", [2, 5]),
+        ("hypercube", [4]),
+    ],
+)
+def test_the_size_estimate_is_exact_on_gpus_and_an_upper_bound_on_links(name, numbers):
+    spec = f"{name}:{'x'.join(map(str, numbers))}"
+    gpus, links = _size_of(name, numbers)
+    built = generate_topology(spec)
+    assert built.num_ranks == gpus
+    assert len(built.links) <= links
+
+
+@pytest.mark.parametrize("spec, ranks", [("ring:1024", 1024), ("ring:4096", 4096), ("dgx-h100*512", 4096)])
+def test_the_scale_targets_still_load(spec, ranks):
+    assert load_topology(spec).num_ranks == ranks
+
+
+@pytest.mark.parametrize(
+    "gpus, words",
+    [("1000000", "1,000,000 GPUs"), ("10^30", "positive integer"), ("-4", "positive integer"), ("true", "integer")],
+)
+def test_a_yaml_gpu_count_beyond_the_limit_or_not_a_count_is_one_line(tmp_path, capsys, gpus, words):
+    path = tmp_path / "m.yaml"
+    path.write_text(f"name: m\ngpus: {gpus}\n")
+    assert main(["topo", "show", str(path)]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and "m.yaml" in err[0] and words in err[0], err
+
+
+@pytest.mark.parametrize(
+    "name, ranks, factor", [("alltoall", 8192, 1), ("allgather", 4096, 24 * 4096), ("allreduce", MAX_GPUS + 1, 1)]
+)
+def test_collectives_beyond_the_slot_limit_are_refused(name, ranks, factor):
+    with pytest.raises(CollectiveError, match="more than simcoll builds"):
+        make_collective(name, ranks, chunk_factor=factor)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["bounds", "-t", "torus2d:1000x1000", "-c", "allreduce"],
+        ["algo", "generate", "ring", "-t", "hypercube:30", "-c", "allgather"],
+        ["compare", "-t", "fully-connected:5000", "-c", "allreduce", "--sizes", "1KB"],
+    ],
+)
+def test_every_command_refuses_an_oversized_machine_in_one_line(capsys, argv):
+    assert main(argv) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and "more than simcoll builds" in err[0], err

@@ -86,34 +86,67 @@ def write_csv(df: pd.DataFrame, path: Path) -> None:
     write_atomic(path, df.to_csv(index=False))
 
 
+#: NCCL's tuner chooses no algorithm for these collectives: NCCL runs them as grouped
+#: ncclSend / ncclRecv, each GPU sending straight to every peer (nccl-tests' alltoall_perf;
+#: SCCL §5.5 compares its Alltoall with this), which the ``direct`` generator schedules.
+NCCL_P2P = {"alltoall": "direct"}
+
+
+def baseline_rows(df: pd.DataFrame, base: str = "nccl") -> pd.DataFrame:
+    """The successful rows of ``base``; for ``nccl``, in a collective NCCL runs as
+    point-to-point (:data:`NCCL_P2P`) and without ``nccl`` rows, the rows of that
+    point-to-point schedule instead."""
+    rows = ok(df)
+    reference = rows[rows.algorithm == base]
+    if base == "nccl":
+        for collective, algorithm in NCCL_P2P.items():
+            if not (reference.collective == collective).any():
+                p2p = rows[(rows.collective == collective) & (rows.algorithm == algorithm)]
+                reference = pd.concat([reference, p2p])
+    return reference
+
+
 def speedups(df: pd.DataFrame, base: str = "nccl", by: Iterable[str] = ("machine", "collective")) -> pd.DataFrame:
     """Time of ``base`` over each algorithm's time, per ``by`` group and size
-    (columns ``speedup`` and ``baseline_time_s``); empty without ``base`` rows."""
+    (columns ``speedup``, ``baseline`` (the algorithm timed as ``base``) and
+    ``baseline_time_s``); empty without ``base`` rows (:func:`baseline_rows`)."""
     rows = ok(df)
     by = list(by)
-    reference = rows[rows.algorithm == base][[*by, "size_bytes", "time_s"]].rename(
-        columns={"time_s": "baseline_time_s"}
+    reference = baseline_rows(df, base)[[*by, "size_bytes", "time_s", "algorithm"]].rename(
+        columns={"time_s": "baseline_time_s", "algorithm": "baseline"}
     )
-    merged = rows[rows.algorithm != base].merge(reference, on=[*by, "size_bytes"])
+    merged = rows.merge(reference, on=[*by, "size_bytes"])
+    merged = merged[merged.algorithm != merged.baseline]
     return merged.assign(speedup=merged.baseline_time_s / merged.time_s)
 
 
 SMALL_BYTES = 1 << 20  # "small" buffers: up to 1 MiB
 
 
-def best_speedup(df: pd.DataFrame, small: bool | None = None, **where: Any) -> str:
+def best_speedup(df: pd.DataFrame, small: bool | str | None = None, **where: Any) -> str:
     """The best speed-up over NCCL among rows matching ``where`` (column=value),
-    over sizes up to 1 MiB (``small=True``), above it (``False``) or all, as text."""
+    over sizes up to 1 MiB (``small=True``), above it (``False``) or all, as
+    text; with ``small="both"`` the two, as ``"small / large"``."""
     if not nccl_available():
         return "n/a (nccl baseline not available)"
+    if small == "both":
+        return f"{best_speedup(df, True, **where)} / {best_speedup(df, False, **where)}"
     table = speedups(df)
     if small is not None:
         table = table[(table.size_bytes <= SMALL_BYTES) == small]
     for column, value in where.items():
         table = table[table[column] == value]
     if table.empty:
-        return "n/a (no successful rows)"
-    return f"{table.speedup.max():.2f}x"
+        return "n/a (no successful rows with the baseline in this grid)"
+    best = table.loc[table.speedup.idxmax()]
+    over = "" if best.baseline == "nccl" else f" over NCCL's send/recv ({best.baseline})"
+    return f"{best.speedup:.2f}x ({best.algorithm}, {_size(best.size_bytes)}{over})"
+
+
+def _size(size_bytes: int) -> str:
+    from simcoll.units import format_size
+
+    return format_size(int(size_bytes))
 
 
 def print_comparisons(title: str, comparisons: Iterable[Comparison]) -> None:

@@ -1,11 +1,14 @@
 """TACCL (NSDI'23) Figs. 6-9 and Table 2 in simulation: synthesized Allgather,
 Alltoall and Allreduce on two NDv2 and two DGX-2 nodes against classical
-algorithms and the NCCL baseline, an ablation of the sketch's chunk size
-(Fig. 9b), and the synthesis times of Table 2.
+algorithms and the NCCL baseline, ablations (TACCL §7.2) of the sketch's
+chunk size (Fig. 9b), of the instances the NDv2 Allgather is lowered with,
+and in the full study of the DGX-2 switch-hyperedge policy (uc-max / uc-min)
+and IB connections per node, and the synthesis times of Table 2.
 
 Each sketch is synthesized with :func:`simcoll.synthesis.taccl_synthesize`,
 saved as simcoll JSON and run as an imported schedule of the study. Writes
-``<out>/taccl_figs.csv``, ``<out>/taccl_synthesis.csv`` and ``<out>/taccl_figs.png``.
+``<out>/taccl_figs.csv``, ``<out>/taccl_synthesis.csv``,
+``<out>/taccl_instances.csv`` (program mode) and ``<out>/taccl_figs.png``.
 
     python experiments/taccl_figs.py --out out/ [--fast] [--serial | --workers N]
 """
@@ -17,9 +20,13 @@ from pathlib import Path
 import pandas as pd
 from _common import Comparison, baseline, best_speedup, ok, parse_args, print_comparisons, run, write_csv
 
+from simcoll.compiler import lower_algorithm
 from simcoll.experiments.plots import plot_bandwidth
 from simcoll.interop import save_schedule
+from simcoll.machines import load_machine
 from simcoll.synthesis import taccl_synthesize
+from simcoll.synthesis.taccl.sketch import Sketch, load_sketch
+from simcoll.units import format_size
 
 # TACCL Table 2: (machine, sketch, collective, paper's synthesis time in seconds).
 TABLE2 = [
@@ -33,13 +40,41 @@ TABLE2 = [
 MODELS = {"ndv2*2": "ndv2-taccl", "dgx2*2": "dgx2-taccl"}  # TACCL's measured alpha-beta (Table 1)
 
 
-def synthesize_all(out: Path, fast: bool) -> tuple[pd.DataFrame, list[dict]]:
+def ablation_sketches() -> list[tuple[str, Sketch, str, str]]:
+    """(machine, sketch, collective, label) of the full study's sketch ablations on
+    2x DGX-2 Allreduce (TACCL §7.2, Fig. 9): ``dgx2-sk-1``'s NVSwitch hyperedge as
+    uc-max instead of uc-min, and its 8 IB connections per node (odd GPU to even
+    GPU of each NIC pair) cut to 4 and 2, the symmetry and the chunk-to-relay
+    map widened to match."""
+    base = load_sketch("dgx2-sk-1")
+    variants = [(base.with_changes(switch_policies=("uc-max",) * len(base.switch_policies)), "uc-max")]
+    for connections in (4, 2):
+        stride = 16 // connections
+        senders = range(1, 16, stride)
+        variant = base.with_changes(
+            internode_conn={g: (g - 1,) for g in senders},
+            beta_split={g: 1 for g in senders},
+            chunk_to_relay_map=(stride, 1),
+            symmetry_offsets=((stride, 16), *(o for o in base.symmetry_offsets if o[0] >= 16)),
+        )
+        variants.append((variant, f"{connections}IB"))
+    return [("dgx2*2", sketch, "allreduce", f"taccl dgx2-sk-1 {tag}") for sketch, tag in variants]
+
+
+def synthesize_all(out: Path, fast: bool) -> tuple[pd.DataFrame, list[dict], dict]:
     """Run Table 2's syntheses (the NDv2 Allgather/Allreduce only in --fast), the chunk-size
-    ablation of Fig. 9b (NDv2 Allgather sketched for 1 KB and 1 MB chunks), and save each algorithm."""
-    jobs = [(m, s, c, p, None) for m, s, c, p in (TABLE2[:2] if fast else TABLE2)]
-    jobs += [("ndv2*2", "ndv2-sk-1", "allgather", None, size) for size in (1 << 10, 1 << 20)]
-    rows, files = [], []
-    for machine, sketch, collective, paper_s, input_size in jobs:
+    ablation of Fig. 9b (NDv2 Allgather sketched for 1 KB and 1 MB chunks), in the full study
+    the sketch ablations of :func:`ablation_sketches`, and save each algorithm. Returns the
+    synthesis table, the ``file:`` algorithm of each result and the results by label."""
+    jobs = [(m, s, c, p, None, f"taccl {s}") for m, s, c, p in (TABLE2[:2] if fast else TABLE2)]
+    jobs += [
+        ("ndv2*2", "ndv2-sk-1", "allgather", None, size, f"taccl ndv2-sk-1 @{size >> 10}KB")
+        for size in (1 << 10, 1 << 20)
+    ]
+    if not fast:
+        jobs += [(m, sketch, c, None, None, label) for m, sketch, c, label in ablation_sketches()]
+    rows, files, algorithms = [], [], {}
+    for machine, sketch, collective, paper_s, input_size, label in jobs:
         result = taccl_synthesize(
             machine,
             sketch,
@@ -48,14 +83,15 @@ def synthesize_all(out: Path, fast: bool) -> tuple[pd.DataFrame, list[dict]]:
             time_limit_s=30 if fast else 300,
             input_size_bytes=input_size,
         )
-        label = f"taccl {sketch}" + (f" @{input_size >> 10}KB" if input_size else "")
-        path = out / f"taccl_{machine.replace('*', 'x')}_{collective}_{label.split()[-1].replace('@', '')}.json"
+        tag = "_".join(label.split()[1:]).replace("@", "")
+        path = out / f"taccl_{machine.replace('*', 'x')}_{collective}_{tag}.json"
         save_schedule(result.algorithm, path)
         files.append({"machine": machine, "spec": {"file": str(path), "name": label}})
+        algorithms[label, collective] = (machine, result.algorithm)
         rows.append(
             {
                 "machine": machine,
-                "sketch": sketch,
+                "sketch": label.removeprefix("taccl "),
                 "collective": collective,
                 "input_size_bytes": input_size,
                 "status": result.status,
@@ -63,7 +99,29 @@ def synthesize_all(out: Path, fast: bool) -> tuple[pd.DataFrame, list[dict]]:
                 "paper_s": paper_s,
             }
         )
-    return pd.DataFrame(rows), files
+    return pd.DataFrame(rows), files, algorithms
+
+
+def instances_study(out: Path, algorithms: dict, fast: bool) -> dict:
+    """The instances ablation: the NDv2 Allgather sketch's algorithm lowered with
+    r instances (:func:`simcoll.compiler.lower_algorithm`), saved as MSCCL XML
+    and run in program mode beside the NCCL baseline."""
+    machine_spec, algorithm = algorithms["taccl ndv2-sk-1", "allgather"]
+    machine = load_machine(machine_spec, MODELS[machine_spec])
+    specs = []
+    for r in [1, 2] if fast else [1, 2, 4]:
+        path = out / f"taccl_ndv2x2_allgather_r{r}.xml"
+        save_schedule(lower_algorithm(algorithm, instances=r, machine=machine), path)
+        specs.append({"file": str(path), "name": f"taccl ndv2-sk-1 r={r}"})
+    return {
+        "name": "taccl_instances",
+        "machines": [{"topology": machine_spec, "model": MODELS[machine_spec]}],
+        "collectives": ["allgather"],
+        "algorithms": [*specs, *baseline()],
+        "sizes": "1MB,64MB" if fast else "1KB:1GB",
+        "size_factor": 4,
+        "simulator": {"mode": "program"},
+    }
 
 
 def study(machine: str, files: list[dict], fast: bool) -> dict:
@@ -87,7 +145,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = parse_args(__doc__, argv)
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
-    synthesis, files = synthesize_all(out, args.fast)
+    synthesis, files, algorithms = synthesize_all(out, args.fast)
     write_csv(synthesis, out / "taccl_synthesis.csv")
     machines = ["ndv2*2"] if args.fast else ["ndv2*2", "dgx2*2"]
     df = pd.concat(
@@ -98,6 +156,9 @@ def main(argv: list[str] | None = None) -> dict:
         ignore_index=True,
     )
     write_csv(df, out / "taccl_figs.csv")
+    serial = args.serial or args.fast
+    instances = ok(run(instances_study(out, algorithms, args.fast), out, serial=serial, workers=args.workers))
+    write_csv(instances, out / "taccl_instances.csv")
     ag = df[(df.collective == "allgather") & (df.topology == "ndv2*2")]
     plot_bandwidth(ag, out / "taccl_figs.png", metric="algbw", title="Allgather on 2x NDv2 (TACCL Fig. 6(ii), 9b)")
     comparisons = [
@@ -114,13 +175,13 @@ def main(argv: list[str] | None = None) -> dict:
         Comparison(
             "NDv2 Allgather over NCCL, 1KB-1MB / >1MB",
             "12%-35% / 61%-3.4x",
-            best_speedup(ag, algorithm="taccl ndv2-sk-1"),
+            best_speedup(ag, "both", algorithm="taccl ndv2-sk-1"),
             "TACCL §7.1, Fig. 6(ii)",
         ),
         Comparison(
             "NDv2 Allreduce over NCCL, <=1MB / larger",
             "up to 28% / 28%-2.7x",
-            best_speedup(df, collective="allreduce"),
+            best_speedup(df, "both", collective="allreduce", algorithm="taccl ndv2-sk-1"),
             "TACCL §7.1, Fig. 8(ii)",
         ),
     ]
@@ -129,7 +190,7 @@ def main(argv: list[str] | None = None) -> dict:
             Comparison(
                 "DGX-2 Alltoall over NCCL",
                 "up to 15%",
-                best_speedup(df, collective="alltoall", topology="dgx2*2"),
+                best_speedup(df, collective="alltoall", topology="dgx2*2", algorithm="taccl dgx2-sk-2"),
                 "TACCL §7.1, Fig. 7(i)",
             )
         )
@@ -143,9 +204,31 @@ def main(argv: list[str] | None = None) -> dict:
             "TACCL §7.2, Fig. 9b",
         )
     )
+    inst = instances[instances.size_bytes == instances.size_bytes.max()].set_index("algorithm").algbw_GBps
+    comparisons.append(
+        Comparison(
+            f"instances ablation (program mode): algbw at {format_size(int(instances.size_bytes.max()))}",
+            "plot only",
+            ", ".join(f"{a}: {inst[a]:.1f} GB/s" for a in inst.index),
+            "TACCL §7.2 (ablations)",
+        )
+    )
+    if not args.fast:
+        dgx2 = df[(df.topology == "dgx2*2") & (df.collective == "allreduce")]
+        dgx2 = dgx2[dgx2.size_bytes == dgx2.size_bytes.max()].set_index("algorithm").algbw_GBps
+        sketches = ["taccl dgx2-sk-1", *(label for *_, label in ablation_sketches())]
+        comparisons.append(
+            Comparison(
+                "DGX-2 Allreduce sketch ablations (uc-min as shipped; uc-max; 8 / 4 / 2 IB connections)",
+                "plot only",
+                ", ".join(f"{a}: {dgx2[a]:.1f} GB/s" if a in dgx2 else f"{a}: no result" for a in sketches),
+                "TACCL §7.2 (ablations)",
+            )
+        )
     print_comparisons("TACCL Figs. 6-9, Table 2", comparisons)
-    print(f"wrote {out / 'taccl_figs.csv'}, {out / 'taccl_synthesis.csv'} and {out / 'taccl_figs.png'}")
-    return {"results": df, "synthesis": synthesis, "comparisons": comparisons}
+    written = ", ".join(f"{out / n}" for n in ("taccl_figs.csv", "taccl_synthesis.csv", "taccl_instances.csv"))
+    print(f"wrote {written} and {out / 'taccl_figs.png'}")
+    return {"results": df, "synthesis": synthesis, "instances": instances, "comparisons": comparisons}
 
 
 if __name__ == "__main__":

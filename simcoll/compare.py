@@ -200,7 +200,7 @@ def compare(
                 if how == method and (name, size) in timed:
                     t = timed[(name, size)]
                 elif how == "analytic":
-                    t = critical_path_time_s(algorithm, machine, size)
+                    t = critical_path_time_s(algorithm, machine, size, protocol=_protocol_for(algorithm, machine, size))
                 else:
                     t = _simulate(schedule, machine, size, contention, time_limit_s)
                 rows.append(
@@ -295,7 +295,9 @@ def _generate_and_time(
     for size in sizes:
         if size >= algorithm.collective.size_chunks:
             if method == "analytic":
-                times[size] = critical_path_time_s(algorithm, machine, size)
+                times[size] = critical_path_time_s(
+                    algorithm, machine, size, protocol=_protocol_for(algorithm, machine, size)
+                )
             else:
                 times[size] = _simulate(algorithm, machine, size, contention, time_limit_s)
     return algorithm, times
@@ -315,7 +317,9 @@ def _nccl_task(
     if size < algorithm.collective.size_chunks:
         return algorithm, None
     if method == "analytic":
-        return algorithm, critical_path_time_s(algorithm, machine, size)
+        return algorithm, critical_path_time_s(
+            algorithm, machine, size, protocol=_protocol_for(algorithm, machine, size)
+        )
     return algorithm, _simulate(algorithm, machine, size, contention, time_limit_s)
 
 
@@ -362,17 +366,25 @@ def _choice(algorithm: Algorithm) -> str:
     return choice_label(algorithm)
 
 
+def _protocol_for(schedule, machine: Machine, size: int) -> str | None:
+    from .nccl.baseline import protocol_for
+
+    return protocol_for(schedule, machine, size)
+
+
 def _simulate(schedule, machine: Machine, size: int, contention: bool, time_limit_s: float) -> float:
     """The simulated time of ``schedule``. Not verified again: the registered
     generators are verified by the test suite, as for the analytic method, and
     a lowered Program comes from a verified lowering (:func:`_lower_all`). No
     timeline or utilisation is recorded: only the time is reported."""
+    from .nccl.baseline import protocol_for
     from .simulator import simulate
 
     result = simulate(
         schedule,
         machine,
         size,
+        protocol=protocol_for(schedule, machine, size),
         contention=contention,
         time_limit_s=time_limit_s,
         verify=False,

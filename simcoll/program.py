@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from .collectives import Collective, collective_from_dict, collective_to_dict
-from .errors import AlgorithmError
+from .errors import AlgorithmError, CollectiveError
 from .files import parse_json, read_text, write_atomic
 
 RECEIVES = frozenset({"recv", "rcs", "rrc", "rrs", "rrcs", "wait"})
@@ -218,6 +218,16 @@ class Program:
         name = f"{self.name}: rank {r} executor {e.id}"
         if e.kind not in EXECUTOR_KINDS:
             raise AlgorithmError(f"{name}: kind {e.kind!r} is not one of {EXECUTOR_KINDS}")
+        for label, value in (
+            ("id", e.id),
+            ("channel", e.channel),
+            ("send_peer", e.send_peer),
+            ("recv_peer", e.recv_peer),
+        ):
+            if (value is not None or label in ("id", "channel")) and (
+                not isinstance(value, int) or isinstance(value, bool) or value < 0
+            ):
+                raise AlgorithmError(f"{name}: {label} must be a non-negative integer, got {value!r}")
         for label, peer in (("send_peer", e.send_peer), ("recv_peer", e.recv_peer)):
             if peer is not None and not (0 <= peer < p and peer != r):
                 raise AlgorithmError(f"{name}: {label} {peer} is not another rank")
@@ -313,9 +323,11 @@ class Program:
         return out
 
     @classmethod
-    def from_dict(cls, data: Any) -> Program:
+    def from_dict(cls, data: Any, where: str = "Program JSON") -> Program:
+        """The Program of a dict as :meth:`to_dict` writes it; errors name
+        ``where`` (a file name) before the rank, executor and step at fault."""
         if not isinstance(data, Mapping) or data.get("format") != "simcoll.program":
-            raise AlgorithmError('not a simcoll Program (expected "format": "simcoll.program")')
+            raise AlgorithmError(f'{where}: not a simcoll Program (expected "format": "simcoll.program")')
 
         def ref(raw: Any) -> Ref | None:
             if raw is None:
@@ -362,8 +374,12 @@ class Program:
                 metadata=data.get("metadata", {}),
                 **{key: data.get(key) for key in _RUNTIME_FIELDS},
             )
+        except AlgorithmError as exc:
+            raise AlgorithmError(f"{where}: {exc}") from None
+        except CollectiveError as exc:
+            raise CollectiveError(f"{where}: {exc}") from None
         except (KeyError, TypeError, IndexError, ValueError) as exc:
-            raise AlgorithmError(f"malformed Program JSON: {type(exc).__name__}: {exc}") from None
+            raise AlgorithmError(f"{where}: malformed Program JSON: {type(exc).__name__}: {exc}") from None
 
     def to_json(self, indent: int | None = 1) -> str:
         return json.dumps(self.to_dict(), indent=indent)

@@ -229,7 +229,8 @@ def topology_from_dict(data: Any, where: str = "<topology>") -> Topology:
     if gpus is not None:
         if not isinstance(gpus, int) or isinstance(gpus, bool) or gpus < 1:
             raise TopologyError(f"{where}: field 'gpus' must be a positive integer, got {gpus!r}")
-        check_machine_size(where, gpus, len(data.get("links") or ()))
+        raw = data.get("links")
+        check_machine_size(where, gpus, len(raw) if isinstance(raw, list) else 0)  # a non-list is refused below
         components += [Component(name=f"gpu{i}", kind="gpu") for i in range(gpus)]
     raw_components = data.get("components") or []
     if not isinstance(raw_components, list):

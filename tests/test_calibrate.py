@@ -126,3 +126,41 @@ def test_real_a100_log_validates_against_the_shipped_model():
     # the shipped model's large-message busbw is within a factor 1.5 of the measured one
     big = frame[frame.size_bytes >= 64 << 20]
     assert big.ratio.between(1 / 1.5, 1.5).all()
+
+
+@pytest.mark.skipif(not MEASUREMENTS.is_dir(), reason="needs ../shared/reference/measurements")
+def test_fit_converges_on_a_real_log_with_coupled_parameters():
+    """On the V100 DGX-1 log every protocol's efficiency and latency and the
+    NVLink efficiency are fitted together (the link and protocol efficiencies
+    multiply); the fit must reach the acceptance figures at both ends, and the
+    NVLink efficiency it finds must be the measured NVLink2 rate (TACCL Table 1:
+    21.7 of 25 GB/s), not a bound."""
+    log = MEASUREMENTS / "v100-sxm2-16gb-x8_all_reduce_konnase.log"
+    model, report = calibrate([log], "dgx1")
+    errors = error_summary(validate(log, "dgx1", model))
+    assert errors["large"] <= 0.15 and errors["small"] <= 0.25
+    assert 0.8 < model.link("nvlink").efficiency < 0.95
+
+
+@pytest.mark.parametrize("command", ["validate", "calibrate"])
+@pytest.mark.parametrize(
+    "edit, topology, message",
+    [
+        (lambda text: text[: text.index("  65536 ") + 30], "fully-connected:4", "truncated table?"),
+        (lambda text: text, "fully-connected:8", "the log has 4 ranks but topology fully-connected:8 has 8"),
+        (lambda text: "# Env: NCCL_ALGO=NVLS\n" + text, "fully-connected:4", "the log sets NCCL_ALGO=NVLS"),
+    ],
+    ids=["truncated", "rank-count", "algorithm-not-on-topology"],
+)
+def test_bad_logs_give_one_line_from_validate_and_calibrate(tmp_path, capsys, command, edit, topology, message):
+    from simcoll.cli import main
+
+    path = tmp_path / "all_reduce_perf.log"
+    path.write_text(edit(_log_text({s: 10.0 + s / 1e4 for s in SIZES}, 4)))
+    args = [command, "--nccl-tests", str(path), "-t", topology]
+    if command == "calibrate":
+        args += ["-o", str(tmp_path / "out.yaml")]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "out.yaml").exists()

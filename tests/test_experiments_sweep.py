@@ -337,3 +337,69 @@ def test_pareto_utilisation_and_gantt_plots(tmp_path):
     assert len(bars) == len(result.timeline)
     for name in ("pareto.png", "util.png", "gantt.png"):
         assert (tmp_path / name).stat().st_size > 2000
+
+
+# -- failed points: kept on resume, re-run only with retry_failed -------------------------
+TINY_STUDY = {
+    "name": "tiny",
+    "machines": ["ring:4"],
+    "collectives": ["allgather", "allreduce"],
+    "algorithms": ["ring", "direct"],
+    "sizes": "1KB,1MB",
+}
+
+
+def test_resume_keeps_failed_points_and_retry_failed_reruns_only_them(tmp_path, monkeypatch):
+    from simcoll.errors import SimcollError
+    from simcoll.experiments import runner
+
+    real = runner._time_point
+
+    def flaky(schedule, machine, point, *args):
+        if point.algorithm.label == "direct":
+            raise SimcollError("injected failure")
+        return real(schedule, machine, point, *args)
+
+    out = tmp_path / "flaky"
+    monkeypatch.setattr(runner, "_time_point", flaky)
+    first = run_study(TINY_STUDY, out, serial=True, progress=False)
+    assert (first.total, first.done, first.failed) == (8, 8, 4)
+    monkeypatch.setattr(runner, "_time_point", real)  # the cause of the failure is gone
+    resumed = run_study(TINY_STUDY, out, serial=True, progress=False, resume=True)
+    assert resumed.ran == 0 and resumed.failed == 4  # a failed point has its row: resume does not re-run it
+    retried = run_study(TINY_STUDY, out, serial=True, progress=False, retry_failed=True)
+    assert retried.ran == 4 and retried.failed == 0 and retried.done == 8
+    df = load_results(out)
+    assert len(df) == 8 and (df.status == "ok").all()  # the newer rows supersede the failed ones
+    reference = tmp_path / "reference"
+    run_study(TINY_STUDY, reference, serial=True, progress=False)
+    pd.testing.assert_frame_equal(df, load_results(reference))
+    assert sweep_status(out) == {"done": 8, "total": 8, "failed": 0}
+    again = run_study(TINY_STUDY, out, serial=True, progress=False, retry_failed=True)
+    assert again.ran == 0  # nothing left to retry
+
+
+def test_cli_retry_failed_reruns_the_failed_points(tmp_path):
+    study = tmp_path / "fails.yaml"  # one step cannot gather on a 4-ring (diameter 2): SCCL answers unsat
+    unsat = {"sccl": {"chunks": 1, "steps": 1}, "name": "sccl-unsat"}
+    study.write_text(yaml.safe_dump({**TINY_STUDY, "collectives": ["allgather"], "algorithms": ["ring", unsat]}))
+    out = tmp_path / "out"
+    first = sweep_cli(str(study), "-o", str(out), "--serial", "--no-progress", "--json")
+    assert first.returncode == 0, first.stderr
+    assert json.loads(first.stdout) | {"wall_s": 0} == {
+        "done": 4,
+        "total": 4,
+        "failed": 2,
+        "ran": 4,
+        "wall_s": 0,
+        "output": str(out),
+    }
+    assert load_results(out).query("status == 'error'").error.str.startswith("sccl synthesis: unsat").all()
+    resumed = sweep_cli(str(study), "-o", str(out), "--serial", "--no-progress", "--json", "--resume")
+    assert json.loads(resumed.stdout)["ran"] == 0
+    status = sweep_cli("status", str(out))
+    assert "2 failed (--retry-failed runs them again)" in status.stdout
+    retried = sweep_cli(str(study), "-o", str(out), "--serial", "--no-progress", "--json", "--retry-failed")
+    assert retried.returncode == 0, retried.stderr
+    assert json.loads(retried.stdout)["ran"] == 2  # the failed points only, which fail again
+    assert len(load_results(out)) == 4 and sweep_status(out) == {"done": 4, "total": 4, "failed": 2}

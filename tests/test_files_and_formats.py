@@ -227,7 +227,7 @@ def test_a_failed_schedule_save_leaves_the_previous_file(tmp_path, monkeypatch):
         ('{"hello": 1}', r'x: not a simcoll Algorithm or Program \(its "format" is None\), MSCCL XML or SCCL JSON'),
         ("<root/>", "x: XML without an <algo> element is not MSCCL XML"),
         ("{", "x: not valid JSON"),
-        ('{"format": "simcoll.algorithm"}', "malformed Algorithm JSON"),
+        ('{"format": "simcoll.algorithm"}', "x: field 'transfers' must be a list"),
     ],
 )
 def test_parse_schedules_names_the_problem(text, message):

@@ -8,8 +8,8 @@ verified by the independent checker without raising.
 Hypothesis runs derandomized (the same inputs on every run, so CI is
 deterministic) with ``SIMCOLL_FUZZ_EXAMPLES`` examples per fuzzer (default
 200; e.g. ``SIMCOLL_FUZZ_EXAMPLES=5000 pytest tests/test_fuzz_loaders.py``
-for a longer hunt). Every example runs under a 20 s alarm: a loader that
-hangs fails the test instead of stalling CI.
+for a longer hunt). Every example has a 10 s deadline and runs under a 20 s
+alarm: a loader that hangs fails the test instead of stalling CI.
 """
 
 from __future__ import annotations
@@ -20,12 +20,13 @@ import math
 import os
 import signal
 from contextlib import contextmanager
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simcoll.algorithm import Algorithm
@@ -45,9 +46,8 @@ EXAMPLES = int(os.environ.get("SIMCOLL_FUZZ_EXAMPLES", "200"))
 FUZZ = settings(
     max_examples=EXAMPLES,
     derandomize=True,
-    deadline=None,  # wall-clock deadlines are flaky on a loaded machine: the alarm below catches hangs
+    deadline=timedelta(seconds=10),  # examples take milliseconds: generous on a loaded CI machine
     database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 HANG_S = 20
 
@@ -242,11 +242,13 @@ def test_mutated_msccl_xml_loads_or_is_refused(data):
     if action == "truncate":
         text = text[: data.draw(st.integers(0, len(text) - 1), label="at")]
     elif action == "attribute":
-        # a random attribute's value replaced: out of range, negative, not a number
+        # a random attribute's value replaced: a wrong but in-range reference (rank, thread block, step,
+        # buffer index), out of range, negative, not a number
         quotes = [i for i, ch in enumerate(text) if ch == '"']
         k = data.draw(st.integers(0, len(quotes) // 2 - 1), label="attr")
         start, end = quotes[2 * k], quotes[2 * k + 1]
-        value = data.draw(st.sampled_from(["-1", "0", "99999", "x", "", "1.5", "-99999"]), label="value")
+        values = ["-1", "0", "1", "2", "3", "7", "99999", "x", "", "1.5", "-99999", "nan", "inf", "1e400"]
+        value = data.draw(st.sampled_from(values), label="value")
         text = text[: start + 1] + value + text[end:]
     elif action == "delete":
         at = data.draw(st.integers(0, len(text) - 1), label="at")
@@ -314,3 +316,17 @@ def test_the_replay_oracle_accepts_a_correct_schedule_and_catches_a_missing_tran
     del doc["transfers"][-1]
     (broken,) = parse_schedules(json.dumps(doc), "broken.json")
     assert _replay_problems(broken) and check(broken)
+
+
+def test_a_topology_whose_links_are_not_a_list_is_refused_naming_the_field():
+    # found by the topology fuzzer: ``links: -1`` beside ``gpus`` raised TypeError in the size check
+    with pytest.raises(SimcollError, match=r"fuzz\.yaml: field 'links' must be a list"):
+        topology_from_dict({"name": "t", "gpus": 2, "links": -1}, "fuzz.yaml")
+
+
+def test_a_program_executor_channel_that_is_not_an_integer_is_refused_naming_file_and_executor():
+    # found by the Program JSON fuzzer: ``"channel": []`` loaded and then raised TypeError in the verifier
+    doc = _program_doc()
+    doc["ranks"][1]["executors"][1]["channel"] = []
+    with pytest.raises(SimcollError, match=r"^p\.json: .*rank 1 executor \d+: channel must be a non-negative integer"):
+        parse_schedules(json.dumps(doc), "p.json")

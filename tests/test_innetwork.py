@@ -189,3 +189,21 @@ def test_bounds_with_in_switch_reduction(h100):
     assert t_plain == pytest.approx(t * 7 / 4, rel=1e-3)
     sim = simulate(generate("nvls", h100, "allreduce"), h100, size, verify=False).time_s
     assert sim >= t
+
+
+def test_two_node_nvls_tree_exceeds_what_the_nics_give_a_ring():
+    """NVLS-tree on two DGX H100s sends each node's reduced buffer across once
+    per direction, so its busbw is not capped by the NICs as a ring's is
+    (nccl-tests#309: 450 GB/s at 1 GiB, against ~393 for the ring, whose
+    busbw cannot pass 8 NICs x 50 GB/s)."""
+    from simcoll.nccl.baseline import nccl_algorithm
+
+    machine = load_machine("dgx-h100*2")
+    size = 1 << 30
+    tree = nccl_algorithm(machine, "allreduce", size, algorithms=["nvls_tree"])
+    ring = nccl_algorithm(machine, "allreduce", size, algorithms=["ring"])
+    nics = 8 * machine.model.link("ib").line_rate_Bps / 1e9
+    tree_bw = simulate(tree, machine, size, verify=False).busbw_GBps
+    ring_bw = simulate(ring, machine, size, verify=False).busbw_GBps
+    assert ring_bw <= nics < tree_bw
+    assert 0.85 < tree_bw / 450.0 < 1.15

@@ -267,3 +267,23 @@ def test_delay_to_never_overshoots(now, when):
     # the clock then lies within a factor of 2 of `when`, where `when - clock` is exact
     clock = now + delay
     assert clock + (when - clock) == when
+
+
+def test_timed_batches_that_print_alike_keep_their_timeline_labels():
+    """Two start times equal to six digits (TACCL schedules have many) are
+    two batches with the same printed label; the timeline still builds."""
+    from simcoll.algorithm import Algorithm, Transfer
+    from simcoll.collectives import make_collective
+    from simcoll.machines import load_machine
+    from simcoll.simulator import simulate
+
+    algo = Algorithm(
+        "near-ties",
+        make_collective("allgather", 2),
+        (
+            Transfer(0, 0, 1, start_s=1.0000001e-6, end_s=2e-6),
+            Transfer(1, 1, 0, start_s=1.0000002e-6, end_s=2e-6),
+        ),
+    )
+    result = simulate(algo, load_machine("ring:2"), 1 << 20)
+    assert list(result.timeline.label) == ["t=1e-06", "t=1e-06"]

@@ -26,6 +26,7 @@ from simcoll.topology_import import DumpError, import_machine, import_topology, 
 DUMPS = Path(__file__).parent / "data" / "topology_dumps"
 DGX1 = DUMPS / "dgx1_nvidia_smi.txt"
 A100 = DUMPS / "dgx_a100_nccl_topo.xml"
+HGX_A100 = DUMPS / "hgx_a100_simai_nccl_topo.xml"
 MI300X = DUMPS / "mi300x_rocm_smi.txt"
 RTX4090 = DUMPS / "rtx4090_nvidia_smi.txt"
 ROCM_PCIE = DUMPS / "rocm_smi_lib108_pcie.txt"
@@ -111,6 +112,21 @@ def test_dgx_a100_nccl_xml_is_8_gpus_on_nvswitches_with_a_nic_per_gpu():
     assert model.link("ib").bandwidth_Bps == 25e9 and "200 Gb/s from the dump" in model.link("ib").source
     assert model.link("pcie").bandwidth_Bps == 31.5e9  # 16 GT/s in the dump
     assert model.link("infinity_fabric")  # AuthenticAMD sockets
+
+
+def test_real_hgx_a100_nccl_xml_is_8_gpus_on_6_nvswitches_and_simulates():
+    imported = import_machine("nccl-xml", HGX_A100)
+    topo = imported.topology
+    assert topo.num_ranks == 8 and all(g.model == "A100" for g in topo.gpus)
+    switches = _kinds(topo, "nvswitch")
+    assert len(switches) == 6  # six distinct NVLink targets per GPU in the dump
+    counts = {(lk.src, lk.dst): lk.count for lk in topo.links if lk.type == "nvlink"}
+    assert all(counts[(f"gpu{g}", s.name)] == 2 for g in range(8) for s in switches)
+    assert len(_kinds(topo, "nic")) == 5  # mlx5_bond_0..4: one NIC per GPU pair plus one on CPU 0
+    assert len(_kinds(topo, "cpu")) == 2
+    assert {lk.type for lk in topo.links} == {"nvlink", "pcie", "qpi"}  # GenuineIntel sockets
+    ring = generate("ring", imported.machine, "allgather")
+    assert simulate(ring, imported.machine, 1 << 20).time_s > 0
 
 
 def test_mi300x_rocm_smi_is_fully_connected_xgmi():

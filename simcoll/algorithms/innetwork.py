@@ -28,6 +28,7 @@ model's ``switches.<kind>.reduce_Bps`` per link (:mod:`simcoll.simulator.network
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import lru_cache
 
 import networkx as nx
@@ -257,13 +258,19 @@ def nvls_tree(topology: Topology, collective: Collective) -> Algorithm:
     reductions: list[SwitchReduction] = []
     for c in range(collective.num_chunks):
         local = _owner(c, g)
+        piece = c // g
         owners = [ranks[local] for ranks in per_node]
         # dealt by chunk, not by chunk group: the G chunks in flight at once (one per owner) then
         # spread over all the node's NVSwitches in proportion to their links, as NCCL's channels do
         for j, ranks in enumerate(per_node):
-            reductions.append(SwitchReduction(c, _deal(shares[j], c), tuple(ranks), (owners[j],), step=0))
-        up, down, _, after = tree_transfers(owners, c, (c // g) % 2, 1)
-        transfers += up + down
+            reductions.append(SwitchReduction(c, _deal(shares[j], c), tuple(ranks), (owners[j],), step=piece))
+        # piece p starts at step p and its broadcast waits one step more, so that an owner pair's
+        # FIFO carries the pieces in order with tree 1's reduction of piece p + 1 ahead of tree 0's
+        # broadcast of piece p: the two trees then keep both directions busy, as NCCL's channels (one
+        # connection each) do side by side; steps order reads only, they are no barriers
+        up, down, _, after = tree_transfers(owners, c, piece % 2, piece + 1)
+        transfers += up + [replace(t, step=t.step + 1) for t in down]
+        after += 1
         for j, ranks in enumerate(per_node):
             others = tuple(r for r in ranks if r != owners[j])
             reductions.append(SwitchReduction(c, _deal(shares[j], c), (owners[j],), others, step=after))

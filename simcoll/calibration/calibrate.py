@@ -20,8 +20,13 @@ Simulating every sample for every trial point is slow, so the fit is made in
 Gauss-Newton fashion: the simulated times are linearised in the parameters
 (latencies, 1/bandwidth and 1/efficiency, in which an α-β time is linear
 while the bottleneck stays put) from one simulation per parameter, the
-linear problem is solved with bounds, and the linearisation is re-centred on
-the solution and solved again (``outer_iterations``).
+linear problem is solved with bounds, the solution is simulated, and the
+linearisation is re-centred there and corrected by Broyden's rank-one update
+(C. G. Broyden, Math. Comp. 19(92), 1965) so that it reproduces the step
+just simulated, and solved again (``outer_iterations``, each one simulation
+of the samples). The iterate whose simulated times are nearest the
+measurements (mean ``|ln(sim / measured)|``) is kept, and the base model if
+none is nearer than it.
 
 :func:`validate` prints what a user checks: measured against simulated busbw
 per size, their ratio, and the geometric-mean error
@@ -161,17 +166,19 @@ def samples_of(log: NcclTestsLog, machine: Machine) -> list[Sample]:
     # a log that forces CollNet ran with it enabled (NCCL_COLLNET_ENABLE=1); otherwise NCCL's default, off
     restrict["collnet"] = any(a.startswith("collnet") for a in restrict["algorithms"] or ())
     out = []
+    why = ""
     for row in measured_times(log).itertuples():
         size = int(row.size_bytes)
         try:
             algorithm = nccl_algorithm(machine, log.collective, size, **restrict)
-        except SimcollError:
+        except SimcollError as exc:
+            why = why or f": {exc}" + (f" (the log sets NCCL_ALGO={log.algo})" if log.algo else "")
             continue
         if size < algorithm.collective.size_chunks:
             continue
         out.append(Sample(log.path, size, float(row.time_s), algorithm, choice_label(algorithm)))
     if not out:
-        raise CalibrationError(f"{log.path}: no size of the log can be simulated on {machine.name}")
+        raise CalibrationError(f"{log.path}: no size of the log can be simulated on {machine.name}{why}")
     return out
 
 
@@ -314,7 +321,7 @@ def calibrate(
     *,
     parameters: Sequence[str] | None = None,
     max_sizes_per_log: int = 12,
-    outer_iterations: int = 2,
+    outer_iterations: int = 4,
     name: str | None = None,
     loss: str = "soft_l1",
     f_scale: float = 0.1,
@@ -333,7 +340,8 @@ def calibrate(
     parameters : sequence of str, optional
         Dotted model paths to fit (default: :func:`candidate_parameters`).
     max_sizes_per_log : int
-        Sizes of each log used by the fit, log-spaced (all sizes are validated).
+        Sizes of each log used by the fit, log-spaced (all sizes are validated);
+        at least two more than the parameters.
     outer_iterations : int
         Linearise-and-solve rounds (module docstring).
     name : str, optional
@@ -372,7 +380,6 @@ def calibrate(
         raise CalibrationError("calibrate needs at least one nccl-tests log")
     parsed = [load_log(log, machine) for log in logs]
     samples = [s for log in parsed for s in samples_of(log, machine)]
-    fit_samples = _fit_subset(samples, max_sizes_per_log)
     base_dict = _model_dict(base)
     if parameters is None:
         paths = candidate_parameters(machine, base)
@@ -385,6 +392,8 @@ def calibrate(
                 raise CalibrationError(f"model {base.name!r} has no field {'.'.join(p)}") from None
             if not isinstance(value, int | float):
                 raise CalibrationError(f"model field {'.'.join(p)} is not a number")
+    # at least two sizes more than parameters per log, so that one log can determine them all
+    fit_samples = _fit_subset(samples, max(max_sizes_per_log, len(paths) + 2))
     report = CalibrationReport([log.path for log in parsed], machine.name, base.name, samples=len(samples))
     measured = np.array([s.time_s for s in fit_samples])
     values = [float(_get(base_dict, p)) for p in paths]
@@ -406,18 +415,27 @@ def calibrate(
     if not keep:
         raise CalibrationError(f"none of the parameters {['.'.join(p) for p in paths]} changes the simulated times")
     fitted_paths = [paths[i] for i in keep]
+    if len(fit_samples) < len(keep):
+        raise CalibrationError(
+            f"{len(fit_samples)} sizes cannot determine {len(keep)} parameters "
+            f"({', '.join('.'.join(p) for p in fitted_paths)}); give more sizes or fewer --params"
+        )
     jac = np.stack(jac_cols, axis=1)
     x_keep = x0[keep]
     bounds = [_variable_bounds(paths[i], values[i]) for i in keep]
+    low, high = np.array([b[0] for b in bounds]), np.array([b[1] for b in bounds])
+    # scale of each variable for the Broyden update (latencies start near 0)
+    scale = np.where(np.abs(x_keep) > 0, np.abs(x_keep), 1e-6)
     centre, t_centre = x_keep.copy(), t0
+    best_x, best_t, best_error = x_keep.copy(), t0, _log_error(t0, measured)
     result = None
     for _ in range(max(1, outer_iterations)):
         c, tc = centre.copy(), t_centre.copy()
 
-        def predict(x: np.ndarray, c: np.ndarray = c, tc: np.ndarray = tc) -> np.ndarray:
+        def predict(x: np.ndarray, c: np.ndarray = c, tc: np.ndarray = tc, jac: np.ndarray = jac) -> np.ndarray:
             return np.maximum(tc + jac @ (x - c), 1e-12)
 
-        init = np.clip(c, [b[0] for b in bounds], [b[1] for b in bounds])
+        init = np.clip(c, low, high)
         result = fit_model(
             predict, measured, [".".join(p) for p in fitted_paths], init.tolist(), bounds, loss=loss, f_scale=f_scale
         )
@@ -425,12 +443,24 @@ def calibrate(
         full = x0.copy()
         full[keep] = centre
         t_centre = simulate_samples(fit_samples, machine, _model_at(base_dict, paths, full))
+        error = _log_error(t_centre, measured)
+        if error < best_error:
+            best_x, best_t, best_error = centre.copy(), t_centre, error
+        step = (centre - c) / scale
+        if not np.any(step):
+            break
+        # Broyden's rank-one update: the linearisation now reproduces the step just simulated, so the
+        # next solve sees the couplings (link x protocol efficiency) that one frozen Jacobian misses
+        jac_scaled = jac * scale
+        jac_scaled += np.outer(t_centre - tc - jac_scaled @ step, step) / float(step @ step)
+        jac = jac_scaled / scale
     full = x0.copy()
-    full[keep] = centre
+    full[keep] = best_x
+    t_centre = best_t
     residuals = (t_centre - measured) / measured
     base_residuals = (t0 - measured) / measured
-    if np.mean(np.log1p(np.abs(residuals))) > np.mean(np.log1p(np.abs(base_residuals))):
-        # the linearised fit did not improve on the base model (the bottleneck moved): keep the base
+    if best_error >= _log_error(t0, measured):
+        # no iterate improved on the base model (the bottleneck moved): keep the base
         full, residuals = x0.copy(), base_residuals
         for i in keep:
             report.unchanged[".".join(paths[i])] = "the fit did not improve on the base model"
@@ -461,6 +491,11 @@ def calibrate(
             entry["source"] = f"{p[-1]} {note}; before calibration: {entry['source']}"
     data["sources"] = [*list(data.get("sources") or []), note]
     return model_from_dict(data, where=f"calibrated model {data['name']}"), report
+
+
+def _log_error(simulated: np.ndarray, measured: np.ndarray) -> float:
+    """Mean ``|ln(simulated / measured)|``: what the acceptance figures average."""
+    return float(np.mean(np.abs(np.log(np.maximum(simulated, 1e-15) / measured))))
 
 
 def _variable_bounds(path: tuple[str, ...], value: float) -> tuple[float, float]:

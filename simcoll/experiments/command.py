@@ -1,10 +1,11 @@
 """``simcoll sweep``: run a study on Dask, or report a results directory.
 
-    simcoll sweep STUDY.yaml -o results/NAME [--scheduler ADDR] [--workers N] [--resume] [--serial]
+    simcoll sweep STUDY.yaml -o results/NAME [--scheduler ADDR] [--workers N] [--resume | --retry-failed] [--serial]
     simcoll sweep status results/NAME [--json]
 
 The first runs the study (:func:`simcoll.experiments.run_study`) with a
-progress bar on stderr and prints a summary; the second prints how many of
+progress bar on stderr and prints a summary; ``--resume`` runs only the points
+without a row, ``--retry-failed`` also those whose row failed; the second prints how many of
 the study's points have a row (``done``), how many there are (``total``) and
 how many failed (``failed``); with ``--json`` as ``{"done": N, "total": M,
 "failed": K}``. A bad study file exits 2 with one line naming the field.
@@ -33,7 +34,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(status))
         else:
-            print(f"{args.directory}: {status['done']} of {status['total']} points done, {status['failed']} failed")
+            hint = " (--retry-failed runs them again)" if status["failed"] else ""
+            print(
+                f"{args.directory}: {status['done']} of {status['total']} points done, {status['failed']} failed{hint}"
+            )
         return 0
     if args.directory:
         raise SimcollError(f"unexpected argument {args.directory!r} (usage: simcoll sweep STUDY.yaml -o DIR)")
@@ -45,6 +49,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         workers=args.workers,
         scheduler=args.scheduler,
         resume=args.resume,
+        retry_failed=args.retry_failed,
         serial=args.serial,
         progress=not args.no_progress,
     )
@@ -62,6 +67,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print(
             f"{args.output}: ran {summary.ran} points in {summary.wall_s:.1f} s "
             f"({summary.points_per_s:.0f} points/s); {summary.done} of {summary.total} done, {summary.failed} failed"
+            + (" (--retry-failed runs them again)" if summary.failed else "")
         )
     return 0
 
@@ -78,6 +84,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--workers", type=positive_int, metavar="N", help="LocalCluster worker processes (default: CPU count)"
     )
     p.add_argument("--resume", action="store_true", help="run only the points missing from DIR")
+    p.add_argument(
+        "--retry-failed",
+        action="store_true",
+        help="resume, and also run again the points whose row in DIR failed (status error)",
+    )
     p.add_argument("--serial", action="store_true", help="run in this process, without Dask (debugging)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="machine-readable output")

@@ -193,7 +193,10 @@ def _time_point(schedule, machine, point: Point, time_limit_s: float, lowered: d
     if point.mode == "analytic":
         if not isinstance(schedule, Algorithm):
             raise SimcollError("the analytic method needs an Algorithm (a Program has no closed-form time)")
-        return analytic.critical_path_time_s(schedule, machine, point.size_bytes)
+        from ..nccl.baseline import protocol_for
+
+        protocol = protocol_for(schedule, machine, point.size_bytes)
+        return analytic.critical_path_time_s(schedule, machine, point.size_bytes, protocol=protocol)
     if point.mode == "program" and isinstance(schedule, Algorithm):
         if "program" not in lowered:
             from ..compiler import lower_algorithm
@@ -206,10 +209,13 @@ def _time_point(schedule, machine, point: Point, time_limit_s: float, lowered: d
         if isinstance(lowered["program"], Exception):
             raise lowered["program"]
         schedule = lowered["program"]
+    from ..nccl.baseline import protocol_for
+
     result = simulate(
         schedule,
         machine,
         point.size_bytes,
+        protocol=protocol_for(schedule, machine, point.size_bytes),
         mode=point.mode,
         contention=bool(point.contention),
         time_limit_s=time_limit_s,
@@ -269,6 +275,7 @@ def run_study(
     scheduler: str | None = None,
     client: Any = None,
     resume: bool = False,
+    retry_failed: bool = False,
     serial: bool = False,
     progress: bool = True,
 ) -> SweepSummary:
@@ -287,7 +294,11 @@ def run_study(
     client : distributed.Client, optional
         An existing client to use instead (not closed here).
     resume : bool
-        Run only the points whose keys are not yet in ``out``.
+        Run only the points whose keys are not yet in ``out``. A point that
+        failed (a row with status ``error``) has a row, so it is not run again.
+    retry_failed : bool
+        Resume, and run again the points whose latest row failed; their new
+        rows go into new parts and supersede the old ones (implies ``resume``).
     serial : bool
         Run in this process, without Dask.
     progress : bool
@@ -305,6 +316,7 @@ def run_study(
     if not isinstance(study, Study):
         study = load_study(study)
     out = Path(out)
+    resume = resume or retry_failed
     if part_files(out) and not resume:
         raise SimcollError(f"{out}: already holds results; pass resume=True (--resume) or choose another directory")
     if workers is not None and workers < 1:
@@ -313,7 +325,7 @@ def run_study(
     batches = study.batches()
     keys = [p.key for b in batches for p in b.points]
     write_manifest(out, dict(study.raw) or {"name": study.name}, keys)
-    done = done_keys(out) if resume else set()
+    done = done_keys(out, retry_failed=retry_failed) if resume else set()
     for stale in out.glob(".part-*.tmp"):  # a part being written when a run was killed: never renamed into place
         stale.unlink(missing_ok=True)
     todo = []

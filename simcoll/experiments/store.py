@@ -9,7 +9,10 @@ Each part is written to a temporary name beginning with a dot and renamed
 into place (:func:`simcoll.files.atomic_output`: ``os.replace`` is atomic
 within one file system), so a sweep killed at any moment leaves only whole
 parts; readers list ``part-*.parquet`` and never see a half-written file.
-Resuming reads only the ``key`` column of the parts.
+Resuming reads only the ``key`` column of the parts (``retry_failed``: also
+``status``). Parts sort in the order they were written (a zero-padded
+sequence number), and where a key has several rows (a failed point re-run)
+the latest one counts.
 """
 
 from __future__ import annotations
@@ -66,12 +69,26 @@ def part_files(directory: str | Path) -> list[Path]:
     return sorted(Path(directory).glob(PART_GLOB))
 
 
-def done_keys(directory: str | Path) -> set[str]:
-    """The keys already in ``directory`` (reads only the ``key`` column)."""
+def done_keys(directory: str | Path, *, retry_failed: bool = False) -> set[str]:
+    """The keys already in ``directory``: every key with a row (reads only
+    the ``key`` column), or with ``retry_failed`` only those whose latest row
+    did not fail (status other than ``error``), so that failed points run again."""
+    if retry_failed:
+        return {key for key, status in latest_status(directory).items() if status != "error"}
     keys: set[str] = set()
     for part in part_files(directory):
         keys.update(pq.read_table(part, columns=["key"]).column("key").to_pylist())
     return keys
+
+
+def latest_status(directory: str | Path) -> dict[str, str]:
+    """The status of each key's latest row (parts in the order written: a
+    point re-run with ``--retry-failed`` has its newer row in a later part)."""
+    status: dict[str, str] = {}
+    for part in part_files(directory):
+        table = pq.read_table(part, columns=["key", "status"]).to_pydict()
+        status.update(zip(table["key"], table["status"], strict=True))
+    return status
 
 
 def write_part(directory: str | Path, rows: Iterable[Mapping[str, Any]]) -> Path:
@@ -79,11 +96,17 @@ def write_part(directory: str | Path, rows: Iterable[Mapping[str, Any]]) -> Path
     directory = Path(directory)
     rows = list(rows)
     table = pa.Table.from_pylist([{c: row.get(c) for c in COLUMNS} for row in rows], schema=SCHEMA)
-    number = len(part_files(directory))
+    number = max((_part_number(p) for p in part_files(directory)), default=-1) + 1
     path = directory / f"part-{number:06d}-{secrets.token_hex(4)}.parquet"
     with atomic_output(path, "wb") as handle:
         pq.write_table(table, handle)
     return path
+
+
+def _part_number(path: Path) -> int:
+    """The sequence number in a part's name (``part-000012-<hex>.parquet``: 12; -1 if none)."""
+    field = path.name.split("-")[1] if path.name.count("-") >= 2 else ""
+    return int(field) if field.isdigit() else -1
 
 
 def write_manifest(directory: str | Path, study: Mapping[str, Any], keys: list[str]) -> None:
@@ -107,8 +130,9 @@ def load_results(directory: str | Path) -> pd.DataFrame:
     """Every row of a results directory as one tidy DataFrame (one row per
     point, one column per variable; :data:`COLUMNS`), sorted by key.
 
-    A key present in several parts (possible only after concurrent runs into
-    one directory) appears once.
+    A key present in several parts (a failed point re-run with
+    ``retry_failed``, or concurrent runs into one directory) appears once,
+    with its latest row.
     """
     parts = part_files(directory)
     if not parts:
@@ -118,20 +142,13 @@ def load_results(directory: str | Path) -> pd.DataFrame:
     table = pa.concat_tables([pq.read_table(p, schema=SCHEMA) for p in parts])
     nullable = {pa.int64(): pd.Int64Dtype(), pa.bool_(): pd.BooleanDtype()}
     df = table.to_pandas(types_mapper=nullable.get)
-    return df.drop_duplicates("key").sort_values("key", ignore_index=True)
+    return df.drop_duplicates("key", keep="last").sort_values("key", ignore_index=True)
 
 
 def sweep_status(directory: str | Path) -> dict[str, int]:
     """``{"done": N, "total": M, "failed": K}``: points of the study with a
-    row, all points, and rows whose status is ``error``."""
+    row, all points, and points whose latest row has status ``error``."""
     keys = set(read_manifest(directory)["keys"])
-    done = failed = 0
-    seen: set[str] = set()
-    for part in part_files(directory):
-        table = pq.read_table(part, columns=["key", "status"]).to_pydict()
-        for key, status in zip(table["key"], table["status"], strict=True):
-            if key in keys and key not in seen:
-                seen.add(key)
-                done += 1
-                failed += status == "error"
-    return {"done": done, "total": len(keys), "failed": failed}
+    latest = {key: status for key, status in latest_status(directory).items() if key in keys}
+    failed = sum(status == "error" for status in latest.values())
+    return {"done": len(latest), "total": len(keys), "failed": failed}

@@ -115,7 +115,7 @@ def parse_schedules(text: str, where: str = "input") -> list[Schedule]:
         return [algorithm_from_sccl_dict(data, where)]
     if data["format"] == "simcoll.algorithm":
         return [Algorithm.from_dict(data, where)]
-    return [Program.from_dict(data)]
+    return [Program.from_dict(data, where)]
 
 
 def load_schedules(path: str | Path) -> list[Schedule]:

@@ -361,6 +361,37 @@ def nccl_algorithm(
     return replace(algorithm, name="nccl", metadata=metadata)
 
 
+def protocol_for(schedule: Any, machine: Machine | str, size_bytes: float) -> str | None:
+    """The protocol to time ``schedule`` with beside the ``nccl`` row, so that
+    a comparison differs in the schedule only: its own
+    (``metadata["protocol"]``, a Program's ``protocol``) if it has one; else
+    the one NCCL's tuner picks for that collective and size (Simple where the
+    tuner has no choice, e.g. Alltoall). None - a bare α-β schedule, as the
+    papers' closed forms cost it - on a model without protocol or call costs,
+    or with a ``default_protocol`` of its own (:meth:`CostModel.protocol`).
+
+    >>> from simcoll.algorithms import generate
+    >>> ring = generate("ring", "dgx-a100", "allreduce")
+    >>> protocol_for(ring, "dgx-a100", 1 << 10), protocol_for(ring, "dgx-a100", 1 << 30)
+    ('LL', 'Simple')
+    >>> protocol_for(generate("ring", "ring:4", "allreduce"), "ring:4", 1 << 30) is None  # generic model: bare
+    True
+    """
+    machine = as_machine(machine)
+    model = machine.model
+    own = getattr(schedule, "protocol", None) if not isinstance(schedule, Algorithm) else None
+    own = own or ((getattr(schedule, "metadata", None) or {}).get("protocol"))
+    if own:
+        return own
+    if model.default_protocol is not None or not (model.call_overhead_s or model.protocol_call_latency_s):
+        return None
+    try:
+        choice = nccl_choice(machine, schedule.collective.name, int(size_bytes))
+    except SimcollError:
+        return "Simple"
+    return PROTOCOL_OF[choice.protocol]
+
+
 def _registry_names(collective: str) -> set[str]:
     from ..algorithms import REGISTRY
 

@@ -670,6 +670,8 @@ def _timeline_frame(plan: _Plan, start, arrival, done, size) -> pd.DataFrame:
     def both(a, b):
         return np.concatenate([a, b[compute]])[order]
 
+    label_names = pd.Index(plan.labels, dtype=object).unique()
+    label_code = label_names.get_indexer(pd.Index(plan.labels, dtype=object)).astype(np.int32)
     kinds = pd.Categorical.from_codes(
         both(is_reduce.astype(np.int8), np.full(n, 2, dtype=np.int8)), categories=["copy", "reduce", "compute"]
     )
@@ -685,7 +687,8 @@ def _timeline_frame(plan: _Plan, start, arrival, done, size) -> pd.DataFrame:
             "bytes": both(size, size),
             "start_s": both(start, arrival),
             "end_s": both(arrival, done),
-            "label": pd.Categorical.from_codes(both(label, label), categories=pd.Index(plan.labels, dtype=object)),
+            # two batches may print alike (start times equal to 6 digits): categories must be unique
+            "label": pd.Categorical.from_codes(both(label_code[label], label_code[label]), categories=label_names),
         },
         columns=TIMELINE_COLUMNS,
     )

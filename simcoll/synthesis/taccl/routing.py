@@ -248,13 +248,8 @@ class _RoutingModel:
         self.time = self.model.new_int_var(0, self.horizon, "time")
         self._sent: dict = {}
         self._start: dict = {}
-        self.incoming: dict[tuple[int, int], list] = defaultdict(list)
+        self.incoming: dict[tuple[int, int], list] = defaultdict(list)  # filled by add_arrivals
         self.per_link: dict[tuple[int, int], list] = defaultdict(list)
-        for c, links in self.cands.items():
-            for u, v in links:
-                x = self.sent((c, u, v))
-                self.incoming[(c, v)].append(x)
-                self.per_link[(u, v)].append(x)
 
     def _orbits(self, symmetries) -> tuple[_Orbits, _Orbits, set]:
         allowed = {(c, u, v) for c, links in self.cands.items() for u, v in links}
@@ -290,15 +285,20 @@ class _RoutingModel:
         return self._start[root]
 
     def add_arrivals(self) -> None:
-        """Eqs. 4-5: a chunk sent over (u, v) is at v one link latency after it was at u."""
+        """Eqs. 4-5: a chunk sent over (u, v) is at v one link latency after it
+        was at u. Comes first: it creates the variables (each send's, then its
+        start times, in the order CP-SAT's deterministic search depends on) and
+        indexes the sends by receiver and by link for the other groups."""
         seen: set = set()
         for c, links in self.cands.items():
             for u, v in links:
+                x = self.sent((c, u, v))
+                self.incoming[(c, v)].append(x)
+                self.per_link[(u, v)].append(x)
                 root = self.sent_orbits.find((c, u, v))
                 if root in seen:
                     continue
                 seen.add(root)
-                x = self.sent((c, u, v))
                 if u != self.origin[c]:
                     self.model.add(self.start(c, v) >= self.start(c, u) + self.lat[(u, v)]).only_enforce_if(x)
                 else:

@@ -98,11 +98,16 @@ def _mutate(doc: Any, data: st.DataObject) -> Any:
         for key in path[:-1]:
             parent = parent[key]
         key = path[-1]
-        action = data.draw(st.sampled_from(["delete", "replace", "duplicate", "truncate", "rename", "reference", "retype"]), label="action")
+        action = data.draw(
+            st.sampled_from(["delete", "replace", "duplicate", "truncate", "rename", "reference", "retype"]),
+            label="action",
+        )
         if action == "delete":
             del parent[key]
         elif action == "replace":
-            parent[key] = copy.deepcopy(data.draw(st.sampled_from(ODD_VALUES), label="value"))  # never share the constants
+            parent[key] = copy.deepcopy(
+                data.draw(st.sampled_from(ODD_VALUES), label="value")
+            )  # never share the constants
         elif action == "duplicate" and isinstance(parent[key], list) and parent[key]:
             parent[key] = parent[key] + parent[key][:1]
         elif action == "truncate" and isinstance(parent[key], list):
@@ -218,7 +223,9 @@ SCCL_DOC = {
 }
 
 
-@pytest.mark.parametrize("make_doc", [_algorithm_doc, _program_doc, lambda: SCCL_DOC], ids=["algorithm", "program", "sccl"])
+@pytest.mark.parametrize(
+    "make_doc", [_algorithm_doc, _program_doc, lambda: SCCL_DOC], ids=["algorithm", "program", "sccl"]
+)
 @FUZZ
 @given(data=st.data())
 def test_mutated_json_schedules_load_or_are_refused(make_doc, data):

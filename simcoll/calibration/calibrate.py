@@ -298,7 +298,11 @@ def simulate_samples(samples: Sequence[Sample], machine: Machine, model: CostMod
 
 
 def _fit_subset(samples: list[Sample], most: int) -> list[Sample]:
-    """At most ``most`` samples per log, log-spaced over its sizes (both ends kept)."""
+    """At most about ``most`` samples per log: the log's sizes split into the
+    three classes of the acceptance figures (<= 64 KB, between, >= 64 MB),
+    an equal share of picks from each class present, log-spaced within it
+    (both ends kept), so that a log with many small sizes does not leave the
+    large ones a few outliers of the fit."""
     by_log: dict[str, list[Sample]] = {}
     for s in samples:
         by_log.setdefault(s.log, []).append(s)
@@ -308,8 +312,16 @@ def _fit_subset(samples: list[Sample], most: int) -> list[Sample]:
         if len(group) <= most:
             out += group
             continue
-        picks = sorted({round(i) for i in np.linspace(0, len(group) - 1, most)})
-        out += [group[i] for i in picks]
+        classes = [
+            [s for s in group if s.size_bytes <= SMALL_BYTES],
+            [s for s in group if SMALL_BYTES < s.size_bytes < LARGE_BYTES],
+            [s for s in group if s.size_bytes >= LARGE_BYTES],
+        ]
+        classes = [c for c in classes if c]
+        share = math.ceil(most / len(classes))
+        for members in classes:
+            picks = sorted({round(i) for i in np.linspace(0, len(members) - 1, min(share, len(members)))})
+            out += [members[i] for i in picks]
     return out
 
 

@@ -40,6 +40,11 @@ NODE_TOPOLOGIES = {
     ("h100", 8): "dgx-h100",
     ("v100-sxm2-16gb", 8): "dgx1",
     ("a100-sxm4-80gb", 4): "perlmutter",  # HGX A100 4-GPU board: 4 NVLink3 links per GPU pair
+    ("h100", 4): "hgx-h100-4",  # Snellius: HGX H100 4-GPU board, 4x NDR200
+    ("gh200", 4): "alps-gh200",  # CSCS Alps: 4 GH200 all-to-all, 4x Slingshot-11
+    ("b200", 8): "dgx-b200",
+    ("h100-80gb", 1): "h100-nic",  # one GPU (and its NIC) per node
+    ("h200", 1): "h100-nic",
 }
 #: Not accuracy targets (measurements README).
 UNHEALTHY = ("_degraded", "_incomplete", "nvls-inactive", "_bad_", "a100-sxm4-40gb-x8_all_reduce_cs244c", "kalavai")

@@ -36,6 +36,10 @@ EXPECTED_TOPOLOGIES = {
     "perlmutter",
     "frontier",
     "aurora",
+    "hgx-h100-4",
+    "alps-gh200",
+    "dgx-b200",
+    "h100-nic",
 }
 TACCL_MODELS = {"ndv2-taccl", "dgx2-taccl"}
 
@@ -250,6 +254,32 @@ def test_perlmutter_has_4_all_to_all_gpus_and_4_nics():
     assert _kind_count(node, "cpu") == 1
     assert node.network_link == "slingshot"
     assert node.gpu_link_counts("nvlink") == [[0 if a == b else 4 for b in range(4)] for a in range(4)]
+
+
+@pytest.mark.parametrize("name, network_link", [("hgx-h100-4", "ib"), ("alps-gh200", "slingshot")])
+def test_four_hopper_boards_are_all_to_all_with_6_nvlinks_per_pair_and_a_nic_per_gpu(name, network_link):
+    """18 NVLink4 links per H100 over three peers, no NVSwitch (so no NVLS), one NIC per GPU."""
+    node = load_topology(name)
+    assert node.num_ranks == 4 and _kind_count(node, "nvswitch") == 0
+    assert node.gpu_link_counts("nvlink") == [[0 if a == b else 6 for b in range(4)] for a in range(4)]
+    assert sorted(c.rail for c in node.components if c.kind == "nic") == list(range(4))
+    assert node.network_link == network_link
+
+
+def test_dgx_b200_has_18_nvlink5_per_gpu_into_two_reducing_switches_and_8_nics():
+    dgx = load_machine("dgx-b200")
+    for gpu in dgx.topology.gpus:
+        assert sorted(_links_to_kind(dgx.topology, gpu.name, "nvlink", "nvswitch").values()) == [9, 9]
+    assert all(c.reduce and c.multicast for c in dgx.topology.components if c.kind == "nvswitch")
+    assert _kind_count(dgx.topology, "nic") == 8
+    # NVLink5 runs at twice NVLink4's 25 GB/s per link
+    assert dgx.model.link("nvlink").bandwidth_Bps == pytest.approx(50e9 * 0.802)
+
+
+def test_h100_nic_is_one_gpu_and_its_nic_for_network_only_clusters():
+    cluster = load_topology("h100-nic*10")
+    assert cluster.num_ranks == 10 and len(cluster.nodes) == 10
+    assert _kind_count(cluster, "nic") == 10
 
 
 def test_frontier_has_8_gcds_and_4_nics():

@@ -111,3 +111,40 @@ def test_nvls_tree_spreads_concurrent_chunks_over_every_nvswitch():
     g = 8
     first = [r.switch for r in a.switch_reductions if r.chunk < g and r.step == 0]
     assert len({s.split(".")[-1] for s in first}) == 4  # the G chunks in flight use all four NVSwitches
+
+
+def test_multi_node_ring_is_capped_by_the_nic_and_the_tree_by_twice_it():
+    """NCCL's graph search gives a multi-node ring one speed for its NVLink and
+    network hops, while a tree's intra-node speed may rise to twice its network
+    speed (search.cc ncclTopoCompute, pass 2): on 2 nodes of 4 H100 with four
+    200 Gb/s NICs each, the tuner therefore runs the tree for large Allreduce,
+    as measured on SURF Snellius (156 GB/s busbw, above the ring's bound of
+    the NICs' 100 GB/s per node)."""
+    d = nccl_machine("hgx-h100-4*2")
+    ring, tree = d.comm.graphs["ring"], d.comm.graphs["tree"]
+    assert ring.bw_intra == pytest.approx(ring.bw_inter)
+    assert tree.bw_intra == pytest.approx(2 * tree.bw_inter)
+    one_node = nccl_machine("hgx-h100-4").comm.graphs["ring"]
+    assert one_node.bw_intra == pytest.approx(d.intra_GBps / one_node.n_channels)  # no NIC on one node
+    assert nccl_choice("hgx-h100-4*2", "allreduce", 1 << 30).algorithm == "tree"
+
+
+def test_tree_pipelines_each_channel_in_fifo_slot_pieces():
+    """NCCL's tree moves every channel's share through the chains and the tree
+    in FIFO-slot pieces: deep pipelines keep both directions of every NIC busy,
+    so a 2-node Allreduce approaches the tree's bound, each NIC carrying the
+    node's data once per direction: busbw <= 2 (P-1)/P x the node's NIC rate."""
+    from simcoll.nccl.baseline import MAX_PIPELINE_PIECES, pipeline_pieces
+    from simcoll.simulator import simulate
+
+    machine = load_machine("hgx-h100-4*2")
+    channels = nccl_machine(machine).comm.n_channels
+    assert pipeline_pieces(machine, "allreduce", 1 << 20, channels, "tree") == 1
+    assert pipeline_pieces(machine, "allreduce", 1 << 30, channels, "tree") == MAX_PIPELINE_PIECES
+    big = nccl_algorithm(machine, "allreduce", 1 << 30)
+    assert big.metadata["nccl_choice"].startswith("tree/") and big.chunks == channels * MAX_PIPELINE_PIECES
+    busbw = simulate(big, machine, 1 << 30).busbw_GBps
+    nic_GBps = machine.model.link("ib").bandwidth_Bps / 1e9  # effective rate of one NIC
+    bound = 2 * 7 / 8 * 4 * nic_GBps
+    assert 0.85 * bound < busbw <= bound * 1.0001
+    assert busbw > 4 * 25.0  # beyond any ring's reach: four 200 Gb/s NICs carry 100 GB/s per node

@@ -236,11 +236,20 @@ def nccl_tree(topology: Topology, collective: Collective, channels: int | None =
     for chunk in range(collective.num_chunks):
         ch = chunk % channels
         head = ch % g
+        # across nodes, piece p of every channel starts its chain at step p·(G - 1), after the
+        # chains' first hop of piece p - 1 on every channel: a rank pair serves the channels'
+        # pieces in turn (one FIFO per pair here; NCCL gives each channel its own connection), so
+        # every channel's pipeline reaches the network at once instead of waiting for all pieces
+        # of the channels whose chains pass there first. On one node the tree is the chains alone
+        # and keeps one step per hop for every piece.
+        piece = (chunk // channels) * (g - 1) if len(per_node) > 1 else 0
         chains = [[ranks[(head + k) % g] for k in range(g)] for ranks in per_node]
         # reduce up each chain into its head: the tail sends first
         for chain in chains:
-            transfers += [Transfer(chunk, chain[k + 1], chain[k], "reduce", step=g - 2 - k) for k in range(g - 1)]
-        up, down, _, after = tree_transfers([chain[0] for chain in chains], chunk, ch % 2, g - 1)
+            transfers += [
+                Transfer(chunk, chain[k + 1], chain[k], "reduce", step=piece + g - 2 - k) for k in range(g - 1)
+            ]
+        up, down, _, after = tree_transfers([chain[0] for chain in chains], chunk, ch % 2, piece + g - 1)
         transfers += up + down
         for chain in chains:
             transfers += [Transfer(chunk, chain[k], chain[k + 1], "copy", step=after + k) for k in range(g - 1)]

@@ -153,15 +153,21 @@ def nccl_machine(machine: Machine | str) -> NcclMachine:
     switches = [c for c in topology.components if c.kind == "nvswitch" and c.node == nodes[0]]
     nvls = bool(switches) and all(c.reduce and c.multicast for c in switches) and cc >= 90
     collnet = num_nodes > 1 and any(c.reduce and c.node is None for c in topology.components)
-    graphs = {"ring": Graph(channels, bw_intra, bw_inter, intra=intra)}
-    graphs["tree"] = Graph(channels, bw_intra, bw_inter, intra=intra)
+    # NCCL's search gives a multi-node ring one speed for its NVLink and network hops (bwIntra =
+    # bwInter, so the NIC caps it), while pass 2 raises a tree's bwIntra up to twice its bwInter
+    # ("increase bwIntra for trees (2 nodes or collnet)", search.cc ncclTopoCompute): a tree's NIC
+    # carries each byte once per direction, a ring's twice
+    ring_intra = bw_intra if bw_inter is None else min(bw_intra, bw_inter)
+    tree_intra = bw_intra if bw_inter is None else min(bw_intra, 2 * bw_inter)
+    graphs = {"ring": Graph(channels, ring_intra, bw_inter, intra=intra)}
+    graphs["tree"] = Graph(channels, tree_intra, bw_inter, intra=intra)
     if nvls:
         nvls_ch = int(facts.get("nvls_channels", channels))
         graphs["nvls"] = Graph(nvls_ch, intra_GBps / nvls_ch, bw_inter and nic_GBps / nvls_ch, intra=intra)
         graphs["nvls_tree"] = graphs["nvls"]
     if collnet:
-        graphs["collnet_direct"] = Graph(channels, bw_intra, bw_inter, intra=intra)
-        graphs["collnet_chain"] = Graph(channels, bw_intra, bw_inter, intra=intra)
+        graphs["collnet_direct"] = Graph(channels, tree_intra, bw_inter, intra=intra)
+        graphs["collnet_chain"] = Graph(channels, tree_intra, bw_inter, intra=intra)
     comm = Comm(
         num_ranks=gpus * num_nodes,
         num_nodes=num_nodes,
@@ -207,6 +213,9 @@ _CACHE: dict[tuple[Any, ...], tuple[Topology, Algorithm]] = {}
 #: Collectives whose ring is a chain from or to the root: NCCL pipelines the
 #: buffer down the chain in FIFO-slot pieces, so their depth grows with size.
 CHAIN_COLLECTIVES = ("broadcast", "reduce")
+#: NCCL algorithms whose channels are chains and trees (intra-node chain, tree
+#: across nodes): pipelined per channel in FIFO-slot pieces, like a chain.
+TREE_ALGORITHMS = ("tree",)
 #: NCCL algorithms that pass every piece through several stages (in-switch
 #: reduction, the network, multicast): pipelined in pieces like a chain, with
 #: at least :data:`MIN_STAGED_PIECES` per rank so that the stages overlap.
@@ -227,12 +236,15 @@ def pipeline_pieces(
     slots, GC3 §6.1), between 1 and :data:`MAX_PIPELINE_PIECES`; 1 for ring
     collectives that are not chains (the ring's blocks already pipeline).
     For the staged in-network algorithms (:data:`STAGED_ALGORITHMS`) the
-    same count per rank, at least :data:`MIN_STAGED_PIECES`.
+    same count per rank, at least :data:`MIN_STAGED_PIECES`; NCCL's tree
+    (:data:`TREE_ALGORITHMS`) pipelines every channel's share like a chain.
 
     >>> pipeline_pieces(as_machine("dgx-a100"), "broadcast", 1 << 30, 24)
     32
     >>> pipeline_pieces(as_machine("dgx-a100"), "allreduce", 1 << 30, 24)
     1
+    >>> pipeline_pieces(as_machine("dgx-a100*2"), "allreduce", 64 << 20, 24, "tree")
+    6
     """
     executor = machine.model.executor
     slot = executor.slot_bytes if executor is not None and executor.slot_bytes else None
@@ -241,7 +253,7 @@ def pipeline_pieces(
             return MIN_STAGED_PIECES
         pieces = math.ceil(size_bytes / machine.num_ranks / slot)
         return int(max(MIN_STAGED_PIECES, min(MAX_PIPELINE_PIECES, pieces)))
-    if collective not in CHAIN_COLLECTIVES or slot is None:
+    if (collective not in CHAIN_COLLECTIVES and nccl_algo not in TREE_ALGORITHMS) or slot is None:
         return 1
     return int(max(1, min(MAX_PIPELINE_PIECES, math.ceil(size_bytes / channels / slot))))
 
@@ -258,7 +270,7 @@ def _generate(machine: Machine, collective: str, nccl_algo: str, channels: int, 
     from ..algorithms import REGISTRY
 
     name = GENERATOR_OF[nccl_algo]
-    per_channel = machine.num_ranks if collective == "allreduce" else 1
+    per_channel = machine.num_ranks if collective == "allreduce" and nccl_algo not in TREE_ALGORITHMS else 1
     options = {"channels": channels} if "channels" in REGISTRY[name].options else {}
     if options:
         chunks = channels * per_channel * pieces
@@ -333,7 +345,7 @@ def nccl_algorithm(
     try:
         pieces = (
             pipeline_pieces(machine, collective, size_bytes, channels, choice.algorithm)
-            if choice.algorithm == "ring" or choice.algorithm in STAGED_ALGORITHMS
+            if choice.algorithm in ("ring", *TREE_ALGORITHMS, *STAGED_ALGORITHMS)
             else 1
         )
         algorithm = _generate(machine, collective, choice.algorithm, channels, pieces)

@@ -505,33 +505,12 @@ class Algorithm:
         return kind
 
     def _check_structure(self) -> None:
-        p, g = self.collective.num_ranks, self.collective.num_chunks
+        p = self.collective.num_ranks
         kinds = set()
         if isinstance(self.transfers, TransferTable):
             kinds |= self._check_table(self.transfers)
         for i, t in enumerate(() if isinstance(self.transfers, TransferTable) else self.transfers):
-            where = f"{self.name}: transfer {i} ({t.chunk}, {t.src}->{t.dst})"
-            for name, value, hi in (("chunk", t.chunk, g), ("src", t.src, p), ("dst", t.dst, p)):
-                if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < hi:
-                    raise AlgorithmError(f"{where}: {name} {value!r} out of range 0..{hi - 1}")
-            if t.src == t.dst:
-                raise AlgorithmError(f"{where}: source and destination are the same rank")
-            if t.op not in TRANSFER_OPS:
-                raise AlgorithmError(f"{where}: op {t.op!r} is not one of {TRANSFER_OPS}")
-            if t.step is not None:
-                if not isinstance(t.step, int) or t.step < 0:
-                    raise AlgorithmError(f"{where}: step must be a non-negative integer, got {t.step!r}")
-                if self.rounds_per_step and t.step >= len(self.rounds_per_step):
-                    raise AlgorithmError(
-                        f"{where}: step {t.step} but rounds_per_step lists {len(self.rounds_per_step)}"
-                    )
-                kinds.add("steps")
-            if t.start_s is not None or t.end_s is not None:
-                if t.start_s is None or t.end_s is None or t.end_s <= t.start_s or t.start_s < 0:
-                    raise AlgorithmError(f"{where}: timed transfers need 0 <= start_s < end_s")
-                kinds.add("timed")
-            if t.step is None and t.start_s is None:
-                raise AlgorithmError(f"{where}: has neither a step nor a start time")
+            kinds.add(self._check_transfer(i, t))
         for i, r in enumerate(self.switch_reductions):
             kinds.add(self._check_switch_reduction(i, r))
         if len(kinds) > 1:

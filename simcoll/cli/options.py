@@ -44,26 +44,24 @@ class Parser(argparse.ArgumentParser):
         return super().parse_known_args(args, namespace)
 
 
-def positive_int(text: str) -> int:
-    """An argparse ``type`` for counts that must be >= 1 (``--chunks 0`` is refused, not defaulted)."""
+def _whole_number_at_least(text: str, least: int) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    if value < least:
+        raise argparse.ArgumentTypeError(f"must be at least {least}, got {value}")
     return value
+
+
+def positive_int(text: str) -> int:
+    """An argparse ``type`` for counts that must be >= 1 (``--chunks 0`` is refused, not defaulted)."""
+    return _whole_number_at_least(text, 1)
 
 
 def non_negative_int(text: str) -> int:
     """An argparse ``type`` for ranks and indices (>= 0)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be at least 0, got {value}")
-    return value
+    return _whole_number_at_least(text, 0)
 
 
 def add_group(subparsers, name: str, help_text: str, dest: str):

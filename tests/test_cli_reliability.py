@@ -20,6 +20,10 @@ from simcoll.cli import main
 SIMCOLL = [sys.executable, "-m", "simcoll"]
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _run(*args: str, cwd: Path, **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run([*SIMCOLL, *args], cwd=cwd, capture_output=True, text=True, timeout=120, **kwargs)
 
@@ -178,6 +182,9 @@ def test_interrupted_taccl_synthesis_exits_130_and_writes_nothing(tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # Ctrl-C from a terminal: a runner that starts the suite in the background (`cmd &` without job
+        # control) ignores SIGINT, the child would inherit that and Python then installs no handler
+        preexec_fn=_default_sigint,
     )
     time.sleep(4.0)  # past start-up, inside the synthesis (stage 1 alone takes longer on this instance)
     if proc.poll() is not None:

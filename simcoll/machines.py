@@ -192,6 +192,13 @@ class Machine:
     def _route_cache(self) -> dict[tuple[int, int], Route | None]:
         return {}
 
+    @cached_property
+    def derived(self) -> dict:
+        """Structures derived from this machine alone, kept as long as it
+        lives so that every simulation of it reuses them (the simulator's
+        network routes: :class:`~simcoll.simulator.network.FluidNetwork`)."""
+        return {}
+
     def route(self, src: int, dst: int) -> Route | None:
         """α-β parameters of sending from rank ``src`` to rank ``dst`` alone on
         the machine, or ``None`` when no route avoids the other GPUs.
@@ -206,24 +213,48 @@ class Machine:
             self._route_cache[key] = self._compute_route(src, dst)
         return self._route_cache[key]
 
+    @cached_property
+    def _route_shapes(self) -> dict[tuple, tuple[float, float, int, tuple[str, ...]]]:
+        return {}
+
     def _compute_route(self, src: int, dst: int) -> Route | None:
         hops = self.routes.hops(src, dst)
         if hops is None:
             return None
-        flow = nx.DiGraph()
-        for hop in hops:
-            capacity = hop.count * self.model.link(hop.type).bandwidth_Bps
-            if flow.has_edge(hop.src, hop.dst):
-                flow[hop.src][hop.dst]["capacity"] += capacity
-            else:
-                flow.add_edge(hop.src, hop.dst, capacity=capacity)
+        # The route's *shape*: components numbered in order of appearance (source 0, destination 1),
+        # their kinds, and the hops between them. Routes of one shape (every GPU pair of a node, every
+        # pair of nodes of a cluster) have the same α and bandwidth: one max flow per shape.
         s, d = self.topology.gpu(src).name, self.topology.gpu(dst).name
-        bandwidth = nx.maximum_flow_value(flow, s, d)
-        types = tuple(sorted({h.type for h in hops}))
-        path = nx.shortest_path(flow, s, d)
-        switch_latency = sum(self.model.switch_latency_s(self.topology.component(n).kind) for n in path[1:-1])
+        index = {s: 0, d: 1}
+        for hop in hops:
+            index.setdefault(hop.src, len(index))
+            index.setdefault(hop.dst, len(index))
+        edges = tuple((index[h.src], index[h.dst], h.type, h.count) for h in hops)
+        kinds = tuple(self.topology.component(name).kind for name in index)
+        shape = (edges, kinds)
+        cost = self._route_shapes.get(shape)
+        if cost is None:
+            cost = self._route_shapes[shape] = self._shape_cost(edges, kinds)
+        alpha, bandwidth, length, types = cost
+        return Route(src, dst, alpha, bandwidth, length, types)
+
+    def _shape_cost(
+        self, edges: tuple[tuple[int, int, str, int], ...], kinds: tuple[str, ...]
+    ) -> tuple[float, float, int, tuple[str, ...]]:
+        """(α, bandwidth, hops, link types) of a route shape (:meth:`_compute_route`)."""
+        flow = nx.DiGraph()
+        for u, v, kind, count in edges:
+            capacity = count * self.model.link(kind).bandwidth_Bps
+            if flow.has_edge(u, v):
+                flow[u][v]["capacity"] += capacity
+            else:
+                flow.add_edge(u, v, capacity=capacity)
+        bandwidth = nx.maximum_flow_value(flow, 0, 1)
+        types = tuple(sorted({kind for _, _, kind, _ in edges}))
+        path = nx.shortest_path(flow, 0, 1)
+        switch_latency = sum(self.model.switch_latency_s(kinds[n]) for n in path[1:-1])
         alpha = max(self.model.link(t).alpha_s for t in types) + switch_latency
-        return Route(src, dst, alpha, bandwidth, len(path) - 1, types)
+        return alpha, bandwidth, len(path) - 1, types
 
     def transfer_time_s(self, src: int, dst: int, size_bytes: float) -> float:
         """α + n/B for one uncontended message."""

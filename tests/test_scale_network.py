@@ -14,7 +14,7 @@ import random
 import numpy as np
 import pytest
 
-from simcoll.simulator.network import _REL_TOL, Flow, Resource, _max_min, _max_min_numpy
+from simcoll.simulator.network import _REL_TOL, Flow, Resource, _max_min, _max_min_numpy, _Uses
 
 
 def _dense_reference(flows, resources):
@@ -61,6 +61,7 @@ def _component(seed: int, num_flows: int, num_resources: int):
         if rng.random() < 0.2:
             picks.append(picks[0])  # a resource used twice by one flow
         f.res = [(resources[r], rng.choice([1.0, 0.5, 1 / 3, rng.uniform(0.05, 1.0)])) for r in picks]
+        f.uses = _Uses(f.res)
         for r, _ in f.res:
             r.flows[fid] = f
         flows[fid] = f

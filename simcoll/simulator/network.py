@@ -69,6 +69,7 @@ from .results import Timeline, Utilisation
 _SWITCH_KINDS = ("nvswitch", "ib_switch", "pcie_switch", "root_complex", "switch")
 _REL_TOL = 1e-12
 _NUMPY_FROM = 24  # components with this many flows use the vectorised max-min
+_SOLVED_MAX = 200_000  # sharing patterns kept in a network's memory of max-min solutions
 
 
 @dataclass(frozen=True)
@@ -84,10 +85,19 @@ class SwitchPath:
 class Resource:
     """One shared resource: a directed link bundle, a switch port or a host memory."""
 
-    __slots__ = ("id", "name", "kind", "capacity_Bps", "switch", "flows", "rate", "seg_start", "seg_flows")
+    __slots__ = ("id", "key", "name", "kind", "capacity_Bps", "switch", "flows", "rate", "seg_start", "seg_flows")
 
-    def __init__(self, rid: int, name: str, kind: str, capacity_Bps: float, switch: SwitchParams | None = None):
+    def __init__(
+        self,
+        rid: int,
+        name: str,
+        kind: str,
+        capacity_Bps: float,
+        switch: SwitchParams | None = None,
+        key: tuple | None = None,
+    ):
         self.id = rid
+        self.key = key
         self.name = name
         self.kind = kind
         self.capacity_Bps = capacity_Bps
@@ -104,6 +114,24 @@ class Resource:
         return self.capacity_Bps * self.switch.efficiency(flows)
 
 
+class _Uses:
+    """A route's resources as the max-min solvers read them: the resources
+    alone, and their ids and weights as arrays."""
+
+    __slots__ = ("resources", "ids", "weights")
+
+    def __init__(self, resources: Sequence[tuple[Resource, float]]):
+        merged: dict[int, list] = {}
+        for r, w in resources:  # a resource listed twice carries both weights (added in order)
+            if r.id in merged:
+                merged[r.id][1] += w
+            else:
+                merged[r.id] = [r, 0.0 + w]
+        self.resources = tuple(r for r, _ in merged.values())
+        self.ids = np.array(list(merged), dtype=np.int64)
+        self.weights = np.array([w for _, w in merged.values()], dtype=float)
+
+
 class Flow:
     """One message in flight (internal; see :meth:`FluidNetwork.start_flow`)."""
 
@@ -112,6 +140,7 @@ class Flow:
         "src",
         "dst",
         "res",
+        "uses",
         "bound",
         "remaining",
         "rate",
@@ -193,7 +222,12 @@ class FluidNetwork:
         self._resource_ids: dict[tuple, int] = {}
         self._routes: dict[tuple[int, int], tuple[float, float, tuple[tuple[Resource, float], ...]]] = {}
         self._fast: dict[tuple[int, int], tuple[float, float, tuple[tuple[Resource, float], ...], float]] = {}
-        self._shapes: dict[tuple, list[float]] = {}
+        # Routes depend on the machine and on ``contention`` alone: each is worked out once per machine
+        # (:meth:`route`), and another network of the machine replays the resources it creates.
+        self._recipes: dict = machine.derived.setdefault(("network routes", contention), {})
+        self._shapes: dict[tuple, list[float]] = machine.derived.setdefault(("network flow shares", contention), {})
+        self._recording: list | None = None
+        self._solved: dict[tuple, tuple[float, ...]] = {}  # max-min solutions by sharing pattern (_recompute)
         self.max_sharing = 1
         self._tracks: dict[tuple[int, int], str] = {}
         self._dirty: dict[int, Resource] = {}
@@ -210,10 +244,12 @@ class FluidNetwork:
 
     # -- resources and routes --------------------------------------------------------------
     def _resource(self, key: tuple, name: str, kind: str, capacity_Bps: float, switch=None) -> Resource:
+        if self._recording is not None:
+            self._recording.append((key, name, kind, capacity_Bps, switch))
         rid = self._resource_ids.get(key)
         if rid is None:
             rid = self._resource_ids[key] = len(self.resources)
-            self.resources.append(Resource(rid, name, kind, capacity_Bps, switch))
+            self.resources.append(Resource(rid, name, kind, capacity_Bps, switch, key))
         return self.resources[rid]
 
     def _switch_params(self, component: str) -> SwitchParams | None:
@@ -261,6 +297,24 @@ class FluidNetwork:
         if isinstance(src, SwitchPath):
             info = self._routes[key] = self.switch_route(src)
             return info
+        recipe = self._recipes.get(key)
+        if recipe is None:
+            self._recording = created = []
+            try:
+                alpha, bandwidth, resources = self._compute_route(src, dst)
+            finally:
+                self._recording = None
+            recipe = self._recipes[key] = (alpha, bandwidth, tuple(created), tuple((r.key, w) for r, w in resources))
+        alpha, bandwidth, created, used = recipe
+        for call in created:  # the same resources, created in the same order, as working the route out again
+            self._resource(*call)
+        ids = self._resource_ids
+        info = (alpha, bandwidth, tuple((self.resources[ids[k]], w) for k, w in used))
+        self._routes[key] = info
+        return info
+
+    def _compute_route(self, src: int, dst: int) -> tuple[float, float, tuple[tuple[Resource, float], ...]]:
+        """:meth:`route` worked out from the topology and the model."""
         if src == dst:
             raise TopologyError(f"{self.machine.name}: a transfer from rank {src} to itself")
         route = self.machine.route(src, dst)
@@ -285,9 +339,7 @@ class FluidNetwork:
         bandwidth = route.bandwidth_Bps
         if self.nic_binding is not None or staged_nics or any(r.kind == "switch_port" for r, _ in resources):
             bandwidth = min(r.capacity_Bps / w for r, w in resources)
-        info = (route.alpha_s, bandwidth, resources)
-        self._routes[key] = info
-        return info
+        return route.alpha_s, bandwidth, resources
 
     def switch_route(self, path: SwitchPath) -> tuple[float, float, tuple[tuple[Resource, float], ...]]:
         """``(alpha_s, bandwidth_Bps, ((resource, weight), ...))`` of an in-switch
@@ -405,6 +457,13 @@ class FluidNetwork:
     def _path(self, a: str, b: str, *, avoid_fabric: bool = True) -> list[RouteHop]:
         """Shortest hop path from component ``a`` to ``b`` that enters no other
         GPU (and, by default, uses no GPU fabric link)."""
+        paths = self.machine.derived.setdefault("component paths", {})
+        key = (a, b, avoid_fabric)
+        if key not in paths:
+            paths[key] = self._shortest_path(a, b, avoid_fabric)
+        return list(paths[key])
+
+    def _shortest_path(self, a: str, b: str, avoid_fabric: bool) -> tuple[RouteHop, ...]:
         g = self._node_graph()
 
         def ok(u, v, data):
@@ -418,7 +477,7 @@ class FluidNetwork:
             nodes = nx.shortest_path(g, a, b, weight=ok)
         except nx.NetworkXNoPath:
             raise TopologyError(f"{self.machine.name}: no path from {a} to {b} for the network model") from None
-        return [g[u][v]["hop"] for u, v in zip(nodes, nodes[1:], strict=False)]
+        return tuple(g[u][v]["hop"] for u, v in zip(nodes, nodes[1:], strict=False))
 
     def nic_of(self, rank: int) -> str:
         """The NIC rank ``rank`` uses under the model's ``nic_binding`` (HiCCL
@@ -431,7 +490,7 @@ class FluidNetwork:
         """
         node = self._topo.node_of(rank)
         ranks = self._topo.ranks_of_node(node)
-        nics = sorted((c.name for c in self._topo.components if c.kind == "nic" and c.node == node), key=_natural_key)
+        nics = self._nics_of_node(node)
         if not nics:
             raise TopologyError(f"{self.machine.name}: node {node} has no NIC for nic_binding")
         g, n_gpus, n_nics = ranks.index(rank), len(ranks), len(nics)
@@ -440,6 +499,18 @@ class FluidNetwork:
         if self.nic_binding == "packed" or n_nics < n_gpus:
             return nics[g * n_nics // n_gpus]
         return nics[g]
+
+    def _nics_of_node(self, node) -> list[str]:
+        by_node = self.machine.derived.get("nics by node")
+        if by_node is None:
+            by_node = {}
+            for c in self._topo.components:
+                if c.kind == "nic":
+                    by_node.setdefault(c.node, []).append(c.name)
+            for names in by_node.values():
+                names.sort(key=_natural_key)
+            self.machine.derived["nics by node"] = by_node
+        return by_node.get(node, [])
 
     def _bound_path(self, src: int, dst: int) -> list[RouteHop]:
         a, b = self.nic_of(src), self.nic_of(dst)
@@ -560,8 +631,9 @@ class FluidNetwork:
         info = self._fast.get((src, dst))
         if info is None:
             alpha, bandwidth, resources = self.route(src, dst)
-            info = self._fast[(src, dst)] = (alpha, bandwidth, resources, alone_rate_Bps(bandwidth, resources))
-        alpha, bandwidth, resources, alone = info
+            uses = _Uses(resources)
+            info = self._fast[(src, dst)] = (alpha, bandwidth, resources, alone_rate_Bps(bandwidth, resources), uses)
+        alpha, bandwidth, resources, alone, uses = info
         now = self.env.now
         f = Flow()
         f.id = fid = self._next_flow
@@ -569,6 +641,7 @@ class FluidNetwork:
         f.src = src
         f.dst = dst
         f.res = resources
+        f.uses = uses
         f.bound = bandwidth if cap_Bps >= bandwidth else cap_Bps
         f.remaining = size_bytes / efficiency
         f.rate = 0.0
@@ -732,7 +805,7 @@ class FluidNetwork:
             for fid, f in r.flows.items():
                 if fid not in flows:
                     flows[fid] = f
-                    stack.extend(res for res, _ in f.res if res.id not in seen)
+                    stack.extend(f.uses.resources)
         if not flows:
             if self.record_utilisation:
                 for r in seen.values():
@@ -740,14 +813,22 @@ class FluidNetwork:
             return
         if len(flows) == 1:
             (f,) = flows.values()
-            new = {f.id: alone_rate_Bps(f.bound, f.res)}
-        elif len(flows) < _NUMPY_FROM:
-            new = _max_min(flows, seen)
+            rates = (alone_rate_Bps(f.bound, f.res),)
         else:
-            new = _max_min_numpy(flows, seen)
-        for fid, f in flows.items():
-            if new[fid] != f.rate:
-                self._set_rate(f, new[fid], now)
+            # Pipelined schedules meet the same sharing pattern again and again: the rates are a function
+            # of the resources and flows in the order visited (which also fixes the arithmetic's order),
+            # so a pattern met before is answered from memory, bit for bit as solving it again.
+            key = (tuple(seen), tuple([(f.bound, f.res) for f in flows.values()]))
+            rates = self._solved.get(key)
+            if rates is None:
+                new = _max_min(flows, seen) if len(flows) < _NUMPY_FROM else _max_min_numpy(flows, seen)
+                rates = tuple([new[fid] for fid in flows])
+                if len(self._solved) >= _SOLVED_MAX:
+                    self._solved.clear()
+                self._solved[key] = rates
+        for f, rate in zip(flows.values(), rates, strict=True):
+            if rate != f.rate:
+                self._set_rate(f, rate, now)
         if self.record_utilisation:  # the resources' total rates only feed the utilisation record
             totals = dict.fromkeys(seen, 0.0)
             for f in flows.values():
@@ -937,18 +1018,20 @@ def _max_min_numpy(flows: dict[int, Flow], resources: dict[int, Resource]) -> di
     rates are bit-identical to the dense form's (tested) while each filling
     round costs the number of (flow, resource) uses, not flows × resources."""
     flow_list = list(flows.values())
-    local = {rid: i for i, rid in enumerate(resources)}
-    rows, cols, weights = [], [], []
-    for i, f in enumerate(flow_list):
-        for r, w in f.res:
-            rows.append(i)
-            cols.append(local[r.id])
-            weights.append(w)
-    nf, nr = len(flow_list), len(local)
-    keys, inverse = np.unique(np.array(rows, dtype=np.int64) * nr + np.array(cols, dtype=np.int64), return_inverse=True)
-    values = np.zeros(len(keys))
-    np.add.at(values, inverse, np.array(weights, dtype=float))  # repeated uses of a resource add up, in order
-    entry_flow, entry_res = np.divmod(keys, nr)
+    nf, nr = len(flow_list), len(resources)
+    rids = np.fromiter(resources, dtype=np.int64, count=nr)
+    local = np.empty(int(rids.max()) + 1, dtype=np.int64)
+    local[rids] = np.arange(nr)
+    uses = [f.uses for f in flow_list]
+    lengths = np.fromiter((len(u.ids) for u in uses), dtype=np.int64, count=nf)
+    rows = np.repeat(np.arange(nf, dtype=np.int64), lengths)
+    cols = local[np.concatenate([u.ids for u in uses])]
+    # each flow lists a resource once (:class:`_Uses` merges repeats), so every (flow, resource)
+    # entry is unique: sorting them is all the sparse form needs
+    keys = rows * nr + cols
+    order = np.argsort(keys, kind="stable")
+    values = np.concatenate([u.weights for u in uses])[order]
+    entry_flow, entry_res = np.divmod(keys[order], nr)
     used = values > 0
     residual = np.array([r.effective_capacity_Bps(len(r.flows)) for r in resources.values()])
     bound = np.array([f.bound for f in flow_list])

@@ -1,0 +1,95 @@
+"""Issue 15: routes are worked out once per route shape and once per machine,
+and max-min solutions are reused, without changing any result.
+
+Claims: (1) a rank pair's α and bandwidth from the shared route shape equal a
+max flow computed on that pair's own hops; (2) a second simulation network of
+the same machine replays the first's routes: the same resources, created in
+the same order, with the same weights; (3) a simulation that answers repeated
+sharing patterns from memory gives bit-identical times to one that solves
+every max-min again.
+"""
+
+from __future__ import annotations
+
+import networkx as nx
+import pytest
+import simpy
+
+from simcoll import load_machine
+from simcoll.algorithms import generate
+from simcoll.simulator import network as network_module
+from simcoll.simulator import simulate
+from simcoll.simulator.network import FluidNetwork
+
+MACHINES = ["dgx1", "dgx2", "ndv2*2", "dgx-h100*2", "perlmutter*2", "hgx-h100-4*2", "ndv2*2/rail"]
+
+
+def _route_from_own_hops(machine, src, dst):
+    """α and bandwidth of one pair from its own hops (the per-pair computation)."""
+    hops = machine.routes.hops(src, dst)
+    flow = nx.DiGraph()
+    for hop in hops:
+        capacity = hop.count * machine.model.link(hop.type).bandwidth_Bps
+        if flow.has_edge(hop.src, hop.dst):
+            flow[hop.src][hop.dst]["capacity"] += capacity
+        else:
+            flow.add_edge(hop.src, hop.dst, capacity=capacity)
+    s, d = machine.topology.gpu(src).name, machine.topology.gpu(dst).name
+    path = nx.shortest_path(flow, s, d)
+    latency = sum(machine.model.switch_latency_s(machine.topology.component(n).kind) for n in path[1:-1])
+    alpha = max(machine.model.link(h.type).alpha_s for h in hops) + latency
+    return alpha, nx.maximum_flow_value(flow, s, d), len(path) - 1
+
+
+@pytest.mark.parametrize("spec", MACHINES)
+def test_route_shapes_give_every_pair_its_own_max_flow(spec):
+    machine = load_machine(spec)
+    for src in range(machine.num_ranks):
+        for dst in range(machine.num_ranks):
+            if src != dst and machine.routes.hops(src, dst) is not None:  # DGX-1: some pairs need a relay GPU
+                route = machine.route(src, dst)
+                assert (route.alpha_s, route.bandwidth_Bps, route.hops) == _route_from_own_hops(machine, src, dst)
+    # one max flow per shape: far fewer shapes than pairs on machines of identical parts
+    assert len(machine._route_shapes) < machine.num_ranks * (machine.num_ranks - 1) / 4
+
+
+def _described(net: FluidNetwork, src: int, dst: int):
+    alpha, bandwidth, resources = net.route(src, dst)
+    return alpha, bandwidth, [(r.id, r.name, r.kind, r.capacity_Bps, w) for r, w in resources]
+
+
+@pytest.mark.parametrize("spec", ["dgx-h100*2", "ndv2*2", "perlmutter*2"])
+def test_a_second_network_of_a_machine_replays_its_routes(spec):
+    machine = load_machine(spec)
+    pairs = [(s, d) for s in range(machine.num_ranks) for d in range(machine.num_ranks) if s != d][::3]
+    first = FluidNetwork(simpy.Environment(), machine)
+    worked_out = [_described(first, s, d) for s, d in pairs]
+    # replayed routes, compared with routes worked out afresh on a machine that has none yet
+    replayed = FluidNetwork(simpy.Environment(), machine)
+    fresh = FluidNetwork(simpy.Environment(), load_machine(spec))
+    assert [_described(replayed, s, d) for s, d in pairs] == worked_out
+    assert [_described(fresh, s, d) for s, d in pairs] == worked_out
+    assert [r.name for r in replayed.resources] == [r.name for r in first.resources]
+
+
+class _NeverRemembers(dict):
+    def get(self, key, default=None):
+        return None
+
+
+@pytest.mark.parametrize(("spec", "name"), [("dgx-h100*2", "multi-ring"), ("ndv2*2", "double-binary-tree")])
+def test_remembered_max_min_solutions_change_no_time(spec, name, monkeypatch):
+    machine = load_machine(spec)
+    algorithm = generate(name, machine, "allreduce")
+    remembered = simulate(algorithm, machine, 1 << 26)
+    init = FluidNetwork.__init__
+
+    def forgetful(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        self._solved = _NeverRemembers()
+
+    monkeypatch.setattr(network_module.FluidNetwork, "__init__", forgetful)
+    solved_again = simulate(algorithm, machine, 1 << 26)
+    assert solved_again.time_s == remembered.time_s
+    assert solved_again.timeline.equals(remembered.timeline)
+    assert solved_again.stats["recomputes"] == remembered.stats["recomputes"] > 0

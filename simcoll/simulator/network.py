@@ -70,6 +70,7 @@ _SWITCH_KINDS = ("nvswitch", "ib_switch", "pcie_switch", "root_complex", "switch
 _REL_TOL = 1e-12
 _NUMPY_FROM = 24  # components with this many flows use the vectorised max-min
 _SOLVED_MAX = 200_000  # sharing patterns kept in a network's memory of max-min solutions
+_REMEMBER_UP_TO = 512  # flows in a pattern worth remembering (larger ones rarely recur and cost more to key)
 
 
 @dataclass(frozen=True)
@@ -814,6 +815,9 @@ class FluidNetwork:
         if len(flows) == 1:
             (f,) = flows.values()
             rates = (alone_rate_Bps(f.bound, f.res),)
+        elif len(flows) > _REMEMBER_UP_TO:
+            new = _max_min_numpy(flows, seen)
+            rates = [new[fid] for fid in flows]
         else:
             # Pipelined schedules meet the same sharing pattern again and again: the rates are a function
             # of the resources and flows in the order visited (which also fixes the arithmetic's order),

@@ -49,6 +49,9 @@ NODE_TOPOLOGIES = {
 #: Not accuracy targets (measurements README).
 UNHEALTHY = ("_degraded", "_incomplete", "nvls-inactive", "_bad_", "a100-sxm4-40gb-x8_all_reduce_cs244c", "kalavai")
 UNHEALTHY_FILES = ("a100-sxm4-80gb-x8-n16_all_reduce_coreweave.log",)
+#: Rows a log's own header marks as the usable ones (bytes, ends included; None: open), e.g.
+#: b200-x8-n2_all_gather_dranet: "usable for bandwidth from about 512 MiB on" (smaller sizes are noisy).
+USABLE_ROWS = {"b200-x8-n2_all_gather_dranet.log": (512 << 20, None)}
 NAME = re.compile(r"^(?P<gpu>.+?)-x(?P<g>\d+)(?:-n(?P<nodes>\d+))?_")
 
 
@@ -61,7 +64,10 @@ def topology_for(path: Path) -> tuple[str | None, str]:
     node = NODE_TOPOLOGIES.get((gpu, g))
     if node is None:
         return None, f"no simcoll topology for {g}x {gpu} per node"
-    return (node if nodes == 1 else f"{node}*{nodes}"), ""
+    if nodes == 1:
+        return node, ""
+    # a run with IB SHARP (NCCL's CollNet) needs a fabric whose switches reduce
+    return f"{node}*{nodes}" + ("/fat-tree:sharp=on" if "_sharp" in path.name else ""), ""
 
 
 def _pct(x: float) -> str:
@@ -100,10 +106,11 @@ def main(argv: list[str] | None = None) -> int:
                 unmatched.append((path.name, f"{spec}: {machine.num_ranks} ranks > {limit} (simulation time)"))
                 continue
             started = time.time()
-            base = error_summary(validate(path, machine))
+            rows = USABLE_ROWS.get(path.name)
+            base = error_summary(validate(path, machine, size_range=rows))
             if machine.num_ranks <= args.max_ranks:
-                model, _ = calibrate([path], machine)
-                cal = error_summary(validate(path, machine, model))
+                model, _ = calibrate([path], machine, size_range=rows)
+                cal = error_summary(validate(path, machine, model, size_range=rows))
             else:
                 cal = {"large": math.nan, "small": math.nan}
         except (CalibrationError, SimcollError) as exc:
@@ -111,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
             continue
         if "*" not in spec and "_all_reduce" in path.name:
             one_node_logs.setdefault(spec, []).append(path)
+        if rows:
+            print(f"  ({path.name}: rows {rows[0] or 0} B and up, as its header says)")
         print(
             f"{path.name:<58} {spec:<12} {_pct(base['large']):>10} {_pct(base['small']):>10}"
             f" {_pct(cal['large']):>9} {_pct(cal['small']):>9}   ({time.time() - started:.0f} s)",
@@ -124,7 +133,9 @@ def main(argv: list[str] | None = None) -> int:
                 if node_spec not in one_node_models:
                     # one model from all of the node's one-node allreduce logs, fitted together, as a user would
                     one_node_models[node_spec] = calibrate(one_node_logs[node_spec], load_machine(node_spec))[0]
-                cross = error_summary(validate(path, Machine(machine.topology, one_node_models[node_spec])))
+                cross = error_summary(
+                    validate(path, Machine(machine.topology, one_node_models[node_spec]), size_range=rows)
+                )
                 text = _pct(cross["large"])
             except SimcollError as exc:
                 text = f"failed: {exc}"

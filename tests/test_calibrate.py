@@ -164,3 +164,45 @@ def test_bad_logs_give_one_line_from_validate_and_calibrate(tmp_path, capsys, co
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1
     assert not (tmp_path / "out.yaml").exists()
+
+
+def test_a_log_with_collnet_enabled_runs_collnet_on_a_sharp_fabric():
+    """A run with NCCL_COLLNET_ENABLE=1 on a fabric whose IB switches reduce
+    (SHARP) is simulated with CollNet where NCCL's tuner prefers it; the same
+    log without the variable never uses CollNet."""
+    sizes = {1 << 20: 100.0, 1 << 26: 1000.0, 1 << 30: 10000.0}
+    text = _log_text(sizes, 16)
+    machine = load_machine("dgx-a100*2/fat-tree:sharp=on")
+    enabled = parse_nccl_tests("# Env: NCCL_COLLNET_ENABLE=1\n" + text, path="all_reduce_perf.log")
+    default = parse_nccl_tests(text, path="all_reduce_perf.log")
+    assert any(s.choice.startswith("collnet") for s in samples_of(enabled, machine))
+    assert not any(s.choice.startswith("collnet") for s in samples_of(default, machine))
+
+
+def test_a_size_range_keeps_only_the_rows_a_user_trusts(tmp_path, capsys):
+    """Rows outside --size-range are neither fitted nor validated: a fit on a
+    log whose small rows are garbage recovers the link speed from the rest."""
+    from simcoll.cli import main
+
+    machine = load_machine("fully-connected:4")
+    truth = machine.model.with_link("nvlink", bandwidth_Bps=0.5 * machine.model.link("nvlink").bandwidth_Bps)
+    good = parse_nccl_tests(_synthetic(machine, truth), path="all_reduce_perf.log")
+    times = {r.size_bytes: r.time_us * (50.0 if r.size_bytes < 1 << 20 else 1.0) for r in good.rows}
+    log = tmp_path / "all_reduce_perf.log"
+    log.write_text(_log_text(times, 4))  # sizes below 1 MB 50x too slow (a noisy system)
+    kept = validate(log, machine, truth, size_range=(1 << 20, None))
+    assert kept.size_bytes.min() >= 1 << 20 and kept.ratio.to_numpy() == pytest.approx(1.0, rel=0.02)
+    fitted, _ = calibrate([log], machine, parameters=["links.nvlink.bandwidth_Bps"], size_range=(1 << 20, None))
+    assert fitted.link("nvlink").bandwidth_Bps == pytest.approx(truth.link("nvlink").bandwidth_Bps, rel=0.02)
+    args = ["validate", "--nccl-tests", str(log), "-t", "fully-connected:4"]
+    assert main([*args, "--size-range", "1MB:16MB"]) == 0
+    table = capsys.readouterr().out
+    assert "     1MB" in table and "    16MB" in table and "64KB" not in table and "    64MB" not in table
+    for bad, message in (
+        ("16MB:1MB", "lower size is above"),
+        ("1MB", "expected LO:HI"),
+        ("8GB:", "no size of the log"),
+    ):
+        assert main([*args, "--size-range", bad]) == 2
+        err = capsys.readouterr().err.strip()
+        assert message in err and len(err.splitlines()) == 1

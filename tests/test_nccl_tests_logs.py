@@ -176,3 +176,24 @@ def test_an_environment_quoted_in_a_description_line_counts():
     mentioned = "# Collective: all_reduce; NCCL_ALGO=RING expected from the config name (exact env not printed)\n"
     assert parse_nccl_tests(forced + table, path="all_reduce_perf.log", num_ranks=8).algo == "RING"
     assert parse_nccl_tests(mentioned + table, path="all_reduce_perf.log", num_ranks=8).algo is None
+
+
+def test_collnet_enabled_by_the_environment_is_read():
+    """NCCL_COLLNET_ENABLE=1 (IB SHARP through NCCL's CollNet) puts CollNet
+    among NCCL's choices; the log says so the way it says NCCL_ALGO."""
+    table = (
+        "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n"
+        "     1048576        262144     float     sum      -1    100.0   10.49   18.35      0    100.0   10.49   18.35      0\n"
+    )
+    enabled = "node-a:1001:1001 [0] NCCL INFO NCCL_COLLNET_ENABLE set by environment to 1.\n"
+    disabled = "# Env: NCCL_COLLNET_ENABLE=0 NCCL_ALGO=Ring\n"
+    assert parse_nccl_tests(enabled + table, path="all_reduce_perf.log", num_ranks=8).collnet
+    off = parse_nccl_tests(disabled + table, path="all_reduce_perf.log", num_ranks=8)
+    assert (off.collnet, off.algo) == (False, "Ring")
+    assert not parse_nccl_tests(table, path="all_reduce_perf.log", num_ranks=8).collnet
+
+
+@needs_logs
+def test_the_published_sharp_run_enables_collnet():
+    assert read_nccl_tests(MEASUREMENTS / "a100-sxm4-80gb-x8-n4_all_reduce_sharp_coreweave.log").collnet
+    assert not read_nccl_tests(MEASUREMENTS / "h100-x8-n2_all_reduce_nccltests309-gjaion.log").collnet

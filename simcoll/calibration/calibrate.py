@@ -110,13 +110,18 @@ class CalibrationReport:
 
 
 # -- logs ---------------------------------------------------------------------
-def load_log(log: NcclTestsLog | str | Path, machine: Machine) -> NcclTestsLog:
+def load_log(
+    log: NcclTestsLog | str | Path, machine: Machine, size_range: tuple[int | None, int | None] | None = None
+) -> NcclTestsLog:
     """Read ``log`` (if a path) and check it against ``machine``: a collective
-    NCCL's tuner models, the machine's rank count, at least one nonzero size."""
+    NCCL's tuner models, the machine's rank count, at least one nonzero size
+    (in ``size_range``, bytes, both ends included, when given)."""
     from ..nccl.tuner import TUNED_COLLECTIVES
 
     if not isinstance(log, NcclTestsLog):
         log = read_nccl_tests(log)
+    if size_range is not None:
+        log = log.within(*size_range)
     if log.collective not in TUNED_COLLECTIVES:
         raise CalibrationError(
             f"{log.path}: {log.collective} has no NCCL algorithm choice to simulate "
@@ -163,8 +168,8 @@ def samples_of(log: NcclTestsLog, machine: Machine) -> list[Sample]:
     from ..nccl.baseline import choice_label, nccl_algorithm
 
     restrict: dict[str, Any] = dict(_nccl_restrictions(log))
-    # a log that forces CollNet ran with it enabled (NCCL_COLLNET_ENABLE=1); otherwise NCCL's default, off
-    restrict["collnet"] = any(a.startswith("collnet") for a in restrict["algorithms"] or ())
+    # CollNet is off unless the log enables it (NCCL_COLLNET_ENABLE=1) or forces it with NCCL_ALGO
+    restrict["collnet"] = log.collnet or any(a.startswith("collnet") for a in restrict["algorithms"] or ())
     out = []
     why = ""
     for row in measured_times(log).itertuples():
@@ -337,6 +342,7 @@ def calibrate(
     name: str | None = None,
     loss: str = "soft_l1",
     f_scale: float = 0.1,
+    size_range: tuple[int | None, int | None] | None = None,
 ) -> tuple[CostModel, CalibrationReport]:
     """Fit ``base_model``'s physical parameters to nccl-tests logs (module docstring).
 
@@ -365,6 +371,9 @@ def calibrate(
         between ~1 and 64 MB under NVLS) from pulling the link, protocol and
         call parameters away from the sizes it describes; ``"linear"`` is
         plain least squares.
+    size_range : (int or None, int or None), optional
+        Fit only the rows of sizes in ``[min, max]`` bytes (None: unbounded),
+        e.g. to leave out rows the log's author marks unusable.
 
     Returns
     -------
@@ -390,7 +399,7 @@ def calibrate(
     machine = Machine(machine.topology, base)
     if not logs:
         raise CalibrationError("calibrate needs at least one nccl-tests log")
-    parsed = [load_log(log, machine) for log in logs]
+    parsed = [load_log(log, machine, size_range) for log in logs]
     samples = [s for log in parsed for s in samples_of(log, machine)]
     base_dict = _model_dict(base)
     if parameters is None:
@@ -521,9 +530,13 @@ def _model_at(base_dict: dict[str, Any], paths: Sequence[tuple[str, ...]], x: np
 
 # -- validation -------------------------------------------------------------------
 def validate(
-    log: NcclTestsLog | str | Path, machine: Machine | str, model: CostModel | str | None = None
+    log: NcclTestsLog | str | Path,
+    machine: Machine | str,
+    model: CostModel | str | None = None,
+    size_range: tuple[int | None, int | None] | None = None,
 ) -> pd.DataFrame:
-    """Measured against simulated busbw at every size of ``log``.
+    """Measured against simulated busbw at every size of ``log`` (in
+    ``size_range``, bytes, both ends included, when given).
 
     Returns a DataFrame with ``size_bytes``, ``choice`` (NCCL's choice
     simulated), ``measured_busbw_GBps``, ``simulated_busbw_GBps`` and
@@ -535,7 +548,7 @@ def validate(
     machine = as_machine(machine)
     if model is not None:
         machine = Machine(machine.topology, load_model(model) if isinstance(model, str) else model)
-    log = load_log(log, machine)
+    log = load_log(log, machine, size_range)
     samples = samples_of(log, machine)
     simulated = simulate_samples(samples, machine, machine.model)
     factor = bus_factor(log.collective, machine.num_ranks)

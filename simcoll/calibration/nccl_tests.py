@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pandas as pd
@@ -145,6 +145,9 @@ class NcclTestsLog:
     algo, proto : str or None
         NCCL_ALGO / NCCL_PROTO where the log shows them set (environment
         lines, ``NCCL INFO ... set by environment`` lines, command lines).
+    collnet : bool
+        Whether the log shows NCCL_COLLNET_ENABLE=1 set the same way (CollNet,
+        e.g. IB SHARP, is then among NCCL's choices).
     avg_busbw_GBps : float or None
         The ``Avg bus bandwidth`` footer.
     rows : tuple of NcclTestsRow
@@ -163,6 +166,25 @@ class NcclTestsLog:
     proto: str | None
     avg_busbw_GBps: float | None
     rows: tuple[NcclTestsRow, ...] = field(repr=False)
+    collnet: bool = False
+
+    def within(self, min_bytes: int | None = None, max_bytes: int | None = None) -> NcclTestsLog:
+        """The same log with only the rows of sizes in ``[min_bytes, max_bytes]``
+        (None: unbounded), e.g. to leave out rows its author marks unusable.
+
+        Raises
+        ------
+        NcclTestsLogError
+            When no nonzero size is left.
+        """
+        lo = 0 if min_bytes is None else min_bytes
+        hi = math.inf if max_bytes is None else max_bytes
+        if lo > hi:
+            raise NcclTestsLogError(f"{self.path}: the size range {min_bytes}..{max_bytes} B is empty")
+        rows = tuple(r for r in self.rows if r.size_bytes > 0 and lo <= r.size_bytes <= hi)
+        if not rows:
+            raise NcclTestsLogError(f"{self.path}: no size of the log lies in {min_bytes or 0}..{max_bytes or 'inf'} B")
+        return replace(self, rows=rows)
 
     def frame(self, *, nonzero: bool = True) -> pd.DataFrame:
         """A tidy table: one row per (size, placement) with ``size_bytes``,
@@ -210,7 +232,9 @@ _PROVENANCE_VERSION = re.compile(r"^(NCCL|RCCL):\s*(?:NCCL\s+|RCCL\s+)?(\d+\.\d+
 _TESTS_VERSION = re.compile(r"nccl-library=(\d+)")
 _STARTING = re.compile(r"Collective test starting:\s*(\w+?)(?:_perf\w*)?\s*$")
 _AVG = re.compile(r"Avg bus bandwidth\s*:\s*(\S+)")
-_ENV = re.compile(r"\b(NCCL_ALGO|NCCL_PROTO)\s*(?:=|\s+set by environment to\s+)\s*([A-Za-z0-9_,^:;]+)")
+_ENV = re.compile(
+    r"\b(NCCL_ALGO|NCCL_PROTO|NCCL_COLLNET_ENABLE)\s*(?:=|\s+set by environment to\s+)\s*([A-Za-z0-9_,^:;]+)"
+)
 _MACHINE_N = re.compile(r"\bn\s*=\s*(\d+)")
 _MACHINE_GPN = re.compile(r"(\d+)\s+GPUs?\s+per\s+node")
 _MACHINE_NODES = re.compile(r"(\d+)\s+nodes?\b")
@@ -257,6 +281,7 @@ def parse_nccl_tests(
     rows: list[NcclTestsRow] = []
     ranks: dict[int, tuple[str, str]] = {}
     library = version = algo = proto = None
+    collnet = False
     started: str | None = None
     provenance_collective: str | None = None
     machine_n = machine_gpn = machine_nodes = None
@@ -309,6 +334,8 @@ def parse_nccl_tests(
                     algo = value
                 elif key == "NCCL_PROTO" and _known(value, _PROTOS):
                     proto = value
+                elif key == "NCCL_COLLNET_ENABLE":
+                    collnet = value.strip(",;:") == "1"
         if stripped.startswith("#"):
             continue
         first = stripped.split(None, 1)[0]
@@ -341,6 +368,7 @@ def parse_nccl_tests(
         proto=proto,
         avg_busbw_GBps=avg,
         rows=tuple(rows),
+        collnet=collnet,
     )
 
 

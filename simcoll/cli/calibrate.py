@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from ..errors import SimcollError
 from ..files import write_csv
 from .options import add_command, add_model_option, add_topology_option, print_json
 
@@ -18,7 +19,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
     machine = load_machine(args.topology, args.base_model)
     params = [p.strip() for p in args.params.split(",")] if args.params else None
-    model, report = calibrate(args.nccl_tests, machine, parameters=params, name=args.name)
+    model, report = calibrate(args.nccl_tests, machine, parameters=params, name=args.name, size_range=args.size_range)
     save_model(model, args.output)
     if args.json:
         print_json(
@@ -43,7 +44,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from ..units import format_size
 
     machine = load_machine(args.topology, args.model)
-    frame = validate(args.nccl_tests, machine)
+    frame = validate(args.nccl_tests, machine, size_range=args.size_range)
     errors = error_summary(frame)
     if args.csv:
         write_csv(frame, args.csv)
@@ -69,6 +70,32 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _size_bounds(text: str) -> tuple[int | None, int | None]:
+    """``LO:HI``, ``LO:`` or ``:HI`` (sizes such as 512MB) as byte bounds."""
+    from ..units import parse_size
+
+    lo, sep, hi = text.partition(":")
+    if not sep or not (lo or hi):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected LO:HI, LO: or :HI (e.g. 512MB:8GB)")
+    try:
+        bounds = (parse_size(lo) if lo else None, parse_size(hi) if hi else None)
+    except SimcollError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if bounds[0] is not None and bounds[1] is not None and bounds[0] > bounds[1]:
+        raise argparse.ArgumentTypeError(f"{text!r}: the lower size is above the upper one")
+    return bounds
+
+
+def _add_size_range(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument(
+        "--size-range",
+        type=_size_bounds,
+        metavar="LO:HI",
+        help=f"{what} only the rows of sizes in this range, ends included (LO: or :HI leave one end open), "
+        "e.g. to leave out rows the log's author marks unusable",
+    )
+
+
 def _calibrate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nccl-tests", nargs="+", required=True, metavar="LOG", help="nccl-tests output file(s)")
     add_topology_option(p, help="the machine the logs were measured on")
@@ -76,6 +103,7 @@ def _calibrate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", required=True, help="where to write the calibrated model YAML")
     p.add_argument("--name", help="the calibrated model's name (default: <base>-calibrated)")
     p.add_argument("--params", help="comma list of dotted model fields to fit (default: the physical ones)")
+    _add_size_range(p, "fit")
 
 
 def _validate_arguments(p: argparse.ArgumentParser) -> None:
@@ -84,6 +112,7 @@ def _validate_arguments(p: argparse.ArgumentParser) -> None:
     add_model_option(p, help="cost model (default: the topology's)")
     p.add_argument("--csv", help="write the table as CSV")
     p.add_argument("--plot", help="write measured and simulated busbw as an image")
+    _add_size_range(p, "compare")
 
 
 def register(subparsers) -> None:

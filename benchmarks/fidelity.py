@@ -45,6 +45,8 @@ NODE_TOPOLOGIES = {
     ("b200", 8): "dgx-b200",
     ("h100-80gb", 1): "h100-nic",  # one GPU (and its NIC) per node
     ("h200", 1): "h100-nic",
+    ("mi300x", 8): "mi300x",  # AMD MI300X platform: Infinity Fabric full mesh, a NIC per GPU
+    ("mi300x-vf", 8): "mi300x",  # the same platform's GPUs as SR-IOV virtual functions
 }
 #: Not accuracy targets (measurements README).
 UNHEALTHY = ("_degraded", "_incomplete", "nvls-inactive", "_bad_", "a100-sxm4-40gb-x8_all_reduce_cs244c", "kalavai")

@@ -40,6 +40,7 @@ EXPECTED_TOPOLOGIES = {
     "alps-gh200",
     "dgx-b200",
     "h100-nic",
+    "mi300x",
 }
 TACCL_MODELS = {"ndv2-taccl", "dgx2-taccl"}
 
@@ -274,6 +275,15 @@ def test_dgx_b200_has_18_nvlink5_per_gpu_into_two_reducing_switches_and_8_nics()
     assert _kind_count(dgx.topology, "nic") == 8
     # NVLink5 runs at twice NVLink4's 25 GB/s per link
     assert dgx.model.link("nvlink").bandwidth_Bps == pytest.approx(50e9 * 0.802)
+
+
+def test_mi300x_is_a_full_infinity_fabric_mesh_with_a_nic_per_gpu():
+    """AMD MI300X platform: 7 Infinity Fabric links per GPU, one to each peer, no switch; 8 NICs."""
+    mi = load_machine("mi300x")
+    assert mi.num_ranks == 8 and _kind_count(mi.topology, "nvswitch") == 0
+    assert mi.topology.gpu_link_counts("infinity_fabric") == [[0 if a == b else 1 for b in range(8)] for a in range(8)]
+    assert sorted(c.rail for c in mi.topology.components if c.kind == "nic") == list(range(8))
+    assert mi.model.link("infinity_fabric").bandwidth_Bps == pytest.approx(64e9 * 0.8)
 
 
 def test_h100_nic_is_one_gpu_and_its_nic_for_network_only_clusters():

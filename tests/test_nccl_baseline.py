@@ -148,3 +148,34 @@ def test_tree_pipelines_each_channel_in_fifo_slot_pieces():
     bound = 2 * 7 / 8 * 4 * nic_GBps
     assert 0.85 * bound < busbw <= bound * 1.0001
     assert busbw > 4 * 25.0  # beyond any ring's reach: four 200 Gb/s NICs carry 100 GB/s per node
+
+
+def test_rings_on_a_mesh_are_duplicated_as_found_and_spread_over_the_links():
+    """On a full mesh of 8 GPUs (AMD MI300X platform) the ring search finds 3
+    rings and their reverses, not one per link, and NCCL duplicates what it
+    finds: 12 channels, each ring twice, so no link carries more channels than
+    another. Across nodes with a NIC per GPU, every rail carries as many
+    channels, and the channels' paths through a node use each direct link
+    once: a 2-node ring Allreduce then runs at the node's 8 NICs' rate."""
+    from collections import Counter
+
+    from simcoll.algorithms.nccl import nccl_rings
+    from simcoll.simulator import simulate
+
+    one = nccl_machine("mi300x").comm.graphs["ring"]
+    assert one.n_channels == 12
+    two = nccl_machine("mi300x*2").comm.graphs["ring"]
+    assert two.n_channels % 8 == 0
+    topology = load_machine("mi300x*2").topology
+    loads = Counter(
+        (u, v)
+        for ring in nccl_rings(topology, 8)
+        for u, v in zip(ring, ring[1:] + ring[:1], strict=True)
+        if topology.node_of(u) == topology.node_of(v)
+    )
+    assert len(loads) == 2 * 8 * 7 and set(loads.values()) == {1}
+    machine = load_machine("mi300x*2")
+    ring = nccl_algorithm(machine, "allreduce", 1 << 30, algorithms=["ring"])
+    busbw = simulate(ring, machine, 1 << 30).busbw_GBps
+    nics_GBps = 8 * machine.model.link("ethernet").bandwidth_Bps / 1e9
+    assert 0.9 * nics_GBps < busbw <= nics_GBps * 1.0001

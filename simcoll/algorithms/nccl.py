@@ -35,7 +35,9 @@ down the tree and the chains. Chunks are dealt round-robin over the channels.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import itertools
+import time
+from collections.abc import Callable, Sequence
 
 import networkx as nx
 
@@ -96,16 +98,30 @@ def _partner(topology: Topology, node_ranks: Sequence[int], local: int) -> int:
 
 
 # -- ring construction ------------------------------------------------------------
-def _node_path(routes: Routes, ranks: Sequence[int], entry: int, exit_: int) -> list[int] | None:
+def _node_path(
+    routes: Routes, ranks: Sequence[int], entry: int, exit_: int, used: dict[tuple[int, int], int] | None = None
+) -> list[int] | None:
     """A path through every rank of ``ranks`` from ``entry`` to ``exit_`` over
-    direct routes, most direct links first."""
+    direct routes: the links earlier channels use least (``used``: channels
+    per GPU pair, counted on direct links only, as NCCL's search takes each
+    channel's bandwidth off the links it crosses), then most direct links."""
     members = set(ranks)
     if len(ranks) == 1:
         return [entry] if entry == exit_ else None
+    used = used if used is not None else {}
+
+    def load(r: int, d: int) -> float:
+        links = routes.direct_links(r, d)
+        return used.get((r, d), 0) / links if links else 0.0
+
+    if len(ranks) <= _ENUMERATE_UP_TO and any(routes.direct_links(r, d) for r in ranks for d in ranks if r != d):
+        return _least_loaded_path(routes, ranks, entry, exit_, load)
 
     def neighbours(r: int) -> list[int]:
         near = [d for d in ranks if d != r and routes.connected(r, d)]
-        return sorted(near, key=lambda d: (d == exit_, -routes.direct_links(r, d), (d - r) % (max(members) + 1)))
+        return sorted(
+            near, key=lambda d: (d == exit_, load(r, d), -routes.direct_links(r, d), (d - r) % (max(members) + 1))
+        )
 
     return hamiltonian_path(
         entry,
@@ -115,6 +131,32 @@ def _node_path(routes: Routes, ranks: Sequence[int], entry: int, exit_: int) -> 
         time_limit_s=SEARCH_TIME_LIMIT_S,
         what="intra-node path",
     )
+
+
+#: GPUs per node up to which every intra-node path of a channel is tried (7! orders at most).
+_ENUMERATE_UP_TO = 8
+
+
+def _least_loaded_path(
+    routes: Routes, ranks: Sequence[int], entry: int, exit_: int, load: Callable[[int, int], float]
+) -> list[int] | None:
+    """The path from ``entry`` to ``exit_`` through every rank of ``ranks`` whose
+    most loaded link (after this channel) is least loaded, then whose total
+    load is least: a channel's ring runs at the speed of its most shared link,
+    so NCCL's search spreads channels over a node's direct links."""
+    middle = [r for r in ranks if r not in (entry, exit_)]
+    best: tuple[float, float] | None = None
+    chosen: list[int] | None = None
+    for order in itertools.permutations(middle):
+        path = [entry, *order, exit_]
+        hops = list(zip(path, path[1:], strict=False))
+        if not all(routes.connected(u, v) for u, v in hops):
+            continue
+        loads = [load(u, v) + (1 / routes.direct_links(u, v) if routes.direct_links(u, v) else 0.0) for u, v in hops]
+        key = (max(loads), sum(loads))
+        if best is None or key < best:
+            best, chosen = key, path
+    return chosen
 
 
 def _endpoints(num_nodes: int, g: int, a: int, b: int) -> list[int] | None:
@@ -140,30 +182,98 @@ def nccl_rings(topology: Topology, channels: int, routes: Routes | None = None) 
     g = len(per_node[0])
     if any(len(r) != g for r in per_node):
         raise NotApplicableError(f"nccl-ring: {topology.name} has nodes with different GPU counts")
-    rings = []
+    if g == 1:
+        return [[r[0] for r in per_node] for _ in range(channels)]
+    entries = []
     for c in range(channels):
         a = c % g
-        if g == 1:
-            rings.append([r[0] for r in per_node])
-            continue
-        b = _partner(topology, per_node[0], a)
-        entries = _endpoints(len(nodes), g, a, b)
-        if entries is None:
+        ends = _endpoints(len(nodes), g, a, _partner(topology, per_node[0], a))
+        if ends is None:
             raise NotApplicableError(
                 f"nccl-ring: {topology.name} has {len(nodes)} nodes of {g} GPUs; a rail-aligned ring over an odd "
                 "number of nodes needs at least 3 GPUs per node"
             )
-        order: list[int] = []
-        for j, ranks in enumerate(per_node):
-            entry, exit_ = ranks[entries[j]], ranks[entries[(j + 1) % len(nodes)]]
-            path = _node_path(routes, ranks, entry, exit_)
-            if path is None:
-                raise NotApplicableError(
-                    f"nccl-ring: no path through node {nodes[j]} of {topology.name} from rank {entry} to rank {exit_}"
-                )
-            order += path
-        rings.append(order)
-    return rings
+        entries.append(ends)
+    paths = []  # per node, per channel
+    for j, ranks in enumerate(per_node):
+        ends = [(ranks[e[j]], ranks[e[(j + 1) % len(nodes)]]) for e in entries]
+        node_paths = _balanced_paths(routes, ranks, ends)
+        if node_paths is None:
+            used: dict[tuple[int, int], int] = {}
+            node_paths = []
+            for entry, exit_ in ends:
+                path = _node_path(routes, ranks, entry, exit_, used)
+                if path is None:
+                    raise NotApplicableError(
+                        f"nccl-ring: no path through node {nodes[j]} of {topology.name} from rank {entry} to rank {exit_}"
+                    )
+                for u, v in zip(path, path[1:], strict=False):
+                    used[(u, v)] = used.get((u, v), 0) + 1
+                node_paths.append(path)
+        paths.append(node_paths)
+    return [[r for node_paths in paths for r in node_paths[c]] for c in range(channels)]
+
+
+def _balanced_paths(
+    routes: Routes, ranks: Sequence[int], ends: Sequence[tuple[int, int]], time_limit_s: float = 2.0
+) -> list[list[int]] | None:
+    """One path per channel through a node whose GPUs are joined directly,
+    from each channel's entry to its exit, with no direct link carrying more
+    channels per link than the fewest that can carry them all: NCCL's search
+    looks for every channel at one speed at once, taking each channel's
+    bandwidth off the links it crosses. None for a node whose GPUs meet
+    through switches, more than :data:`_ENUMERATE_UP_TO` GPUs, or no such set
+    found within ``time_limit_s`` (then each channel takes its least loaded path)."""
+    g = len(ranks)
+    links = {(u, v): routes.direct_links(u, v) for u in ranks for v in ranks if u != v}
+    capacity = sum(links.values())
+    if (
+        g > _ENUMERATE_UP_TO
+        or g < 3
+        or not capacity
+        or any(not routes.connected(u, v) for u, v in links if not links[(u, v)])
+    ):
+        return None
+    limit = -(-len(ends) * (g - 1) // capacity)  # channels per link, at least
+    used = dict.fromkeys(links, 0)
+    chosen: list[list[int]] = []
+    deadline = time.monotonic() + time_limit_s
+
+    def fits(u: int, v: int) -> bool:
+        return links[(u, v)] > 0 and used[(u, v)] < limit * links[(u, v)]
+
+    def channel(k: int) -> bool:
+        if k == len(ends):
+            return True
+        entry, exit_ = ends[k]
+        path = [entry]
+
+        def walk() -> bool:
+            if time.monotonic() > deadline:
+                raise TimeoutError
+            u = path[-1]
+            if len(path) == g:
+                return u == exit_ and channel(k + 1)
+            options = [v for v in ranks if v not in path and (v != exit_ or len(path) == g - 1) and fits(u, v)]
+            for v in sorted(options, key=lambda v: used[(u, v)] / links[(u, v)]):
+                used[(u, v)] += 1
+                path.append(v)
+                if walk():
+                    return True
+                path.pop()
+                used[(u, v)] -= 1
+            return False
+
+        chosen.append(path)
+        if walk():
+            return True
+        chosen.pop()
+        return False
+
+    try:
+        return chosen if channel(0) else None
+    except TimeoutError:
+        return None
 
 
 @implements("nccl-ring", NCCL_RING_COLLECTIVES)

@@ -9,8 +9,11 @@ tuner sees a communicator (:class:`~simcoll.nccl.tuner.Comm`):
 - nodes and GPUs per node from the topology;
 - the ring graph's channels: NCCL's ring search duplicates its rings, ending
   with about two channels per NVLink of a GPU (``channels_per_nvlink``, capped
-  at ``max_channels``), or ``channels_pci`` channels where GPUs only meet over
-  PCIe (search.cc, ``ncclTopoCompute``);
+  at ``max_channels``), or per ring found where one node's GPUs are joined
+  directly and fewer rings than links exist, or ``channels_pci`` channels
+  where GPUs only meet over PCIe; across nodes with one NIC per GPU, a
+  multiple of the NIC count, every rail carrying as many channels (search.cc,
+  ``ncclTopoCompute``);
 - per-channel bandwidths from the cost model's link rates: a GPU's NVLink (or
   PCIe) bandwidth shared by the channels inside a node, the node's NICs
   (the topology's ``network_link`` rate, one per NIC) shared by the channels
@@ -119,6 +122,16 @@ def _gpu_links(topology: Topology, rank: int) -> dict[str, int]:
     return counts
 
 
+def _rings_found(topology: Topology) -> int:
+    """How many rings the ring search finds on a one-node topology (:func:`~simcoll.algorithms.ring.find_rings`)."""
+    from ..algorithms.ring import find_rings
+
+    try:
+        return len(find_rings(topology))
+    except NotApplicableError:
+        return 1
+
+
 def nccl_machine(machine: Machine | str) -> NcclMachine:
     """Describe ``machine`` to NCCL's tuner (module docstring)."""
     machine = as_machine(machine)
@@ -136,6 +149,11 @@ def nccl_machine(machine: Machine | str) -> NcclMachine:
         intra = "nvlink"
         n_links = sum(fabric.values())
         intra_GBps = sum(n * model.link(t).bandwidth_Bps for t, n in fabric.items()) / 1e9
+        switches_in_node = any(c.kind == "nvswitch" and c.node == nodes[0] for c in topology.components)
+        if num_nodes == 1 and not switches_in_node:
+            # GPUs joined directly: NCCL duplicates the rings its search finds, which can be fewer
+            # than the links (a full mesh of 8 decomposes into 3 rings and their reverses, not 7)
+            n_links = min(n_links, _rings_found(topology))
         channels = min(int(facts["max_channels"]), int(facts["channels_per_nvlink"]) * n_links)
     else:
         intra = "pci"
@@ -144,6 +162,10 @@ def nccl_machine(machine: Machine | str) -> NcclMachine:
         channels = int(facts["channels_pci"])
     channels = max(1, channels)
     nics = [c for c in topology.components if c.kind == "nic" and c.node == nodes[0]]
+    if num_nodes > 1 and len(nics) == gpus and channels > len(nics):
+        # one NIC per GPU: each channel leaves a node through one rail, and NCCL's search gives every
+        # rail the same number of channels (search.cc builds a channel per NIC pair, then duplicates)
+        channels -= channels % len(nics)
     nic_GBps = 0.0
     if num_nodes > 1:
         rate = model.link(topology.network_link).bandwidth_Bps / 1e9

@@ -47,6 +47,9 @@ NODE_TOPOLOGIES = {
     ("h200", 1): "h100-nic",
     ("mi300x", 8): "mi300x",  # AMD MI300X platform: Infinity Fabric full mesh, a NIC per GPU
     ("mi300x-vf", 8): "mi300x",  # the same platform's GPUs as SR-IOV virtual functions
+    ("l40s", 4): "l40s-pcie",  # PCIe only
+    ("v100-pcie-32gb", 4): "v100-pcie",
+    ("rtx5090", 8): "rtx5090-pcie",
 }
 #: Not accuracy targets (measurements README).
 UNHEALTHY = ("_degraded", "_incomplete", "nvls-inactive", "_bad_", "a100-sxm4-40gb-x8_all_reduce_cs244c", "kalavai")

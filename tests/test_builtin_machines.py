@@ -41,6 +41,9 @@ EXPECTED_TOPOLOGIES = {
     "dgx-b200",
     "h100-nic",
     "mi300x",
+    "l40s-pcie",
+    "v100-pcie",
+    "rtx5090-pcie",
 }
 TACCL_MODELS = {"ndv2-taccl", "dgx2-taccl"}
 
@@ -284,6 +287,25 @@ def test_mi300x_is_a_full_infinity_fabric_mesh_with_a_nic_per_gpu():
     assert mi.topology.gpu_link_counts("infinity_fabric") == [[0 if a == b else 1 for b in range(8)] for a in range(8)]
     assert sorted(c.rail for c in mi.topology.components if c.kind == "nic") == list(range(8))
     assert mi.model.link("infinity_fabric").bandwidth_Bps == pytest.approx(64e9 * 0.8)
+
+
+@pytest.mark.parametrize(
+    "name, gpus, sockets, compute_capability",
+    [("l40s-pcie", 4, 1, 89), ("v100-pcie", 4, 2, 70), ("rtx5090-pcie", 8, 2, 120)],
+)
+def test_pcie_boards_route_gpu_pairs_through_their_cpus(name, gpus, sockets, compute_capability):
+    """No NVLink: a GPU pair meets over PCIe through its socket's root complex,
+    and across sockets over the socket link too; NCCL sees a PCI machine."""
+    from simcoll.nccl.baseline import nccl_machine
+
+    machine = load_machine(name)
+    assert machine.num_ranks == gpus and _kind_count(machine.topology, "cpu") == sockets
+    near = machine.route(0, 1)
+    assert near.link_types == ("pcie",) and near.hops == 2
+    far = machine.route(0, gpus - 1)
+    assert far.hops == (3 if sockets > 1 else 2) and "pcie" in far.link_types
+    described = nccl_machine(machine)
+    assert described.intra == "pci" and described.compute_capability == compute_capability
 
 
 def test_h100_nic_is_one_gpu_and_its_nic_for_network_only_clusters():

@@ -25,7 +25,7 @@ import networkx as nx
 
 from .cost_model import CostModel, load_model_file
 from .errors import ModelError, TopologyError
-from .routes import Routes
+from .routes import Routes, route_shape, shape_flow_graph
 from .topology import Topology, load_topology_file
 from .topology_generators import TOPOLOGY_GENERATORS, cluster, generate_topology
 
@@ -224,13 +224,8 @@ class Machine:
         # The route's *shape*: components numbered in order of appearance (source 0, destination 1),
         # their kinds, and the hops between them. Routes of one shape (every GPU pair of a node, every
         # pair of nodes of a cluster) have the same α and bandwidth: one max flow per shape.
-        s, d = self.topology.gpu(src).name, self.topology.gpu(dst).name
-        index = {s: 0, d: 1}
-        for hop in hops:
-            index.setdefault(hop.src, len(index))
-            index.setdefault(hop.dst, len(index))
-        edges = tuple((index[h.src], index[h.dst], h.type, h.count) for h in hops)
-        kinds = tuple(self.topology.component(name).kind for name in index)
+        edges, names = route_shape(hops, self.topology.gpu(src).name, self.topology.gpu(dst).name)
+        kinds = tuple(self.topology.component(name).kind for name in names)
         shape = (edges, kinds)
         cost = self._route_shapes.get(shape)
         if cost is None:
@@ -242,13 +237,7 @@ class Machine:
         self, edges: tuple[tuple[int, int, str, int], ...], kinds: tuple[str, ...]
     ) -> tuple[float, float, int, tuple[str, ...]]:
         """(α, bandwidth, hops, link types) of a route shape (:meth:`_compute_route`)."""
-        flow = nx.DiGraph()
-        for u, v, kind, count in edges:
-            capacity = count * self.model.link(kind).bandwidth_Bps
-            if flow.has_edge(u, v):
-                flow[u][v]["capacity"] += capacity
-            else:
-                flow.add_edge(u, v, capacity=capacity)
+        flow, _ = shape_flow_graph(edges, lambda kind: self.model.link(kind).bandwidth_Bps)
         bandwidth = nx.maximum_flow_value(flow, 0, 1)
         types = tuple(sorted({kind for _, _, kind, _ in edges}))
         path = nx.shortest_path(flow, 0, 1)

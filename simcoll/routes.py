@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import weakref
 from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import networkx as nx
@@ -199,6 +200,44 @@ class Routes:
 # Generators, the verifier and the synthesizers all ask for the relation of the
 # same few topologies; it depends on the topology alone, so keep it per topology.
 _RELATIONS: weakref.WeakKeyDictionary[Topology, tuple[BandwidthConstraint, ...]] = weakref.WeakKeyDictionary()
+
+
+def route_shape(
+    hops: Sequence[RouteHop], src: str, dst: str
+) -> tuple[tuple[tuple[int, int, str, int], ...], tuple[str, ...]]:
+    """A route's *shape*: its hops as ``(from, to, link type, count)`` between
+    components numbered in order of appearance (``src`` 0, ``dst`` 1), and the
+    components in that order. Routes of one shape (every GPU pair of a node,
+    every pair of nodes of a cluster) differ only in names, so whatever is
+    computed from the links alone - a max flow - is computed once per shape.
+
+    >>> hops = [RouteHop("gpu0", "sw", "nvlink", 2), RouteHop("sw", "gpu3", "nvlink", 2)]
+    >>> route_shape(hops, "gpu0", "gpu3")
+    (((0, 2, 'nvlink', 2), (2, 1, 'nvlink', 2)), ('gpu0', 'gpu3', 'sw'))
+    """
+    index = {src: 0, dst: 1}
+    for hop in hops:
+        index.setdefault(hop.src, len(index))
+        index.setdefault(hop.dst, len(index))
+    return tuple((index[h.src], index[h.dst], h.type, h.count) for h in hops), tuple(index)
+
+
+def shape_flow_graph(
+    edges: Sequence[tuple[int, int, str, int]], link_Bps: Callable[[str], float]
+) -> tuple[nx.DiGraph, list[float]]:
+    """The max-flow graph of a route shape (:func:`route_shape`): each hop's
+    capacity is its link count times ``link_Bps(type)``, parallel hops between
+    two components adding up; also each hop's own capacity, in order."""
+    graph = nx.DiGraph()
+    capacities = []
+    for u, v, kind, count in edges:
+        capacity = count * link_Bps(kind)
+        capacities.append(capacity)
+        if graph.has_edge(u, v):
+            graph[u][v]["capacity"] += capacity
+        else:
+            graph.add_edge(u, v, capacity=capacity)
+    return graph, capacities
 
 
 def bandwidth_relation(topology: Topology, routes: Routes | None = None) -> tuple[BandwidthConstraint, ...]:

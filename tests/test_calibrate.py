@@ -18,6 +18,7 @@ from simcoll.calibration.calibrate import (
     validate,
 )
 from simcoll.calibration.nccl_tests import bus_factor, parse_nccl_tests
+from simcoll.errors import SimcollError
 from simcoll.machines import Machine, load_machine
 
 MEASUREMENTS = Path(__file__).resolve().parents[2] / "shared" / "reference" / "measurements"
@@ -198,6 +199,9 @@ def test_a_size_range_keeps_only_the_rows_a_user_trusts(tmp_path, capsys):
     assert main([*args, "--size-range", "1MB:16MB"]) == 0
     table = capsys.readouterr().out
     assert "     1MB" in table and "    16MB" in table and "64KB" not in table and "    64MB" not in table
+    for bounds in (("1MB", None), (-1, None), (1 << 20,)):
+        with pytest.raises(SimcollError):
+            validate(log, machine, truth, size_range=bounds)
     for bad, message in (
         ("16MB:1MB", "lower size is above"),
         ("1MB", "expected LO:HI"),

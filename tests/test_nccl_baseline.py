@@ -179,3 +179,36 @@ def test_rings_on_a_mesh_are_duplicated_as_found_and_spread_over_the_links():
     busbw = simulate(ring, machine, 1 << 30).busbw_GBps
     nics_GBps = 8 * machine.model.link("ethernet").bandwidth_Bps / 1e9
     assert 0.9 * nics_GBps < busbw <= nics_GBps * 1.0001
+
+
+def test_ring_paths_inside_a_node_stay_on_nvlink_when_the_joint_search_gives_up(monkeypatch):
+    """NDv2 (DGX-1 NVLink cube mesh plus PCIe): whether the channels' paths
+    are searched together or each takes its least loaded path, no ring hop
+    inside a node leaves NVLink for the far slower PCIe route."""
+    from simcoll.algorithms import nccl as nccl_module
+    from simcoll.routes import Routes
+
+    topology = load_machine("ndv2*2").topology
+    routes = Routes(topology)
+
+    def off_nvlink(rings):
+        return sum(
+            1
+            for ring in rings
+            for u, v in zip(ring, ring[1:], strict=False)
+            if topology.node_of(u) == topology.node_of(v) and routes.direct_links(u, v) == 0
+        )
+
+    assert off_nvlink(nccl_module.nccl_rings(topology, 12)) == 0
+    monkeypatch.setattr(nccl_module, "_balanced_paths", lambda *args, **kwargs: None)
+    assert off_nvlink(nccl_module.nccl_rings(topology, 12)) == 0
+
+
+def test_the_joint_path_search_is_bounded_and_deterministic():
+    """Many channels make the search deep (it is iterative, not recursive)
+    and its budget is a count of hops, so the rings never depend on the clock."""
+    from simcoll.algorithms.nccl import nccl_rings
+
+    topology = load_machine("mi300x*2").topology
+    many = nccl_rings(topology, 128)
+    assert len(many) == 128 and many == nccl_rings(topology, 128)

@@ -58,18 +58,20 @@ def _described(net: FluidNetwork, src: int, dst: int):
     return alpha, bandwidth, [(r.id, r.name, r.kind, r.capacity_Bps, w) for r, w in resources]
 
 
-@pytest.mark.parametrize("spec", ["dgx-h100*2", "ndv2*2", "perlmutter*2"])
+@pytest.mark.parametrize("spec", ["dgx-h100*2", "ndv2*2", "perlmutter*2", "dgx2*2"])
 def test_a_second_network_of_a_machine_replays_its_routes(spec):
     machine = load_machine(spec)
     pairs = [(s, d) for s in range(machine.num_ranks) for d in range(machine.num_ranks) if s != d][::3]
+    FluidNetwork(simpy.Environment(), machine).route(*pairs[0])  # some routes worked out already
     first = FluidNetwork(simpy.Environment(), machine)
-    worked_out = [_described(first, s, d) for s, d in pairs]
-    # replayed routes, compared with routes worked out afresh on a machine that has none yet
+    [first.route(s, d) for s, d in pairs]  # all of them now
+    # a later network asks in another order: replayed routes must equal routes worked out afresh
+    # (same resources, ids, weights) on a machine that has none yet, asked in that same order
+    backwards = pairs[::-1]
     replayed = FluidNetwork(simpy.Environment(), machine)
     fresh = FluidNetwork(simpy.Environment(), load_machine(spec))
-    assert [_described(replayed, s, d) for s, d in pairs] == worked_out
-    assert [_described(fresh, s, d) for s, d in pairs] == worked_out
-    assert [r.name for r in replayed.resources] == [r.name for r in first.resources]
+    assert [_described(replayed, s, d) for s, d in backwards] == [_described(fresh, s, d) for s, d in backwards]
+    assert [r.name for r in replayed.resources] == [r.name for r in fresh.resources]
 
 
 class _NeverRemembers(dict):
@@ -93,3 +95,4 @@ def test_remembered_max_min_solutions_change_no_time(spec, name, monkeypatch):
     assert solved_again.time_s == remembered.time_s
     assert solved_again.timeline.equals(remembered.timeline)
     assert solved_again.stats["recomputes"] == remembered.stats["recomputes"] > 0
+    assert remembered.stats["recomputes_remembered"] > 0 == solved_again.stats["recomputes_remembered"]

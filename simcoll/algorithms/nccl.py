@@ -36,8 +36,7 @@ down the tree and the chains. Chunks are dealt round-robin over the channels.
 from __future__ import annotations
 
 import itertools
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import networkx as nx
 
@@ -120,7 +119,14 @@ def _node_path(
     def neighbours(r: int) -> list[int]:
         near = [d for d in ranks if d != r and routes.connected(r, d)]
         return sorted(
-            near, key=lambda d: (d == exit_, load(r, d), -routes.direct_links(r, d), (d - r) % (max(members) + 1))
+            near,
+            key=lambda d: (
+                d == exit_,
+                routes.direct_links(r, d) == 0,  # a direct link (NVLink) before a route through switches or PCIe
+                load(r, d),
+                -routes.direct_links(r, d),
+                (d - r) % (max(members) + 1),
+            ),
         )
 
     return hamiltonian_path(
@@ -140,20 +146,23 @@ _ENUMERATE_UP_TO = 8
 def _least_loaded_path(
     routes: Routes, ranks: Sequence[int], entry: int, exit_: int, load: Callable[[int, int], float]
 ) -> list[int] | None:
-    """The path from ``entry`` to ``exit_`` through every rank of ``ranks`` whose
-    most loaded link (after this channel) is least loaded, then whose total
-    load is least: a channel's ring runs at the speed of its most shared link,
-    so NCCL's search spreads channels over a node's direct links."""
+    """The path from ``entry`` to ``exit_`` through every rank of ``ranks`` with
+    the fewest hops off the direct links (a PCIe or host route is far slower
+    than NVLink), then whose most loaded direct link (after this channel) is
+    least loaded, then whose total load is least: a channel's ring runs at the
+    speed of its most shared link, so NCCL's search spreads channels over a
+    node's direct links."""
     middle = [r for r in ranks if r not in (entry, exit_)]
-    best: tuple[float, float] | None = None
+    best: tuple[int, float, float] | None = None
     chosen: list[int] | None = None
     for order in itertools.permutations(middle):
         path = [entry, *order, exit_]
         hops = list(zip(path, path[1:], strict=False))
         if not all(routes.connected(u, v) for u, v in hops):
             continue
-        loads = [load(u, v) + (1 / routes.direct_links(u, v) if routes.direct_links(u, v) else 0.0) for u, v in hops]
-        key = (max(loads), sum(loads))
+        direct = [routes.direct_links(u, v) for u, v in hops]
+        loads = [load(u, v) + 1 / n for (u, v), n in zip(hops, direct, strict=True) if n]
+        key = (direct.count(0), max(loads, default=0.0), sum(loads))
         if best is None or key < best:
             best, chosen = key, path
     return chosen
@@ -195,9 +204,10 @@ def nccl_rings(topology: Topology, channels: int, routes: Routes | None = None) 
             )
         entries.append(ends)
     paths = []  # per node, per channel
+    known: dict = {}
     for j, ranks in enumerate(per_node):
         ends = [(ranks[e[j]], ranks[e[(j + 1) % len(nodes)]]) for e in entries]
-        node_paths = _balanced_paths(routes, ranks, ends)
+        node_paths = _balanced_paths(routes, ranks, ends, known)
         if node_paths is None:
             used: dict[tuple[int, int], int] = {}
             node_paths = []
@@ -214,66 +224,84 @@ def nccl_rings(topology: Topology, channels: int, routes: Routes | None = None) 
     return [[r for node_paths in paths for r in node_paths[c]] for c in range(channels)]
 
 
+#: Hops tried by :func:`_balanced_paths` in one node before it gives up: a count, not a clock, so
+#: that the rings (and every simulated time) are the same on any machine and under any load.
+_SEARCH_STEPS = 200_000
+
+
 def _balanced_paths(
-    routes: Routes, ranks: Sequence[int], ends: Sequence[tuple[int, int]], time_limit_s: float = 2.0
+    routes: Routes, ranks: Sequence[int], ends: Sequence[tuple[int, int]], known: dict | None = None
 ) -> list[list[int]] | None:
-    """One path per channel through a node whose GPUs are joined directly,
-    from each channel's entry to its exit, with no direct link carrying more
-    channels per link than the fewest that can carry them all: NCCL's search
-    looks for every channel at one speed at once, taking each channel's
-    bandwidth off the links it crosses. None for a node whose GPUs meet
-    through switches, more than :data:`_ENUMERATE_UP_TO` GPUs, or no such set
-    found within ``time_limit_s`` (then each channel takes its least loaded path)."""
+    """One path per channel through a node whose GPUs have direct links, from
+    each channel's entry to its exit over direct links only, with no link
+    carrying more channels per link than the fewest that can carry them all:
+    NCCL's search looks for every channel at one speed at once, taking each
+    channel's bandwidth off the links it crosses.
+
+    A depth-first search over the channels' hops (iterative: many channels
+    make it deep), least used links first, for at most :data:`_SEARCH_STEPS`
+    hops. None for a node without direct links, of fewer than 3 or more than
+    :data:`_ENUMERATE_UP_TO` GPUs, or when no such set is found (then each
+    channel takes its least loaded path). ``known`` keeps the answers by the
+    node's local link counts and channel ends, which nodes of one cluster share.
+    """
     g = len(ranks)
-    links = {(u, v): routes.direct_links(u, v) for u in ranks for v in ranks if u != v}
-    capacity = sum(links.values())
-    if (
-        g > _ENUMERATE_UP_TO
-        or g < 3
-        or not capacity
-        or any(not routes.connected(u, v) for u, v in links if not links[(u, v)])
-    ):
+    local = {r: i for i, r in enumerate(ranks)}
+    links = {(i, j): routes.direct_links(u, v) for u, i in local.items() for v, j in local.items() if i != j}
+    if g > _ENUMERATE_UP_TO or g < 3 or not any(links.values()):
         return None
-    limit = -(-len(ends) * (g - 1) // capacity)  # channels per link, at least
+    local_ends = tuple((local[a], local[b]) for a, b in ends)
+    key = (tuple(sorted(links.items())), local_ends)
+    if known is not None and key in known:
+        found = known[key]
+    else:
+        found = _search_balanced(g, links, local_ends)
+        if known is not None:
+            known[key] = found
+    return None if found is None else [[ranks[i] for i in path] for path in found]
+
+
+def _search_balanced(
+    g: int, links: dict[tuple[int, int], int], ends: Sequence[tuple[int, int]]
+) -> list[list[int]] | None:
+    """:func:`_balanced_paths` on local indices 0..g-1."""
+    limit = -(-len(ends) * (g - 1) // sum(links.values()))  # channels per link, at least
     used = dict.fromkeys(links, 0)
-    chosen: list[list[int]] = []
-    deadline = time.monotonic() + time_limit_s
 
-    def fits(u: int, v: int) -> bool:
-        return links[(u, v)] > 0 and used[(u, v)] < limit * links[(u, v)]
+    def options(path: list[int], exit_: int) -> Iterator[int]:
+        u, last = path[-1], len(path) == g - 1
+        ok = [
+            v
+            for v in range(g)
+            if v not in path and (v != exit_ or last) and links[(u, v)] and used[(u, v)] < limit * links[(u, v)]
+        ]
+        return iter(sorted(ok, key=lambda v: (used[(u, v)] / links[(u, v)], v)))
 
-    def channel(k: int) -> bool:
-        if k == len(ends):
-            return True
-        entry, exit_ = ends[k]
-        path = [entry]
-
-        def walk() -> bool:
-            if time.monotonic() > deadline:
-                raise TimeoutError
-            u = path[-1]
-            if len(path) == g:
-                return u == exit_ and channel(k + 1)
-            options = [v for v in ranks if v not in path and (v != exit_ or len(path) == g - 1) and fits(u, v)]
-            for v in sorted(options, key=lambda v: used[(u, v)] / links[(u, v)]):
-                used[(u, v)] += 1
-                path.append(v)
-                if walk():
-                    return True
-                path.pop()
-                used[(u, v)] -= 1
-            return False
-
-        chosen.append(path)
-        if walk():
-            return True
-        chosen.pop()
-        return False
-
-    try:
-        return chosen if channel(0) else None
-    except TimeoutError:
-        return None
+    paths = [[ends[0][0]]]
+    frames = [options(paths[0], ends[0][1])]  # per hop to take: the choices left there
+    for _ in range(_SEARCH_STEPS):
+        path = paths[-1]
+        v = next(frames[-1], None)
+        if v is None:  # no way on from here: undo the hop that led here
+            frames.pop()
+            if len(path) == 1:  # this channel has not started: undo the last hop of the channel before
+                paths.pop()
+                if not paths:
+                    return None
+                path = paths[-1]
+            w = path.pop()
+            used[(path[-1], w)] -= 1
+            continue
+        used[(path[-1], v)] += 1
+        path.append(v)
+        if len(path) < g:
+            frames.append(options(path, ends[len(paths) - 1][1]))
+        elif len(paths) == len(ends):
+            return paths
+        else:
+            paths.append([ends[len(paths)][0]])
+            frames.append(options(paths[-1], ends[len(paths) - 1][1]))
+    return None
 
 
 @implements("nccl-ring", NCCL_RING_COLLECTIVES)

@@ -121,6 +121,8 @@ def load_log(
     if not isinstance(log, NcclTestsLog):
         log = read_nccl_tests(log)
     if size_range is not None:
+        if not isinstance(size_range, tuple | list) or len(size_range) != 2:
+            raise CalibrationError(f"size_range must be (min_bytes, max_bytes), either None, got {size_range!r}")
         log = log.within(*size_range)
     if log.collective not in TUNED_COLLECTIVES:
         raise CalibrationError(

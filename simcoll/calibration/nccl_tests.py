@@ -177,13 +177,19 @@ class NcclTestsLog:
         NcclTestsLogError
             When no nonzero size is left.
         """
+        for bound in (min_bytes, max_bytes):
+            if bound is not None and (not isinstance(bound, int) or isinstance(bound, bool) or bound < 0):
+                raise NcclTestsLogError(
+                    f"{self.path}: a size bound must be a whole number of bytes or None, got {bound!r}"
+                )
         lo = 0 if min_bytes is None else min_bytes
         hi = math.inf if max_bytes is None else max_bytes
+        shown = f"{lo}..{'inf' if max_bytes is None else max_bytes} B"
         if lo > hi:
-            raise NcclTestsLogError(f"{self.path}: the size range {min_bytes}..{max_bytes} B is empty")
+            raise NcclTestsLogError(f"{self.path}: the size range {shown} is empty")
         rows = tuple(r for r in self.rows if r.size_bytes > 0 and lo <= r.size_bytes <= hi)
         if not rows:
-            raise NcclTestsLogError(f"{self.path}: no size of the log lies in {min_bytes or 0}..{max_bytes or 'inf'} B")
+            raise NcclTestsLogError(f"{self.path}: no size of the log lies in {shown}")
         return replace(self, rows=rows)
 
     def frame(self, *, nonzero: bool = True) -> pd.DataFrame:

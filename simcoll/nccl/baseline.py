@@ -151,8 +151,9 @@ def nccl_machine(machine: Machine | str) -> NcclMachine:
         intra_GBps = sum(n * model.link(t).bandwidth_Bps for t, n in fabric.items()) / 1e9
         switches_in_node = any(c.kind == "nvswitch" and c.node == nodes[0] for c in topology.components)
         if num_nodes == 1 and not switches_in_node:
-            # GPUs joined directly: NCCL duplicates the rings its search finds, which can be fewer
-            # than the links (a full mesh of 8 decomposes into 3 rings and their reverses, not 7)
+            # GPUs joined directly: NCCL duplicates the rings its search finds, which can be fewer than
+            # a GPU's links (rings counted with their direction: a full mesh of 8 gives 3 rings and
+            # their reverses, 6, where a GPU has 7 links)
             n_links = min(n_links, _rings_found(topology))
         channels = min(int(facts["max_channels"]), int(facts["channels_per_nvlink"]) * n_links)
     else:

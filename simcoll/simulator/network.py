@@ -61,7 +61,7 @@ import simpy
 from ..cost_model import SwitchParams
 from ..errors import ModelError, TopologyError
 from ..machines import Machine
-from ..routes import RouteHop
+from ..routes import RouteHop, route_shape, shape_flow_graph
 from ..topology import FABRIC_LINK_TYPES
 from ..units import check_size_bytes
 from .results import Timeline, Utilisation
@@ -69,7 +69,11 @@ from .results import Timeline, Utilisation
 _SWITCH_KINDS = ("nvswitch", "ib_switch", "pcie_switch", "root_complex", "switch")
 _REL_TOL = 1e-12
 _NUMPY_FROM = 24  # components with this many flows use the vectorised max-min
-_SOLVED_MAX = 200_000  # sharing patterns kept in a network's memory of max-min solutions
+_SOLVED_MAX_FLOWS = 1_000_000  # flows over all sharing patterns a network remembers (tens of MB at most)
+#: What a network keeps in :attr:`Machine.derived <simcoll.machines.Machine.derived>`, for every
+#: later network of the machine: routes per ``contention`` setting, max-flow shares per route
+#: shape, shortest component paths, each node's NICs.
+_ROUTES_KEY, _FLOW_SHARES_KEY, _PATHS_KEY, _NICS_KEY = "network routes", "flow shares", "component paths", "nics"
 _REMEMBER_UP_TO = 512  # flows in a pattern worth remembering (larger ones rarely recur and cost more to key)
 
 
@@ -222,13 +226,15 @@ class FluidNetwork:
         self.resources: list[Resource] = []
         self._resource_ids: dict[tuple, int] = {}
         self._routes: dict[tuple[int, int], tuple[float, float, tuple[tuple[Resource, float], ...]]] = {}
-        self._fast: dict[tuple[int, int], tuple[float, float, tuple[tuple[Resource, float], ...], float]] = {}
+        # per rank pair: α, bandwidth, resources, rate alone, and the resources as the max-min reads them
+        self._fast: dict[tuple[int, int], tuple[float, float, tuple[tuple[Resource, float], ...], float, _Uses]] = {}
         # Routes depend on the machine and on ``contention`` alone: each is worked out once per machine
         # (:meth:`route`), and another network of the machine replays the resources it creates.
-        self._recipes: dict = machine.derived.setdefault(("network routes", contention), {})
-        self._shapes: dict[tuple, list[float]] = machine.derived.setdefault(("network flow shares", contention), {})
+        self._recipes: dict = machine.derived.setdefault((_ROUTES_KEY, contention), {})
+        self._shapes: dict[tuple, list[float]] = machine.derived.setdefault(_FLOW_SHARES_KEY, {})
         self._recording: list | None = None
         self._solved: dict[tuple, tuple[float, ...]] = {}  # max-min solutions by sharing pattern (_recompute)
+        self._solved_flows = 0
         self.max_sharing = 1
         self._tracks: dict[tuple[int, int], str] = {}
         self._dirty: dict[int, Resource] = {}
@@ -237,6 +243,7 @@ class FluidNetwork:
         self.active: dict[int, Flow] = {}
         self.transfers = 0
         self.recomputes = 0
+        self.recomputes_remembered = 0  # answered from the memory of sharing patterns
         self._topo = machine.topology
         self._kinds = {c.name: c.kind for c in machine.topology.components}
         params = machine.model.network
@@ -412,20 +419,16 @@ class FluidNetwork:
     def _weights(self, src: int, dst: int, hops, bandwidth_Bps: float) -> list[tuple[RouteHop, float]]:
         """Each hop's share of a maximum flow of the route DAG (1 on a chain).
 
-        The flow is computed on the route's *shape* (components numbered in
-        order of appearance, source 0 and destination 1; hop types and
-        counts), and routes of one shape (every GPU pair of a DGX-2, say)
-        share it: one max-flow per shape instead of one per rank pair."""
+        The flow is computed on the route's shape
+        (:func:`~simcoll.routes.route_shape`), so routes of one shape (every
+        GPU pair of a DGX-2, say) share it: one max-flow per shape instead of
+        one per rank pair."""
         outs: dict[str, int] = {}
         for h in hops:
             outs[h.src] = outs.get(h.src, 0) + 1
         if all(n == 1 for n in outs.values()):
             return [(h, 1.0) for h in hops]
-        index = {self._topo.gpu(src).name: 0, self._topo.gpu(dst).name: 1}
-        for h in hops:
-            index.setdefault(h.src, len(index))
-            index.setdefault(h.dst, len(index))
-        shape = tuple((index[h.src], index[h.dst], h.type, h.count) for h in hops)
+        shape, _ = route_shape(hops, self._topo.gpu(src).name, self._topo.gpu(dst).name)
         shares = self._shapes.get(shape)
         if shares is None:
             shares = self._shapes[shape] = self._max_flow_shares(shape)
@@ -434,15 +437,7 @@ class FluidNetwork:
     def _max_flow_shares(self, shape: tuple[tuple[int, int, str, int], ...]) -> list[float]:
         """Per hop of ``shape``, the share of a maximum flow from node 0 to
         node 1 it carries (parallel hops split their edge's flow by capacity)."""
-        graph = nx.DiGraph()
-        caps = []
-        for u, v, kind, count in shape:
-            c = count * self.machine.model.link(kind).bandwidth_Bps
-            caps.append(c)
-            if graph.has_edge(u, v):
-                graph[u][v]["capacity"] += c
-            else:
-                graph.add_edge(u, v, capacity=c)
+        graph, caps = shape_flow_graph(shape, lambda kind: self.machine.model.link(kind).bandwidth_Bps)
         value, flow = nx.maximum_flow(graph, 0, 1)
         return [flow[u][v] * c / graph[u][v]["capacity"] / value for (u, v, _, _), c in zip(shape, caps, strict=True)]
 
@@ -458,7 +453,7 @@ class FluidNetwork:
     def _path(self, a: str, b: str, *, avoid_fabric: bool = True) -> list[RouteHop]:
         """Shortest hop path from component ``a`` to ``b`` that enters no other
         GPU (and, by default, uses no GPU fabric link)."""
-        paths = self.machine.derived.setdefault("component paths", {})
+        paths = self.machine.derived.setdefault(_PATHS_KEY, {})
         key = (a, b, avoid_fabric)
         if key not in paths:
             paths[key] = self._shortest_path(a, b, avoid_fabric)
@@ -502,7 +497,7 @@ class FluidNetwork:
         return nics[g]
 
     def _nics_of_node(self, node) -> list[str]:
-        by_node = self.machine.derived.get("nics by node")
+        by_node = self.machine.derived.get(_NICS_KEY)
         if by_node is None:
             by_node = {}
             for c in self._topo.components:
@@ -510,7 +505,7 @@ class FluidNetwork:
                     by_node.setdefault(c.node, []).append(c.name)
             for names in by_node.values():
                 names.sort(key=_natural_key)
-            self.machine.derived["nics by node"] = by_node
+            self.machine.derived[_NICS_KEY] = by_node
         return by_node.get(node, [])
 
     def _bound_path(self, src: int, dst: int) -> list[RouteHop]:
@@ -798,15 +793,17 @@ class FluidNetwork:
         flows: dict[int, Flow] = {}
         seen: dict[int, Resource] = {}
         stack = [r for r, _ in seeds]
+        pop, extend = stack.pop, stack.extend  # the hot loop of large components
         while stack:
-            r = stack.pop()
-            if r.id in seen:
+            r = pop()
+            rid = r.id
+            if rid in seen:
                 continue
-            seen[r.id] = r
+            seen[rid] = r
             for fid, f in r.flows.items():
                 if fid not in flows:
                     flows[fid] = f
-                    stack.extend(f.uses.resources)
+                    extend(f.uses.resources)
         if not flows:
             if self.record_utilisation:
                 for r in seen.values():
@@ -827,9 +824,13 @@ class FluidNetwork:
             if rates is None:
                 new = _max_min(flows, seen) if len(flows) < _NUMPY_FROM else _max_min_numpy(flows, seen)
                 rates = tuple([new[fid] for fid in flows])
-                if len(self._solved) >= _SOLVED_MAX:
+                self._solved_flows += len(flows)
+                if self._solved_flows > _SOLVED_MAX_FLOWS:  # memory stays bounded: forget, start again
                     self._solved.clear()
+                    self._solved_flows = len(flows)
                 self._solved[key] = rates
+            else:
+                self.recomputes_remembered += 1
         for f, rate in zip(flows.values(), rates, strict=True):
             if rate != f.rate:
                 self._set_rate(f, rate, now)

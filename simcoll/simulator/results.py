@@ -464,6 +464,7 @@ def make_result(
         "transfers": network.transfers,
         "max_sharing": network.max_sharing,
         "recomputes": network.recomputes,
+        "recomputes_remembered": network.recomputes_remembered,
         "resources": len(network.resources),
     }
     return SimulationResult(

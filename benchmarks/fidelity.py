@@ -8,9 +8,9 @@ can describe, this calibrates the machine's model on the log
 error ``exp(mean |ln(sim / measured)|) - 1`` of busbw for sizes >= 64 MB and
 <= 64 KB, before (shipped model) and after calibration. For a multi-node log
 it also applies the model calibrated on the same GPUs' one-node allreduce logs
-(all of them, fitted together). Logs on more than ``--max-ranks`` ranks (the
-4- and 8-node runs) are too slow to calibrate here: up to
-``--validate-max-ranks`` they get the shipped model and that cross-check.
+(all of them, fitted together). Logs on more than ``--max-ranks`` ranks
+(default 32: the 8-node runs of 64 ranks) are too slow to calibrate here: up
+to ``--validate-max-ranks`` they get the shipped model and that cross-check.
 Logs without a matching topology are listed with the reason.
 
 Usage: ``python benchmarks/fidelity.py [--measurements DIR] [--max-ranks N]
@@ -50,13 +50,18 @@ NODE_TOPOLOGIES = {
     ("l40s", 4): "l40s-pcie",  # PCIe only
     ("v100-pcie-32gb", 4): "v100-pcie",
     ("rtx5090", 8): "rtx5090-pcie",
+    ("mi250x", 8): "frontier",  # HPE Cray EX235a blade: 4 MI250X = 8 GCDs, 4 Slingshot-11 NICs
 }
 #: Not accuracy targets (measurements README).
 UNHEALTHY = ("_degraded", "_incomplete", "nvls-inactive", "_bad_", "a100-sxm4-40gb-x8_all_reduce_cs244c", "kalavai")
 UNHEALTHY_FILES = ("a100-sxm4-80gb-x8-n16_all_reduce_coreweave.log",)
 #: Rows a log's own header marks as the usable ones (bytes, ends included; None: open), e.g.
 #: b200-x8-n2_all_gather_dranet: "usable for bandwidth from about 512 MiB on" (smaller sizes are noisy).
-USABLE_ROWS = {"b200-x8-n2_all_gather_dranet.log": (512 << 20, None)}
+#: mi250x-x8-n4_all_gather_rccl1490: the 2-8 MiB rows take tens of ms (the thread's subject), "use >= 16 MiB".
+USABLE_ROWS = {
+    "b200-x8-n2_all_gather_dranet.log": (512 << 20, None),
+    "mi250x-x8-n4_all_gather_rccl1490.log": (16 << 20, None),
+}
 NAME = re.compile(r"^(?P<gpu>.+?)-x(?P<g>\d+)(?:-n(?P<nodes>\d+))?_")
 
 
@@ -82,7 +87,7 @@ def _pct(x: float) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--measurements", type=Path, default=DEFAULT_DIR)
-    parser.add_argument("--max-ranks", type=int, default=16, help="calibrate on machines up to this size")
+    parser.add_argument("--max-ranks", type=int, default=32, help="calibrate on machines up to this size")
     parser.add_argument(
         "--validate-max-ranks", type=int, default=64, help="larger machines: shipped model and cross-check only"
     )

@@ -83,17 +83,18 @@ def nearest_nics(topology: Topology, rank: int) -> list[str]:
     ]
 
 
-def _partner(topology: Topology, node_ranks: Sequence[int], local: int) -> int:
-    """Local index of the GPU that shares GPU ``local``'s nearest NICs (its PCIe
-    switch on a DGX), else the next GPU."""
-    g = len(node_ranks)
+def _partner(topology: Topology, node_ranks: Sequence[int], local: int, railed: Sequence[int]) -> int:
+    """Local index of the GPU among ``railed`` (those that reach other nodes)
+    that shares GPU ``local``'s nearest NICs (its PCIe switch on a DGX), else
+    the next one of ``railed``."""
+    at = railed.index(local)
+    following = [railed[(at + step) % len(railed)] for step in range(1, len(railed))]
     mine = set(nearest_nics(topology, node_ranks[local]))
     if mine:
-        for step in range(1, g):
-            other = (local + step) % g
+        for other in following:
             if set(nearest_nics(topology, node_ranks[other])) == mine:
                 return other
-    return (local + 1) % g
+    return following[0] if following else local
 
 
 # -- ring construction ------------------------------------------------------------
@@ -168,15 +169,18 @@ def _least_loaded_path(
     return chosen
 
 
-def _endpoints(num_nodes: int, g: int, a: int, b: int) -> list[int] | None:
-    """Local index at which each node is entered; node j is left from the
-    entry index of node j+1 (cyclically), so every inter-node hop stays on one rail."""
+def _endpoints(num_nodes: int, railed: Sequence[int], a: int, b: int) -> list[int] | None:
+    """Local index at which each node is entered, among the ``railed`` GPUs;
+    node j is left from the entry index of node j+1 (cyclically), so every
+    inter-node hop stays on one rail."""
     if num_nodes % 2 == 0:
         return [a if j % 2 == 0 else b for j in range(num_nodes)]
-    if g < 3:
+    r = len(railed)
+    if r < 3:
         return None
-    # a + 2 keeps the third GPUs of different channels apart (a permutation of the rails)
-    third = next((a + k) % g for k in range(2, g + 2) if (a + k) % g not in (a, b))
+    # two rails on from a keeps the third GPUs of different channels apart (a permutation of the rails)
+    at = railed.index(a)
+    third = next(railed[(at + k) % r] for k in range(2, r + 2) if railed[(at + k) % r] not in (a, b))
     return [a, b, third] + [a if j % 2 == 0 else b for j in range(num_nodes - 3)]
 
 
@@ -193,14 +197,19 @@ def nccl_rings(topology: Topology, channels: int, routes: Routes | None = None) 
         raise NotApplicableError(f"nccl-ring: {topology.name} has nodes with different GPU counts")
     if g == 1:
         return [[r[0] for r in per_node] for _ in range(channels)]
+    # a ring crosses to the next node from a GPU with a route there (through its NIC without
+    # entering another GPU): on a Frontier node only the GCDs the NICs hang off
+    railed = [i for i in range(g) if routes.connected(per_node[0][i], per_node[1][i])]
+    if not railed:
+        raise NotApplicableError(f"nccl-ring: no GPU of {topology.name}'s nodes has a route to another node")
     entries = []
     for c in range(channels):
-        a = c % g
-        ends = _endpoints(len(nodes), g, a, _partner(topology, per_node[0], a))
+        a = railed[c % len(railed)]
+        ends = _endpoints(len(nodes), railed, a, _partner(topology, per_node[0], a, railed))
         if ends is None:
             raise NotApplicableError(
-                f"nccl-ring: {topology.name} has {len(nodes)} nodes of {g} GPUs; a rail-aligned ring over an odd "
-                "number of nodes needs at least 3 GPUs per node"
+                f"nccl-ring: {topology.name} has {len(nodes)} nodes with {len(railed)} GPUs on a rail each; a "
+                "rail-aligned ring over an odd number of nodes needs at least 3"
             )
         entries.append(ends)
     paths = []  # per node, per channel

@@ -212,3 +212,19 @@ def test_the_joint_path_search_is_bounded_and_deterministic():
     topology = load_machine("mi300x*2").topology
     many = nccl_rings(topology, 128)
     assert len(many) == 128 and many == nccl_rings(topology, 128)
+
+
+def test_rings_cross_nodes_only_from_gpus_next_to_a_nic():
+    """A Frontier node's four Slingshot NICs hang off four of its eight GCDs:
+    NCCL's rings leave and enter a node at those GCDs, so every channel has a
+    route between nodes (no route enters another GPU)."""
+    from simcoll.algorithms.nccl import nccl_rings
+
+    machine = load_machine("frontier*2")
+    topology = machine.topology
+    with_nic = {i for i in range(8) if machine.route(i, 8 + i) is not None}
+    assert with_nic and len(with_nic) < 8
+    for ring in nccl_rings(topology, 8):
+        for u, v in zip(ring, ring[1:] + ring[:1], strict=True):
+            if topology.node_of(u) != topology.node_of(v):
+                assert u % 8 in with_nic and v % 8 in with_nic and machine.route(u, v) is not None

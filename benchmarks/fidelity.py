@@ -53,6 +53,8 @@ NODE_TOPOLOGIES = {
     ("mi250x", 8): "frontier",  # HPE Cray EX235a blade: 4 MI250X = 8 GCDs, 4 Slingshot-11 NICs
 }
 #: Not accuracy targets (measurements README).
+#: Logs whose machine is not the one their GPU and count name (the per-file header says which).
+FILE_TOPOLOGIES = {"h100-80gb-x8-n2_all_reduce_a3mega.log": "a3-mega*2"}  # Google Cloud A3 Mega, TCPXO NICs
 UNHEALTHY = ("_degraded", "_incomplete", "nvls-inactive", "_bad_", "a100-sxm4-40gb-x8_all_reduce_cs244c", "kalavai")
 UNHEALTHY_FILES = ("a100-sxm4-80gb-x8-n16_all_reduce_coreweave.log",)
 #: Rows a log's own header marks as the usable ones (bytes, ends included; None: open), e.g.
@@ -67,6 +69,8 @@ NAME = re.compile(r"^(?P<gpu>.+?)-x(?P<g>\d+)(?:-n(?P<nodes>\d+))?_")
 
 def topology_for(path: Path) -> tuple[str | None, str]:
     """The topology spec of a log's machine, or None and why."""
+    if path.name in FILE_TOPOLOGIES:
+        return FILE_TOPOLOGIES[path.name], ""
     match = NAME.match(path.name)
     if not match:
         return None, "file name does not give GPUs per node"

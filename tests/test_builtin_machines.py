@@ -44,6 +44,7 @@ EXPECTED_TOPOLOGIES = {
     "l40s-pcie",
     "v100-pcie",
     "rtx5090-pcie",
+    "a3-mega",
 }
 TACCL_MODELS = {"ndv2-taccl", "dgx2-taccl"}
 
@@ -306,6 +307,14 @@ def test_pcie_boards_route_gpu_pairs_through_their_cpus(name, gpus, sockets, com
     assert far.hops == (3 if sockets > 1 else 2) and "pcie" in far.link_types
     described = nccl_machine(machine)
     assert described.intra == "pci" and described.compute_capability == compute_capability
+
+
+def test_a3_mega_is_an_hgx_h100_with_a_200_gbps_gpu_nic_per_gpu():
+    """Google Cloud A3 Mega: the DGX H100's NVLink fabric (with NVLink SHARP), 8 GPU NICs of 200 Gb/s."""
+    mega, dgx = load_machine("a3-mega"), load_machine("dgx-h100")
+    assert mega.topology.gpu_link_counts("nvlink") == dgx.topology.gpu_link_counts("nvlink")
+    assert _kind_count(mega.topology, "nic") == 8 and mega.topology.network_link == "ethernet"
+    assert mega.model.link("ethernet").bandwidth_Bps == pytest.approx(25e9 * 0.94)
 
 
 def test_h100_nic_is_one_gpu_and_its_nic_for_network_only_clusters():

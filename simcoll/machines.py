@@ -192,6 +192,11 @@ class Machine:
     def _route_cache(self) -> dict[tuple[int, int], Route | None]:
         return {}
 
+    def __getstate__(self) -> dict:
+        # a copy sent to a worker process (compare --jobs) leaves the caches behind: they can be
+        # large, and the worker builds what it needs
+        return {k: v for k, v in self.__dict__.items() if k in ("topology", "model")}
+
     @cached_property
     def derived(self) -> dict:
         """Structures derived from this machine alone, kept as long as it

@@ -96,3 +96,16 @@ def test_remembered_max_min_solutions_change_no_time(spec, name, monkeypatch):
     assert solved_again.timeline.equals(remembered.timeline)
     assert solved_again.stats["recomputes"] == remembered.stats["recomputes"] > 0
     assert remembered.stats["recomputes_remembered"] > 0 == solved_again.stats["recomputes_remembered"]
+
+
+def test_a_machine_sent_to_a_worker_leaves_its_caches_behind():
+    """compare --jobs pickles the Machine for every task: the routes and
+    recipes a simulation left on it stay in this process."""
+    import pickle
+
+    machine = load_machine("dgx-h100*2")
+    simulate(generate("ring", machine, "allreduce"), machine, 1 << 20)
+    assert machine.derived and machine._route_cache
+    copy = pickle.loads(pickle.dumps(machine))
+    assert copy == machine and "derived" not in copy.__dict__ and "_route_cache" not in copy.__dict__
+    assert copy.route(0, 9) == machine.route(0, 9)

@@ -226,9 +226,8 @@ class Machine:
         hops = self.routes.hops(src, dst)
         if hops is None:
             return None
-        # The route's *shape*: components numbered in order of appearance (source 0, destination 1),
-        # their kinds, and the hops between them. Routes of one shape (every GPU pair of a node, every
-        # pair of nodes of a cluster) have the same α and bandwidth: one max flow per shape.
+        # routes of one shape (routes.route_shape) through components of the same kinds have the
+        # same α and bandwidth: one max flow per shape
         edges, names = route_shape(hops, self.topology.gpu(src).name, self.topology.gpu(dst).name)
         kinds = tuple(self.topology.component(name).kind for name in names)
         shape = (edges, kinds)

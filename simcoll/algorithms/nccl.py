@@ -83,16 +83,15 @@ def nearest_nics(topology: Topology, rank: int) -> list[str]:
     ]
 
 
-def _partner(topology: Topology, node_ranks: Sequence[int], local: int, railed: Sequence[int]) -> int:
+def _partner(local: int, railed: Sequence[int], nics: dict[int, frozenset[str]]) -> int:
     """Local index of the GPU among ``railed`` (those that reach other nodes)
-    that shares GPU ``local``'s nearest NICs (its PCIe switch on a DGX), else
-    the next one of ``railed``."""
+    that shares GPU ``local``'s nearest NICs (``nics``: local index -> its
+    :func:`nearest_nics`; its PCIe switch on a DGX), else the next one of ``railed``."""
     at = railed.index(local)
     following = [railed[(at + step) % len(railed)] for step in range(1, len(railed))]
-    mine = set(nearest_nics(topology, node_ranks[local]))
-    if mine:
+    if nics[local]:
         for other in following:
-            if set(nearest_nics(topology, node_ranks[other])) == mine:
+            if nics[other] == nics[local]:
                 return other
     return following[0] if following else local
 
@@ -202,10 +201,11 @@ def nccl_rings(topology: Topology, channels: int, routes: Routes | None = None) 
     railed = [i for i in range(g) if routes.connected(per_node[0][i], per_node[1][i])]
     if not railed:
         raise NotApplicableError(f"nccl-ring: no GPU of {topology.name}'s nodes has a route to another node")
+    nics = {i: frozenset(nearest_nics(topology, per_node[0][i])) for i in railed}
     entries = []
     for c in range(channels):
         a = railed[c % len(railed)]
-        ends = _endpoints(len(nodes), railed, a, _partner(topology, per_node[0], a, railed))
+        ends = _endpoints(len(nodes), railed, a, _partner(a, railed, nics))
         if ends is None:
             raise NotApplicableError(
                 f"nccl-ring: {topology.name} has {len(nodes)} nodes with {len(railed)} GPUs on a rail each; a "

@@ -450,7 +450,7 @@ def calibrate(
     # scale of each variable for the Broyden update (latencies start near 0)
     scale = np.where(np.abs(x_keep) > 0, np.abs(x_keep), 1e-6)
     centre, t_centre = x_keep.copy(), t0
-    best_x, best_t, best_error = x_keep.copy(), t0, _log_error(t0, measured)
+    best_x, best_t, best_error = x_keep.copy(), t0, _fit_error(t0, measured)
     result = None
     for _ in range(max(1, outer_iterations)):
         c, tc = centre.copy(), t_centre.copy()
@@ -466,7 +466,7 @@ def calibrate(
         full = x0.copy()
         full[keep] = centre
         t_centre = simulate_samples(fit_samples, machine, _model_at(base_dict, paths, full))
-        error = _log_error(t_centre, measured)
+        error = _fit_error(t_centre, measured)
         if error < best_error:
             best_x, best_t, best_error = centre.copy(), t_centre, error
         step = (centre - c) / scale
@@ -482,7 +482,7 @@ def calibrate(
     t_centre = best_t
     residuals = (t_centre - measured) / measured
     base_residuals = (t0 - measured) / measured
-    if best_error >= _log_error(t0, measured):
+    if best_error >= _fit_error(t0, measured):
         # no iterate improved on the base model (the bottleneck moved): keep the base
         full, residuals = x0.copy(), base_residuals
         for i in keep:
@@ -514,11 +514,6 @@ def calibrate(
             entry["source"] = f"{p[-1]} {note}; before calibration: {entry['source']}"
     data["sources"] = [*list(data.get("sources") or []), note]
     return model_from_dict(data, where=f"calibrated model {data['name']}"), report
-
-
-def _log_error(simulated: np.ndarray, measured: np.ndarray) -> float:
-    """Mean ``|ln(simulated / measured)|``: what the acceptance figures average."""
-    return float(np.mean(np.abs(np.log(np.maximum(simulated, 1e-15) / measured))))
 
 
 def _variable_bounds(path: tuple[str, ...], value: float) -> tuple[float, float]:
@@ -570,6 +565,11 @@ def validate(
             }
         )
     return pd.DataFrame(rows)
+
+
+def _fit_error(simulated: np.ndarray, measured: np.ndarray) -> float:
+    """:func:`geometric_mean_error` of simulated against measured times: what the acceptance figures average."""
+    return geometric_mean_error(np.maximum(simulated, 1e-15) / measured)
 
 
 def geometric_mean_error(ratios: Sequence[float]) -> float:

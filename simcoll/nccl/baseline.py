@@ -144,13 +144,13 @@ def nccl_machine(machine: Machine | str) -> NcclMachine:
         raise SimcollError(f"NCCL baseline: {topology.name} has nodes with different GPU counts {per_node}")
     gpus, num_nodes = per_node[0], len(nodes)
     links = _gpu_links(topology, 0)
+    switches = [c for c in topology.components if c.kind == "nvswitch" and c.node == nodes[0]]
     fabric = {t: n for t, n in links.items() if t in FABRIC_LINK_TYPES}
     if fabric:
         intra = "nvlink"
         n_links = sum(fabric.values())
         intra_GBps = sum(n * model.link(t).bandwidth_Bps for t, n in fabric.items()) / 1e9
-        switches_in_node = any(c.kind == "nvswitch" and c.node == nodes[0] for c in topology.components)
-        if num_nodes == 1 and not switches_in_node:
+        if num_nodes == 1 and not switches:
             # GPUs joined directly: NCCL duplicates the rings its search finds, which can be fewer than
             # a GPU's links (rings counted with their direction: a full mesh of 8 gives 3 rings and
             # their reverses, 6, where a GPU has 7 links)
@@ -173,7 +173,6 @@ def nccl_machine(machine: Machine | str) -> NcclMachine:
         nic_GBps = rate * max(1, len(nics))
     bw_intra = intra_GBps / channels
     bw_inter = nic_GBps / channels if num_nodes > 1 else None
-    switches = [c for c in topology.components if c.kind == "nvswitch" and c.node == nodes[0]]
     nvls = bool(switches) and all(c.reduce and c.multicast for c in switches) and cc >= 90
     collnet = num_nodes > 1 and any(c.reduce and c.node is None for c in topology.components)
     # NCCL's search gives a multi-node ring one speed for its NVLink and network hops (bwIntra =

@@ -309,15 +309,17 @@ class FluidNetwork:
         if recipe is None:
             self._recording = created = []
             try:
-                alpha, bandwidth, resources = self._compute_route(src, dst)
+                info = self._compute_route(src, dst)
             finally:
                 self._recording = None
-            recipe = self._recipes[key] = (alpha, bandwidth, tuple(created), tuple((r.key, w) for r, w in resources))
-        alpha, bandwidth, created, used = recipe
-        for call in created:  # the same resources, created in the same order, as working the route out again
-            self._resource(*call)
-        ids = self._resource_ids
-        info = (alpha, bandwidth, tuple((self.resources[ids[k]], w) for k, w in used))
+            alpha, bandwidth, resources = info
+            self._recipes[key] = (alpha, bandwidth, tuple(created), tuple((r.key, w) for r, w in resources))
+        else:
+            alpha, bandwidth, created, used = recipe
+            for call in created:  # the same resources, created in the same order, as working the route out
+                self._resource(*call)
+            ids = self._resource_ids
+            info = (alpha, bandwidth, tuple((self.resources[ids[k]], w) for k, w in used))
         self._routes[key] = info
         return info
 

@@ -54,12 +54,20 @@ class Routes:
         self._gpu_names = {g.name for g in topology.gpus}
         self._names = [topology.gpu(r).name for r in range(topology.num_ranks)]
         self._rank_of = {g.name: g.rank for g in topology.gpus}
-        self._out_index = {hop: i for hops in self._out.values() for i, hop in enumerate(hops)}
+        self._out_position = {id(hop): i for hops in self._out.values() for i, hop in enumerate(hops)}
+        self._preds: dict[tuple[str, bool], dict[str, list[RouteHop]]] = {}
         self._order: dict[tuple[str, bool], dict[str, int]] = {}
         self._reachable: dict[int, list[int]] = {}
         self._dist: dict[tuple[str, bool, bool], dict[str, int]] = {}
         self._hops: dict[tuple[int, int], tuple[RouteHop, ...] | None] = {}
         self._length: dict[tuple[int, int], int] = {}
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "_out_position"}  # keyed by id(): rebuilt
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._out_position = {id(hop): i for hops in self._out.values() for i, hop in enumerate(hops)}
 
     def _distances(self, start: str, forward: bool, fabric_only: bool) -> dict[str, int]:
         key = (start, forward, fabric_only)
@@ -121,22 +129,32 @@ class Routes:
         """Every hop on a shortest route from ``s`` to one of ``targets``
         (which ``dist_from`` reaches), in breadth-first order from ``s`` and
         each node's link order."""
-        found: set[RouteHop] = set()
+        # Each node's hops from the previous distance are worked out once per source and kept: the
+        # walks back from a source's destinations meet at the same switches, whose in-hops are many.
+        preds = self._preds.setdefault((s, fabric_only), {})
+        found: dict[int, RouteHop] = {}  # by id: hashing the frozen dataclass costs more than the walk
         frontier = set(targets)
         while frontier:
             back: set[str] = set()
             for node in frontier:
-                want = dist_from[node] - 1
-                for hop in self._in[node]:
-                    u = hop.src
-                    if dist_from.get(u) == want and self._usable(hop, fabric_only):
-                        if u == s or u not in self._gpu_names:
-                            found.add(hop)
-                            if u != s:
-                                back.add(u)
+                into = preds.get(node)
+                if into is None:
+                    want = dist_from[node] - 1
+                    into = preds[node] = [
+                        hop
+                        for hop in self._in[node]
+                        if dist_from.get(hop.src) == want
+                        and self._usable(hop, fabric_only)
+                        and (hop.src == s or hop.src not in self._gpu_names)
+                    ]
+                for hop in into:
+                    found[id(hop)] = hop
+                    if hop.src != s:
+                        back.add(hop.src)
             frontier = back
         order = self._bfs_order(s, fabric_only, dist_from)
-        return tuple(sorted(found, key=lambda h: (order[h.src], self._out_index[h])))
+        position = self._out_position
+        return tuple(sorted(found.values(), key=lambda h: (order[h.src], position[id(h)])))
 
     def _bfs_order(self, s: str, fabric_only: bool, dist_from: dict[str, int]) -> dict[str, int]:
         key = (s, fabric_only)

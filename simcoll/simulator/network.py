@@ -49,6 +49,7 @@ link types crossed plus the latencies of the switches on the way.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -123,7 +124,7 @@ class _Uses:
     """A route's resources as the max-min solvers read them: the resources
     alone, and their ids and weights as arrays."""
 
-    __slots__ = ("resources", "ids", "weights")
+    __slots__ = ("resources", "by_id", "ids", "weights")
 
     def __init__(self, resources: Sequence[tuple[Resource, float]]):
         merged: dict[int, list] = {}
@@ -133,6 +134,7 @@ class _Uses:
             else:
                 merged[r.id] = [r, 0.0 + w]
         self.resources = tuple(r for r, _ in merged.values())
+        self.by_id = {r.id: r for r in self.resources}
         self.ids = np.array(list(merged), dtype=np.int64)
         self.weights = np.array([w for _, w in merged.values()], dtype=float)
 
@@ -792,40 +794,50 @@ class FluidNetwork:
         """Max-min fair rates (progressive filling, weighted) on the connected
         component of flows that share a resource with ``seeds``."""
         self.recomputes += 1
+        # Breadth-first over resources, one level at a time: a level's flows are merged into ``flows``
+        # by dict updates (new flows land at the end, in order), and the next level is the union of
+        # their routes' resources, so the Python-level work is one step per flow and per resource,
+        # not per (flow, resource) use - components of thousands of flows are common (HiCCL).
         flows: dict[int, Flow] = {}
         seen: dict[int, Resource] = {}
-        stack = [r for r, _ in seeds]
-        pop, extend = stack.pop, stack.extend  # the hot loop of large components
-        while stack:
-            r = pop()
-            rid = r.id
-            if rid in seen:
-                continue
-            seen[rid] = r
-            for fid, f in r.flows.items():
-                if fid not in flows:
-                    flows[fid] = f
-                    extend(f.uses.resources)
+        level = {r.id: r for r, _ in seeds}
+        while level:
+            known = len(flows)
+            for rid, r in level.items():
+                seen[rid] = r
+                flows.update(r.flows)
+            reached: dict[int, Resource] = {}
+            for f in itertools.islice(flows.values(), known, None):
+                reached.update(f.uses.by_id)
+            level = {rid: r for rid, r in reached.items() if rid not in seen}
         if not flows:
             if self.record_utilisation:
                 for r in seen.values():
                     self._account(r, 0.0, now)
             return
+        sparse = None
         if len(flows) == 1:
             (f,) = flows.values()
             rates = (alone_rate_Bps(f.bound, f.res),)
         elif len(flows) > _REMEMBER_UP_TO:
-            new = _max_min_numpy(flows, seen)
-            rates = [new[fid] for fid in flows]
+            flow_list = list(flows.values())
+            sparse = _Sparse(flow_list, seen)
+            rates = sparse.max_min(flow_list, seen).tolist()
         else:
             # Pipelined schedules meet the same sharing pattern again and again: the rates are a function
             # of the resources and flows in the order visited (which also fixes the arithmetic's order),
-            # so a pattern met before is answered from memory, bit for bit as solving it again.
-            key = (tuple(seen), tuple([(f.bound, f.res) for f in flows.values()]))
+            # so a pattern met before is answered from memory, bit for bit as solving it again. A flow's
+            # route is its uses object (one per rank pair, kept by the network).
+            key = (tuple(seen), tuple([(f.bound, f.uses) for f in flows.values()]))
             rates = self._solved.get(key)
             if rates is None:
-                new = _max_min(flows, seen) if len(flows) < _NUMPY_FROM else _max_min_numpy(flows, seen)
-                rates = tuple([new[fid] for fid in flows])
+                if len(flows) < _NUMPY_FROM:
+                    new = _max_min(flows, seen)
+                    rates = tuple([new[fid] for fid in flows])
+                else:
+                    flow_list = list(flows.values())
+                    sparse = _Sparse(flow_list, seen)
+                    rates = tuple(sparse.max_min(flow_list, seen).tolist())
                 self._solved_flows += len(flows)
                 if self._solved_flows > _SOLVED_MAX_FLOWS:  # memory stays bounded: forget, start again
                     self._solved.clear()
@@ -837,13 +849,19 @@ class FluidNetwork:
             if rate != f.rate:
                 self._set_rate(f, rate, now)
         if self.record_utilisation:  # the resources' total rates only feed the utilisation record
-            totals = dict.fromkeys(seen, 0.0)
-            for f in flows.values():
-                rate = f.rate
-                for res, w in f.res:
-                    totals[res.id] += rate * w
-            for rid, r in seen.items():
-                self._account(r, totals[rid], now)
+            if len(flows) < _NUMPY_FROM:
+                totals = dict.fromkeys(seen, 0.0)
+                for f in flows.values():
+                    rate = f.rate
+                    for res, w in f.res:
+                        totals[res.id] += rate * w
+                for rid, r in seen.items():
+                    self._account(r, totals[rid], now)
+            else:
+                if sparse is None:
+                    sparse = _Sparse(list(flows.values()), seen)
+                for r, total in zip(seen.values(), sparse.totals(rates), strict=True):
+                    self._account(r, total, now)
 
     def _on_complete(self, event: simpy.Event) -> None:
         f = event.value
@@ -1016,50 +1034,76 @@ def _max_min(flows: dict[int, Flow], resources: dict[int, Resource]) -> dict[int
     return rates
 
 
-def _max_min_numpy(flows: dict[int, Flow], resources: dict[int, Resource]) -> dict[int, float]:
-    """:func:`_max_min`, vectorised over the sparse flow × resource weights.
+class _Sparse:
+    """A component's flow × resource weights as sparse entries, sorted by
+    flow and, within a flow, by resource (their order in the component): the
+    input of the vectorised max-min (:meth:`max_min`) and of the resources'
+    total rates (:meth:`totals`). Each flow lists a resource once
+    (:class:`_Uses` merges repeats), so every (flow, resource) entry is
+    unique."""
 
-    The same arithmetic as a dense flow × resource matrix summed over its
-    rows, without the zeros: entries are kept sorted by flow, and every
-    per-resource sum (:func:`numpy.bincount`) adds them in that order, so the
-    rates are bit-identical to the dense form's (tested) while each filling
-    round costs the number of (flow, resource) uses, not flows × resources."""
+    __slots__ = ("num_resources", "entry_flow", "entry_res", "values")
+
+    def __init__(self, flow_list: list[Flow], resources: dict[int, Resource]):
+        nf = len(flow_list)
+        self.num_resources = nr = len(resources)
+        rids = np.fromiter(resources, dtype=np.int64, count=nr)
+        local = np.empty(int(rids.max()) + 1, dtype=np.int64)
+        local[rids] = np.arange(nr)
+        uses = [f.uses for f in flow_list]
+        lengths = np.fromiter((len(u.ids) for u in uses), dtype=np.int64, count=nf)
+        rows = np.repeat(np.arange(nf, dtype=np.int64), lengths)
+        cols = local[np.concatenate([u.ids for u in uses])]
+        keys = rows * nr + cols
+        order = np.argsort(keys, kind="stable")
+        self.values = np.concatenate([u.weights for u in uses])[order]
+        self.entry_flow, self.entry_res = np.divmod(keys[order], nr)
+
+    def max_min(self, flow_list: list[Flow], resources: dict[int, Resource]) -> np.ndarray:
+        """:func:`_max_min`'s rates, in the order of ``flow_list``.
+
+        The same arithmetic as a dense flow × resource matrix summed over its
+        rows, without the zeros: every per-resource sum
+        (:func:`numpy.bincount`) adds the entries in flow order, so the rates
+        are bit-identical to the dense form's (tested) while each filling
+        round costs the number of (flow, resource) uses, not flows × resources."""
+        nf, nr = len(flow_list), self.num_resources
+        entry_flow, entry_res, values = self.entry_flow, self.entry_res, self.values
+        used = values > 0
+        residual = np.array([r.effective_capacity_Bps(len(r.flows)) for r in resources.values()])
+        bound = np.array([f.bound for f in flow_list])
+        rates = np.zeros(nf)
+        unfrozen = np.ones(nf, dtype=bool)
+        while unfrozen.any():
+            live = unfrozen[entry_flow]
+            weight_sum = np.bincount(entry_res[live], weights=values[live], minlength=nr)
+            active = weight_sum > 1e-12
+            share = np.full(nr, np.inf)
+            share[active] = residual[active] / weight_sum[active]
+            level = max(min(share.min(), bound[unfrozen].min()), 0.0)
+            limit = level * (1 + _REL_TOL)
+            tight = share <= limit
+            hit = np.zeros(nf, dtype=bool)
+            hit[entry_flow[used & tight[entry_res]]] = True
+            newly = unfrozen & ((bound <= limit) | hit)
+            rates[newly] = level
+            taken = newly[entry_flow]
+            residual -= level * np.bincount(entry_res[taken], weights=values[taken], minlength=nr)
+            unfrozen &= ~newly
+        return rates
+
+    def totals(self, rates) -> list[float]:
+        """Each resource's total rate (its flows' ``rates`` times their
+        weights), summed in flow order as a loop over the flows would."""
+        per_use = np.asarray(rates, dtype=float)[self.entry_flow] * self.values
+        return np.bincount(self.entry_res, weights=per_use, minlength=self.num_resources).tolist()
+
+
+def _max_min_numpy(flows: dict[int, Flow], resources: dict[int, Resource]) -> dict[int, float]:
+    """:func:`_max_min`, vectorised over the sparse flow × resource weights
+    (:meth:`_Sparse.max_min`)."""
     flow_list = list(flows.values())
-    nf, nr = len(flow_list), len(resources)
-    rids = np.fromiter(resources, dtype=np.int64, count=nr)
-    local = np.empty(int(rids.max()) + 1, dtype=np.int64)
-    local[rids] = np.arange(nr)
-    uses = [f.uses for f in flow_list]
-    lengths = np.fromiter((len(u.ids) for u in uses), dtype=np.int64, count=nf)
-    rows = np.repeat(np.arange(nf, dtype=np.int64), lengths)
-    cols = local[np.concatenate([u.ids for u in uses])]
-    # each flow lists a resource once (:class:`_Uses` merges repeats), so every (flow, resource)
-    # entry is unique: sorting them is all the sparse form needs
-    keys = rows * nr + cols
-    order = np.argsort(keys, kind="stable")
-    values = np.concatenate([u.weights for u in uses])[order]
-    entry_flow, entry_res = np.divmod(keys[order], nr)
-    used = values > 0
-    residual = np.array([r.effective_capacity_Bps(len(r.flows)) for r in resources.values()])
-    bound = np.array([f.bound for f in flow_list])
-    rates = np.zeros(nf)
-    unfrozen = np.ones(nf, dtype=bool)
-    while unfrozen.any():
-        live = unfrozen[entry_flow]
-        weight_sum = np.bincount(entry_res[live], weights=values[live], minlength=nr)
-        active = weight_sum > 1e-12
-        share = np.full(nr, np.inf)
-        share[active] = residual[active] / weight_sum[active]
-        level = max(min(share.min(), bound[unfrozen].min()), 0.0)
-        limit = level * (1 + _REL_TOL)
-        tight = share <= limit
-        hit = np.zeros(nf, dtype=bool)
-        hit[entry_flow[used & tight[entry_res]]] = True
-        newly = unfrozen & ((bound <= limit) | hit)
-        rates[newly] = level
-        taken = newly[entry_flow]
-        residual -= level * np.bincount(entry_res[taken], weights=values[taken], minlength=nr)
-        unfrozen &= ~newly
+    rates = _Sparse(flow_list, resources).max_min(flow_list, resources)
     return {f.id: float(rate) for f, rate in zip(flow_list, rates, strict=True)}
 
 

@@ -56,6 +56,7 @@ class Routes:
         self._rank_of = {g.name: g.rank for g in topology.gpus}
         self._out_position = {id(hop): i for hops in self._out.values() for i, hop in enumerate(hops)}
         self._preds: dict[tuple[str, bool], dict[str, list[RouteHop]]] = {}
+        self._on_routes: frozenset[tuple[str, str, str]] | None = None
         self._order: dict[tuple[str, bool], dict[str, int]] = {}
         self._reachable: dict[int, list[int]] = {}
         self._dist: dict[tuple[str, bool, bool], dict[str, int]] = {}
@@ -131,8 +132,18 @@ class Routes:
         each node's link order."""
         # Each node's hops from the previous distance are worked out once per source and kept: the
         # walks back from a source's destinations meet at the same switches, whose in-hops are many.
-        preds = self._preds.setdefault((s, fabric_only), {})
-        found: dict[int, RouteHop] = {}  # by id: hashing the frozen dataclass costs more than the walk
+        found = self._walk_back(s, targets, fabric_only, dist_from, self._preds.setdefault((s, fabric_only), {}))
+        order = self._bfs_order(s, fabric_only, dist_from)
+        position = self._out_position
+        return tuple(sorted(found.values(), key=lambda h: (order[h.src], position[id(h)])))
+
+    def _walk_back(
+        self, s: str, targets: set[str], fabric_only: bool, dist_from: dict[str, int], preds: dict[str, list[RouteHop]]
+    ) -> dict[int, RouteHop]:
+        """The hops of :meth:`_dag` by ``id`` (hashing the frozen dataclass
+        costs more than the walk), unordered; ``preds`` keeps each node's
+        hops from the previous distance."""
+        found: dict[int, RouteHop] = {}
         frontier = set(targets)
         while frontier:
             back: set[str] = set()
@@ -152,9 +163,7 @@ class Routes:
                     if hop.src != s:
                         back.add(hop.src)
             frontier = back
-        order = self._bfs_order(s, fabric_only, dist_from)
-        position = self._out_position
-        return tuple(sorted(found.values(), key=lambda h: (order[h.src], position[id(h)])))
+        return found
 
     def _bfs_order(self, s: str, fabric_only: bool, dist_from: dict[str, int]) -> dict[str, int]:
         key = (s, fabric_only)
@@ -173,23 +182,95 @@ class Routes:
             self._reachable[src] = sorted(ranks)
         return self._reachable[src]
 
-    def hops_on_routes(self) -> set[tuple[str, str, str]]:
-        """Every directed (src, dst, type) link that lies on some GPU-to-GPU route."""
-        used = set()
-        for s in range(self.topology.num_ranks):
-            targets: dict[bool, set[str]] = {True: set(), False: set()}
-            dists = {}
-            for d in self.reachable(s):
-                fabric_only, dists[fabric_only] = self._mode(s, d)
-                targets[fabric_only].add(self._names[d])
-            for fabric_only, names in targets.items():
-                if names:
-                    dag = self._dag(self._names[s], names, fabric_only, dists[fabric_only])
-                    used.update((h.src, h.dst, h.type) for h in dag)
+    def hops_on_routes(self) -> frozenset[tuple[str, str, str]]:
+        """Every directed (src, dst, type) link that lies on some GPU-to-GPU route.
+
+        Worked out once. In a cluster of identical nodes (the ``n<i>.``
+        copies of :func:`~simcoll.topology_generators.cluster`), swapping the
+        first node with node *j* maps the topology onto itself, and so maps
+        the routes from the first node's GPUs onto those from node *j*'s: the
+        walks back are done for the first node's GPUs only, and for every
+        node whose swap is checked to be such a symmetry, their hops are
+        mapped over (bit-identical to walking from every GPU: tested)."""
+        if self._on_routes is None:
+            ranks_of: dict[int | None, list[int]] = {}
+            for g in self.topology.gpus:
+                ranks_of.setdefault(g.node, []).append(g.rank)
+            members: dict[int | None, list] = {}
+            for c in self.topology.components:
+                members.setdefault(c.node, []).append(c)
+            nodes = sorted(n for n in ranks_of if n is not None)
+            used = self._hops_from(ranks_of.get(None, []))
+            if nodes:
+                first = nodes[0]
+                base = self._hops_from(ranks_of[first])
+                used |= base
+                node_of = {c.name: c.node for c in self.topology.components}
+                touching: dict[int, list[tuple[str, str, str]]] = {}
+                for hop in base:
+                    for end in {node_of[hop[0]], node_of[hop[1]]} - {None}:
+                        touching.setdefault(end, []).append(hop)
+                for n in nodes[1:]:
+                    swap = self._node_swap(first, n, members)
+                    if swap is None:
+                        used |= self._hops_from(ranks_of[n])
+                        continue
+                    for a, b, kind in touching.get(first, []) + touching.get(n, []):
+                        used.add((swap.get(a, a), swap.get(b, b), kind))
+            self._on_routes = frozenset(used)
+        return self._on_routes
+
+    def _hops_from(self, sources) -> set[tuple[str, str, str]]:
+        """The (src, dst, type) hops on routes from ``sources`` (ranks)."""
+        used: set[tuple[str, str, str]] = set()
+        for src in sources:
+            s = self._names[src]
+            fabric = {n for n in self._distances(s, True, True) if n in self._gpu_names} - {s}
+            other = {n for n in self._distances(s, True, False) if n in self._gpu_names} - fabric - {s}
+            for fabric_only, targets in ((True, fabric), (False, other)):
+                if targets:
+                    found = self._walk_back(s, targets, fabric_only, self._distances(s, True, fabric_only), {})
+                    used.update((h.src, h.dst, h.type) for h in found.values())
         return used
+
+    def _node_swap(self, a: int, b: int, members: dict[int | None, list]) -> dict[str, str] | None:
+        """Names swapped between nodes ``a`` and ``b`` (``n<a>.x`` <-> ``n<b>.x``)
+        when that maps every link onto a link of the same type and count and
+        every component onto one of the same kind - a symmetry of the
+        topology - else None. ``members`` lists each node's components."""
+        local: dict[int, dict[str, object]] = {}
+        for n in (a, b):
+            prefix = f"n{n}."
+            if not all(c.name.startswith(prefix) for c in members[n]):
+                return None
+            local[n] = {c.name[len(prefix) :]: c for c in members[n]}
+        if local[a].keys() != local[b].keys():
+            return None
+        swap: dict[str, str] = {}
+        for name, ca in local[a].items():
+            cb = local[b][name]
+            if (ca.kind, ca.rank is None) != (cb.kind, cb.rank is None):
+                return None
+            swap[ca.name], swap[cb.name] = cb.name, ca.name
+        hops = {(h.src, h.dst, h.type, h.count) for name in swap for h in (*self._out[name], *self._in[name])}
+        if {(swap.get(s, s), swap.get(d, d), t, k) for s, d, t, k in hops} != hops:
+            return None
+        return swap
 
     def connected(self, src: int, dst: int) -> bool:
         return src != dst and self._mode(src, dst) is not None
+
+    def direct_neighbours(self, src: int) -> dict[int, int]:
+        """``{rank: direct_links(src, rank)}`` for the GPUs joined to ``src``
+        directly (only its own links are looked at)."""
+        out: dict[int, int] = {}
+        for hop in self._out[self._names[src]]:
+            d = self._rank_of.get(hop.dst)
+            if d is not None and d not in out:
+                links = self.direct_links(src, d)
+                if links:
+                    out[d] = links
+        return out
 
     def direct_links(self, src: int, dst: int) -> int:
         """Number of links joining the two GPUs directly."""
@@ -308,11 +389,11 @@ def _bandwidth_relation(topology: Topology, routes: Routes) -> tuple[BandwidthCo
     via_fabric: dict[int, set[tuple[int, int]]] = {r: set() for r in range(p)}
     into_fabric: dict[int, set[tuple[int, int]]] = {r: set() for r in range(p)}
     for s in range(p):
+        direct = routes.direct_neighbours(s)
+        for d in sorted(direct):
+            constraints.append(BandwidthConstraint(frozenset({(s, d)}), direct[d], f"link {s}->{d}"))
         for d in routes.reachable(s):
-            direct = routes.direct_links(s, d)
-            if direct:
-                constraints.append(BandwidthConstraint(frozenset({(s, d)}), direct, f"link {s}->{d}"))
-            else:
+            if d not in direct:
                 via_fabric[s].add((s, d))
                 into_fabric[d].add((s, d))
     gpu_names = {g.name: g.rank for g in topology.gpus}
@@ -334,20 +415,25 @@ def _bandwidth_relation(topology: Topology, routes: Routes) -> tuple[BandwidthCo
             constraints.append(BandwidthConstraint(frozenset(into_fabric[r]), fabric_in[r], f"rank {r} ingress"))
     if len(topology.nodes) > 1:
         comps = {c.name: c for c in topology.components}
+        out_links = dict.fromkeys(topology.nodes, 0)
+        in_links = dict.fromkeys(topology.nodes, 0)
+        for link in topology.links:
+            for a, b in directed_pairs(link):
+                ca, cb = comps[a], comps[b]
+                if ca.kind == "nic" and ca.node is not None and cb.node != ca.node:
+                    out_links[ca.node] += link.count
+                if cb.kind == "nic" and cb.node is not None and ca.node != cb.node:
+                    in_links[cb.node] += link.count
+        sources_of: dict[int, list[int]] = {d: [] for d in range(p)}
+        for s in range(p):
+            for d in routes.reachable(s):
+                sources_of[d].append(s)
         for node in topology.nodes:
-            out_links = in_links = 0
-            for link in topology.links:
-                for a, b in directed_pairs(link):
-                    ca, cb = comps[a], comps[b]
-                    if ca.kind == "nic" and ca.node == node and cb.node != node:
-                        out_links += link.count
-                    if cb.kind == "nic" and cb.node == node and ca.node != node:
-                        in_links += link.count
             ranks = set(topology.ranks_of_node(node))
             outward = frozenset((s, d) for s in ranks for d in routes.reachable(s) if d not in ranks)
-            inward = frozenset((s, d) for s in range(p) if s not in ranks for d in routes.reachable(s) if d in ranks)
+            inward = frozenset((s, d) for d in ranks for s in sources_of[d] if s not in ranks)
             if outward:
-                constraints.append(BandwidthConstraint(outward, out_links, f"node {node} egress"))
+                constraints.append(BandwidthConstraint(outward, out_links[node], f"node {node} egress"))
             if inward:
-                constraints.append(BandwidthConstraint(inward, in_links, f"node {node} ingress"))
+                constraints.append(BandwidthConstraint(inward, in_links[node], f"node {node} ingress"))
     return tuple(constraints)

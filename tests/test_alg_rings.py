@@ -309,3 +309,21 @@ def test_ring_search_has_a_time_limit():
     with pytest.raises(NotApplicableError, match="within 0 s"):
         find_rings(load_topology("dgx1"), time_limit_s=0)
     assert find_ring(load_topology("dgx1"))  # the default limit is ample
+
+
+def test_ring_search_is_not_bounded_by_python_recursion():
+    """A ring visits every rank, so the search goes as deep as the machine is
+    large: on 1,024 GPUs (dgx-h100*128) a recursive search overflowed Python's
+    stack. With the recursion limit below the rank count the rings of
+    dgx-h100*16 (128 ranks, later rings searched) are still found."""
+    import sys
+
+    from simcoll.algorithms.ring import find_rings
+
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(100)
+    try:
+        rings = find_rings(load_topology("dgx-h100*16"))
+    finally:
+        sys.setrecursionlimit(limit)
+    assert len(rings) == 8 and all(sorted(r) == list(range(128)) for r in rings)

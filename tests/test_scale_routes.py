@@ -109,3 +109,59 @@ def test_a_machine_sent_to_a_worker_leaves_its_caches_behind():
     copy = pickle.loads(pickle.dumps(machine))
     assert copy == machine and "derived" not in copy.__dict__ and "_route_cache" not in copy.__dict__
     assert copy.route(0, 9) == machine.route(0, 9)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "dgx1",
+        "dgx2*2",
+        "dgx-a100*4",
+        "dgx-h100*4",
+        "ndv2*4/rail",
+        "perlmutter*3",
+        "mi300x*2",
+        "dgx-h100*4/clos:radix=32",
+        "dgx-h100*3/clos:radix=16",
+        "ring:6",
+        "hypercube:3",
+    ],
+)
+def test_links_on_routes_are_those_of_every_pair_route(spec):
+    """(4) The links on some GPU route, worked out from one node's GPUs and
+    mapped onto the others where swapping two nodes is a symmetry (clusters of
+    identical nodes; not a Clos fabric's nodes on different leaves), are the
+    union of every rank pair's own route."""
+    from simcoll import load_topology
+    from simcoll.routes import Routes
+
+    topology = load_topology(spec)
+    routes = Routes(topology)
+    every_pair = {
+        (h.src, h.dst, h.type)
+        for s in range(topology.num_ranks)
+        for d in routes.reachable(s)
+        for h in routes.hops(s, d)
+    }
+    assert Routes(topology).hops_on_routes() == every_pair
+
+
+def test_bandwidth_relation_constraints_follow_their_definition():
+    """(5) SCCL's relation B on a cluster: a link constraint for exactly the
+    GPU pairs joined directly, and each node's ingress holds every pair
+    entering it from elsewhere."""
+    from simcoll import load_topology
+    from simcoll.routes import Routes, bandwidth_relation
+
+    topology = load_topology("ndv2*3")
+    routes = Routes(topology)
+    relation = bandwidth_relation(topology)
+    p = topology.num_ranks
+    links = {next(iter(c.links)): c.chunks_per_round for c in relation if c.label.startswith("link ")}
+    assert links == {
+        (s, d): routes.direct_links(s, d) for s in range(p) for d in routes.reachable(s) if routes.direct_links(s, d)
+    }
+    for node in topology.nodes:
+        ranks = set(topology.ranks_of_node(node))
+        (ingress,) = [c for c in relation if c.label == f"node {node} ingress"]
+        assert ingress.links == {(s, d) for s in range(p) if s not in ranks for d in routes.reachable(s) if d in ranks}

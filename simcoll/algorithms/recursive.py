@@ -61,7 +61,7 @@ class _Folding:
             bit = self.steps - 1 - k
             for v in range(self.core):
                 w = v ^ (1 << bit)
-                half = [u for u in range(self.core) if u >> bit == w >> bit]
+                half = range(w >> bit << bit, (w >> bit) + 1 << bit)  # the u with u >> bit == w >> bit
                 transfers += [
                     Transfer(c, self.real(v), self.real(w), "reduce", first_step + k) for u in half for c in block(u)
                 ]
@@ -74,7 +74,7 @@ class _Folding:
         for k in range(self.steps):
             for v in range(self.core):
                 w = v ^ (1 << k)
-                group = [u for u in range(self.core) if u >> k == v >> k]
+                group = range(v >> k << k, (v >> k) + 1 << k)  # the u with u >> k == v >> k
                 transfers += [
                     Transfer(c, self.real(v), self.real(w), "copy", first_step + k) for u in group for c in block(u)
                 ]
@@ -198,8 +198,8 @@ def rvhd(topology: Topology, collective: Collective) -> Algorithm:
     core_start = 1 if folding.extra else 0
     everything = range(collective.num_chunks)
 
-    def block(v: int) -> list[int]:
-        return [c for c in everything if c % folding.core == v]
+    def block(v: int) -> range:
+        return range(v, collective.num_chunks, folding.core)  # the chunks c with c mod 2^n == v
 
     transfers = folding.fold(lambda r: everything, "reduce")
     transfers += folding.halving(block, core_start)

@@ -146,11 +146,13 @@ def _search_ring(capacity: _Capacity, p: int, deadline: float, budget: int | Non
         candidates = [d for d in range(p) if d not in visited and capacity.slack(a, d) > 0]
         return sorted(candidates, key=lambda d: (-capacity.slack(a, d), capacity.load.get((a, d), 0), d))
 
-    def extend() -> bool:
+    def enter() -> bool | None:
+        """Arrive at the path's last rank: True when the cycle closes, False
+        when this prefix leads nowhere, None when its candidates are pushed."""
         nonlocal expansions
         expansions += 1
         if budget is not None and expansions > budget:
-            return False
+            raise _OutOfBudget
         if time.monotonic() > deadline:
             raise TimeoutError
         if len(path) == p:
@@ -158,20 +160,47 @@ def _search_ring(capacity: _Capacity, p: int, deadline: float, budget: int | Non
         # Prune: rank 0 must still be reachable from some rank left to visit.
         if not any(capacity.slack(d, 0) > 0 for d in range(p) if d not in visited or d == path[-1]):
             return False
-        for nxt in order(path[-1]):
-            tail = path[-1]
-            capacity.take(tail, nxt)
+        untried.append(iter(order(path[-1])))
+        return None
+
+    def step_back() -> None:
+        last = path.pop()
+        visited.discard(last)
+        capacity.take(path[-1], last, -1)
+
+    # Depth-first with an explicit stack (a ring of 1,024 ranks is deeper than Python's recursion):
+    # untried[k] holds the candidates not yet tried after path[: k + 1], in order.
+    untried: list = []
+    try:
+        closed = enter()
+        while closed is None and untried:
+            nxt = next(untried[-1], None)
+            if nxt is None:  # every candidate failed: this prefix leads nowhere
+                untried.pop()
+                if untried:
+                    step_back()
+                continue
+            capacity.take(path[-1], nxt)
             path.append(nxt)
             visited.add(nxt)
-            closed = extend()
-            capacity.take(tail, nxt, -1)
-            if closed:
-                return True
-            path.pop()
-            visited.discard(nxt)
-        return False
+            closed = enter()
+            if closed is False:
+                step_back()
+                closed = None
+    except _OutOfBudget:
+        closed = False
+    if not closed:
+        while len(path) > 1:  # give back the capacity the path holds
+            step_back()
+        return None
+    ring = list(path)
+    for a, b in _pairs(ring)[:-1]:
+        capacity.take(a, b, -1)
+    return ring
 
-    return list(path) if extend() else None
+
+class _OutOfBudget(Exception):
+    """A bounded ring search ran out of expansions."""
 
 
 def find_rings(

@@ -327,3 +327,33 @@ def test_ring_search_is_not_bounded_by_python_recursion():
     finally:
         sys.setrecursionlimit(limit)
     assert len(rings) == 8 and all(sorted(r) == list(range(128)) for r in rings)
+
+
+def test_path_search_and_tree_depths_go_deeper_than_python_recursion():
+    """The search behind chains and rings, and the depths of a tree, follow
+    paths as long as the machine has ranks: with the recursion limit below the
+    length they still find a Hamiltonian path that must backtrack (ranks
+    0..n-1 where only i -> i + 1 and the last -> 0 close; every neighbour list
+    offers the dead end n - 1 first), and the depths of a 300-deep chain given
+    leaves first; a parent map with a cycle is refused."""
+    import sys
+
+    from simcoll.algorithms.common import hamiltonian_path, tree_depths
+
+    n = 300
+
+    def neighbours(v: int) -> list[int]:
+        return [n - 1, v + 1] if v + 1 < n - 1 else [n - 1] if v < n - 1 else []
+
+    chain = {v: v - 1 for v in reversed(range(1, n))}
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(150)
+    try:
+        path = hamiltonian_path(0, neighbours, n, close=lambda a, b: a == n - 1 and b == 0)
+        depths = tree_depths(chain, 0)
+    finally:
+        sys.setrecursionlimit(limit)
+    assert path == list(range(n))
+    assert depths == {v: v for v in range(n)}
+    with pytest.raises(ValueError, match="not a tree"):
+        tree_depths({1: 2, 2: 1}, 0)

@@ -144,23 +144,35 @@ def hamiltonian_path(
     is exponential in the worst case)."""
     deadline = time.monotonic() + time_limit_s
     path, used = [start], {start}
+    untried: list = []  # per rank of the path, its neighbours not tried yet (no recursion: paths are long)
 
-    def extend() -> bool:
+    def enter() -> bool | None:
+        """At the path's last node: True when it is complete, False when it
+        cannot be, None when that node's neighbours are pushed to try."""
         if time.monotonic() > deadline:
             raise NotApplicableError(f"no {what} found within {time_limit_s:g} s")
         if len(path) == size:
             return close is None or close(path[-1], start)
-        for nxt in neighbours(path[-1]):
-            if nxt not in used:
-                path.append(nxt)
-                used.add(nxt)
-                if extend():
-                    return True
-                path.pop()
-                used.discard(nxt)
-        return False
+        untried.append(iter(neighbours(path[-1])))
+        return None
 
-    return list(path) if extend() else None
+    done = enter()
+    while done is None and untried:
+        nxt = next(untried[-1], None)
+        if nxt is None:  # every neighbour failed: back up one node
+            untried.pop()
+            if untried:
+                used.discard(path.pop())
+            continue
+        if nxt in used:
+            continue
+        path.append(nxt)
+        used.add(nxt)
+        done = enter()
+        if done is False:
+            used.discard(path.pop())
+            done = None
+    return list(path) if done else None
 
 
 def require_routes(name: str, topology: Topology, routes: Routes, transfers: Iterable[Transfer]) -> None:
@@ -185,12 +197,15 @@ def one_message_per_step(transfers: Iterable[Transfer]) -> list[Transfer]:
 def tree_depths(parent: dict[int, int], root: int) -> dict[int, int]:
     """Depth of every rank of a tree given as ``{child: parent}`` (root at 0)."""
     depth = {root: 0}
-
-    def of(rank: int) -> int:
-        if rank not in depth:
-            depth[rank] = of(parent[rank]) + 1
-        return depth[rank]
-
     for rank in parent:
-        of(rank)
+        up = []  # the ancestors of ``rank`` whose depth is not known yet, nearest first
+        while rank not in depth:
+            up.append(rank)
+            if len(up) > len(parent):
+                raise ValueError(f"{parent} is not a tree: rank {rank} is its own ancestor")
+            rank = parent[rank]
+        d = depth[rank]
+        for r in reversed(up):
+            d += 1
+            depth[r] = d
     return depth

@@ -165,3 +165,28 @@ def test_bandwidth_relation_constraints_follow_their_definition():
         ranks = set(topology.ranks_of_node(node))
         (ingress,) = [c for c in relation if c.label == f"node {node} ingress"]
         assert ingress.links == {(s, d) for s in range(p) if s not in ranks for d in routes.reachable(s) if d in ranks}
+
+
+@pytest.mark.parametrize("spec", ["dgx2", "dgx-h100*3", "ndv2*2/rail", "dgx-h100*4/clos:radix=32", "perlmutter*2"])
+def test_breadth_first_paths_are_those_networkx_chooses(spec, monkeypatch):
+    """(6) The network model's component-to-component paths (NIC binding, host
+    staging) from a source's breadth-first tree, used where the shortest path
+    is unique, equal NetworkX's shortest paths, and where paths tie the choice
+    stays NetworkX's: every ordered pair of GPUs, NICs and switches."""
+    machine = load_machine(spec)
+    names = [c.name for c in machine.topology.components if c.kind in ("gpu", "nic") or "switch" in c.kind]
+
+    def all_paths(tree_from):
+        monkeypatch.setattr(network_module, "_TREE_FROM", tree_from)
+        net = FluidNetwork(simpy.Environment(), load_machine(spec))
+        out = {}
+        for a in names:
+            for b in names:
+                for avoid in (True, False):
+                    try:
+                        out[(a, b, avoid)] = net._shortest_path(a, b, avoid)
+                    except Exception as exc:  # noqa: BLE001 - the same pairs must fail the same way
+                        out[(a, b, avoid)] = type(exc).__name__
+        return out
+
+    assert all_paths(1) == all_paths(10**9)

@@ -66,7 +66,7 @@ from ..algorithm import Algorithm, Transfer, messages
 from ..analytic import chunk_bytes
 from ..errors import AlgorithmError, SimulationError
 from ..machines import Machine
-from .engine import run_with_limit
+from .engine import check_limit, run_with_limit
 from .network import Flow, FluidNetwork, SwitchPath, alone_rate_Bps
 from .results import TIMELINE_COLUMNS, SimulationResult, make_result
 
@@ -256,7 +256,11 @@ class _Run:
         contention: bool,
         record_utilisation: bool,
         protocol: str | None = None,
+        time_limit_s: float = math.inf,
     ) -> None:
+        self.started_s = time.perf_counter()
+        self.time_limit_s = time_limit_s
+        self.what = f"simulation of {algorithm.name} on {machine.name}"
         if algorithm.num_ranks != machine.num_ranks:
             raise AlgorithmError(
                 f"{algorithm.name} is for {algorithm.num_ranks} ranks but {machine.name} has {machine.num_ranks}"
@@ -326,7 +330,13 @@ class _Run:
         plan = self.plan
         self.pairs = list(plan.queues)
         self.q_msgs = [plan.queues[p] for p in self.pairs]
-        self.routes = [self.net.route(*pair) for pair in self.pairs]  # fails early on an unroutable pair
+        self.routes = []
+        for i, pair in enumerate(self.pairs):
+            if i % 1024 == 1023:
+                check_limit(
+                    self.started_s, self.time_limit_s, self.what, f"working out routes ({i} of {len(self.pairs)} pairs)"
+                )
+            self.routes.append(self.net.route(*pair))  # fails early on an unroutable pair
         msg_q = np.empty(plan.messages, dtype=np.int32)
         for qi, msgs in enumerate(self.q_msgs):
             msg_q[msgs] = qi
@@ -490,15 +500,14 @@ class _Run:
                 self._start_private(qi, 0.0)
             else:
                 self._start_shared(qi)
-        what = f"simulation of {self.algorithm.name} on {self.machine.name}"
-        events = run_with_limit(self.env, time_limit_s, what=what)
+        events = run_with_limit(self.env, time_limit_s, what=self.what, started_s=self.started_s)
         n_msgs = self.plan.messages
         if self.landed_count != n_msgs:
             pending = self.plan.pending
             stuck = [m for m in range(n_msgs) if pending[m]][:5]
             detail = "; ".join(f"{self.plan.describe(m)} waits for its chunk at the source" for m in stuck)
             raise SimulationError(
-                f"{what} stalled: {n_msgs - self.landed_count} of {n_msgs} messages never completed "
+                f"{self.what} stalled: {n_msgs - self.landed_count} of {n_msgs} messages never completed "
                 f"({detail or 'waiting on the network'})"
             )
         return events
@@ -563,7 +572,13 @@ def _simulate_algorithm(
     """
     wall0 = time.perf_counter()
     run = _Run(
-        algorithm, machine, size_bytes, contention=contention, record_utilisation=record_utilisation, protocol=protocol
+        algorithm,
+        machine,
+        size_bytes,
+        contention=contention,
+        record_utilisation=record_utilisation,
+        protocol=protocol,
+        time_limit_s=time_limit_s,
     )
     plan_s = time.perf_counter() - wall0
     events = run.run(time_limit_s)

@@ -13,13 +13,17 @@ from ..errors import SimulationError
 _BATCH = 64  # events between wall-clock checks (an event may settle many messages)
 
 
-def run_with_limit(env: simpy.Environment, time_limit_s: float, what: str = "simulation") -> int:
+def run_with_limit(
+    env: simpy.Environment, time_limit_s: float, what: str = "simulation", started_s: float | None = None
+) -> int:
     """Process events until none is left; raise
     :class:`~simcoll.errors.SimulationError` when ``time_limit_s`` seconds of
-    wall clock have passed. Returns the number of events processed."""
+    wall clock have passed since ``started_s`` (a :func:`time.perf_counter`
+    reading: the set-up before the events counts too; default now). Returns
+    the number of events processed."""
     if not time_limit_s > 0:
         raise SimulationError(f"{what}: time_limit_s must be positive, got {time_limit_s}")
-    deadline = time.perf_counter() + time_limit_s
+    deadline = (time.perf_counter() if started_s is None else started_s) + time_limit_s
     step = env.step
     events = 0
     i = 0
@@ -35,3 +39,12 @@ def run_with_limit(env: simpy.Environment, time_limit_s: float, what: str = "sim
                 )
     except EmptySchedule:
         return events + i
+
+
+def check_limit(started_s: float, time_limit_s: float, what: str, doing: str) -> None:
+    """Raise :class:`~simcoll.errors.SimulationError` when ``time_limit_s``
+    seconds have passed since ``started_s`` while still ``doing`` the set-up
+    (working out routes of a million rank pairs can take longer than the
+    events)."""
+    if time.perf_counter() - started_s > time_limit_s:
+        raise SimulationError(f"{what}: wall-clock limit of {time_limit_s:g} s reached {doing} (raise time_limit_s)")

@@ -75,6 +75,8 @@ _SOLVED_MAX_FLOWS = 1_000_000  # flows over all sharing patterns a network remem
 #: later network of the machine: routes per ``contention`` setting, max-flow shares per route
 #: shape, shortest component paths, each node's NICs.
 _ROUTES_KEY, _FLOW_SHARES_KEY, _PATHS_KEY, _NICS_KEY = "network routes", "flow shares", "component paths", "nics"
+_TREE_FROM = 8  # paths asked from one component before it gets a breadth-first tree (:meth:`FluidNetwork._shortest_path`)
+_TREES_KEPT = 16  # trees kept (most recently used): sources are asked in runs, one rank's pairs after another
 _REMEMBER_UP_TO = 512  # flows in a pattern worth remembering (larger ones rarely recur and cost more to key)
 
 
@@ -248,6 +250,9 @@ class FluidNetwork:
         self.recomputes_remembered = 0  # answered from the memory of sharing patterns
         self._topo = machine.topology
         self._kinds = {c.name: c.kind for c in machine.topology.components}
+        self._path_queries: dict[tuple[str, bool], int] = {}
+        self._nic_of: dict[tuple[int, str | None], str] = {}
+        self._trees: dict[tuple[str, bool], tuple] = {}
         params = machine.model.network
         self.host_staging = bool(contention and params is not None and params.host_staging)
         self.nic_binding = params.nic_binding if (contention and params is not None) else None
@@ -464,6 +469,28 @@ class FluidNetwork:
         return list(paths[key])
 
     def _shortest_path(self, a: str, b: str, avoid_fabric: bool) -> tuple[RouteHop, ...]:
+        # A source asked for many paths (a NIC, for every NIC it talks to: a million pairs on 1,024
+        # GPUs) gets one breadth-first tree, which answers every target its shortest path is unique
+        # to; a target with several shortest paths gets NetworkX's choice, as every path did before.
+        key = (a, avoid_fabric)
+        tree = self._trees.pop(key, None)
+        if tree is None:
+            asked = self._path_queries[key] = self._path_queries.get(key, 0) + 1
+            if asked >= _TREE_FROM:
+                tree = self._bfs_tree(a, avoid_fabric)
+        if tree is not None:
+            self._trees[key] = tree  # most recently used last
+            if len(self._trees) > _TREES_KEPT:
+                del self._trees[next(iter(self._trees))]
+            dist, pred, count = tree
+            if b not in dist:
+                raise TopologyError(f"{self.machine.name}: no path from {a} to {b} for the network model")
+            if count[b] == 1:
+                hops = []
+                while b != a:
+                    hops.append(pred[b])
+                    b = pred[b].src
+                return tuple(reversed(hops))
         g = self._node_graph()
 
         def ok(u, v, data):
@@ -479,6 +506,32 @@ class FluidNetwork:
             raise TopologyError(f"{self.machine.name}: no path from {a} to {b} for the network model") from None
         return tuple(g[u][v]["hop"] for u, v in zip(nodes, nodes[1:], strict=False))
 
+    def _bfs_tree(self, a: str, avoid_fabric: bool) -> tuple[dict[str, int], dict[str, RouteHop], dict[str, int]]:
+        """Hop distances from ``a`` over the links :meth:`_shortest_path` may
+        use (entering no GPU but the target's), the hop into each component on
+        one shortest path, and how many shortest paths reach it (capped at 2)."""
+        g = self._node_graph()
+        dist, pred, count = {a: 0}, {}, {a: 1}
+        frontier = [a]
+        while frontier:
+            nxt = []
+            for u in frontier:
+                if u != a and self._kinds.get(u) == "gpu":
+                    continue  # GPUs end paths; they do not forward
+                du, cu = dist[u] + 1, count[u]
+                for v, data in g.succ[u].items():
+                    hop = data["hop"]
+                    if avoid_fabric and hop.type in FABRIC_LINK_TYPES:
+                        continue
+                    dv = dist.get(v)
+                    if dv is None:
+                        dist[v], pred[v], count[v] = du, hop, cu
+                        nxt.append(v)
+                    elif dv == du:
+                        count[v] = min(2, count[v] + cu)
+            frontier = nxt
+        return dist, pred, count
+
     def nic_of(self, rank: int) -> str:
         """The NIC rank ``rank`` uses under the model's ``nic_binding`` (HiCCL
         §2.3): packed ⌊g·N/G⌋, round-robin g mod N, bijective g.
@@ -488,6 +541,13 @@ class FluidNetwork:
         binds packed: NICs keep their place in the node (nic0, nic4 of eight),
         so packed gives each GPU the NIC of its own half, the nearest one.
         """
+        key = (rank, self.nic_binding)
+        nic = self._nic_of.get(key)
+        if nic is None:
+            nic = self._nic_of[key] = self._bound_nic(rank)
+        return nic
+
+    def _bound_nic(self, rank: int) -> str:
         node = self._topo.node_of(rank)
         ranks = self._topo.ranks_of_node(node)
         nics = self._nics_of_node(node)

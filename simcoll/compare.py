@@ -35,7 +35,7 @@ from .algorithms import applicable
 from .analytic import algbw_GBps, busbw_GBps, critical_path_time_s
 from .bounds import time_lower_bound_s
 from .collectives import canonical_name, make_collective
-from .errors import SimcollError
+from .errors import SimcollError, SimulationError
 from .files import save_figure
 from .machines import Machine, as_machine
 from .units import check_size_bytes, format_size
@@ -100,7 +100,9 @@ def compare(
     contention : bool, optional
         Passed to :func:`simcoll.simulator.simulate`.
     time_limit_s : float, optional
-        Wall-clock limit of each simulation (seconds).
+        Wall-clock limit of each simulation (seconds); a simulation that
+        reaches it leaves its row out, with the reason in ``skipped`` under
+        ``"<name> at <size>"``, and the other rows still come.
     algorithms : list of str, optional
         Only these rows: registry names and/or ``"nccl"`` (default: every
         applicable algorithm and the ``nccl`` row). An unknown name raises.
@@ -153,7 +155,7 @@ def compare(
     collective = canonical_name(collective)
     wanted = _wanted_rows(algorithms)
     with_nccl = wanted is None or NCCL_ROW in wanted
-    timed: dict[tuple[str, int], float] = {}
+    timed: dict[tuple[str, int], float | str] = {}
     nccl_done: dict[int, Algorithm | str] = {}
     if jobs > 1:
         candidates, timed, nccl_done = _in_parallel(
@@ -197,12 +199,20 @@ def compare(
             if name in lowered:
                 runs.append(("program", lowered[name]))
             for how, schedule in runs:
+                label = f"{name}{' (program)' if how == 'program' else ''} at {format_size(size)}"
                 if how == method and (name, size) in timed:
                     t = timed[(name, size)]
+                    if isinstance(t, str):  # its worker's simulation stopped at the time limit
+                        skipped[label] = t
+                        continue
                 elif how == "analytic":
                     t = critical_path_time_s(algorithm, machine, size, protocol=_protocol_for(algorithm, machine, size))
                 else:
-                    t = _simulate(schedule, machine, size, contention, time_limit_s)
+                    try:
+                        t = _simulate(schedule, machine, size, contention, time_limit_s)
+                    except SimulationError as exc:  # past the time limit: the other rows still come
+                        skipped[label] = str(exc)
+                        continue
                 rows.append(
                     {
                         "topology": machine.name,
@@ -223,6 +233,9 @@ def compare(
                         "method": how,
                     }
                 )
+    if not rows:
+        reasons = "; ".join(f"{k}: {v}" for k, v in skipped.items())
+        raise SimcollError(f"compare: no algorithm gave a time for {collective} on {machine.name} ({reasons})")
     df = pd.DataFrame(rows, columns=COLUMNS[:-1])
     primary = df["method"] == method
     fastest = df[primary].groupby("size_bytes")["time_s"].transform("min")
@@ -241,7 +254,7 @@ def _in_parallel(
     contention: bool,
     time_limit_s: float,
     jobs: int,
-) -> tuple[dict[str, Algorithm | str], dict[tuple[str, int], float], dict[int, Algorithm | str]]:
+) -> tuple[dict[str, Algorithm | str], dict[tuple[str, int], float | str], dict[int, Algorithm | str]]:
     """:func:`compare`'s generation and timing on ``jobs`` processes: one
     task per generator (its Algorithm and its time at every size) and one per
     size for NCCL's row. Results are collected in submission order, so the
@@ -266,7 +279,7 @@ def _in_parallel(
             else {}
         )
         candidates: dict[str, Algorithm | str] = {}
-        timed: dict[tuple[str, int], float] = {}
+        timed: dict[tuple[str, int], float | str] = {}
         for name, future in zip(names, generated, strict=True):
             algorithm, times = future.result()
             candidates[name] = algorithm
@@ -281,9 +294,10 @@ def _in_parallel(
 
 def _generate_and_time(
     machine: Machine, collective: str, name: str, sizes: list[int], method: str, contention: bool, time_limit_s: float
-) -> tuple[Algorithm | str, dict[int, float]]:
+) -> tuple[Algorithm | str, dict[int, float | str]]:
     """One generator's Algorithm (or why it does not apply) and its time at
-    every size it has a byte per chunk for (a :func:`_in_parallel` task)."""
+    every size it has a byte per chunk for, or why its simulation stopped (a
+    :func:`_in_parallel` task)."""
     from .algorithms import generate
     from .errors import NotApplicableError
 
@@ -299,15 +313,18 @@ def _generate_and_time(
                     algorithm, machine, size, protocol=_protocol_for(algorithm, machine, size)
                 )
             else:
-                times[size] = _simulate(algorithm, machine, size, contention, time_limit_s)
+                try:
+                    times[size] = _simulate(algorithm, machine, size, contention, time_limit_s)
+                except SimulationError as exc:
+                    times[size] = str(exc)
     return algorithm, times
 
 
 def _nccl_task(
     machine: Machine, collective: str, size: int, method: str, contention: bool, time_limit_s: float
-) -> tuple[Algorithm | str, float | None]:
-    """NCCL's Algorithm at ``size`` and its time, or why it cannot be built
-    (a :func:`_in_parallel` task)."""
+) -> tuple[Algorithm | str, float | str | None]:
+    """NCCL's Algorithm at ``size`` and its time (or why its simulation
+    stopped), or why it cannot be built (a :func:`_in_parallel` task)."""
     from .nccl.baseline import nccl_algorithm
 
     try:
@@ -320,7 +337,10 @@ def _nccl_task(
         return algorithm, critical_path_time_s(
             algorithm, machine, size, protocol=_protocol_for(algorithm, machine, size)
         )
-    return algorithm, _simulate(algorithm, machine, size, contention, time_limit_s)
+    try:
+        return algorithm, _simulate(algorithm, machine, size, contention, time_limit_s)
+    except SimulationError as exc:
+        return algorithm, str(exc)
 
 
 def _wanted_rows(algorithms: list[str] | tuple[str, ...] | str | None) -> set[str] | None:

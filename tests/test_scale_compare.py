@@ -26,3 +26,33 @@ def test_parallel_compare_matches_serial(method):
 def test_jobs_must_be_a_positive_integer():
     with pytest.raises(SimcollError, match="jobs must be a positive integer"):
         compare("ring:4", "allgather", [1024], jobs=0)
+
+
+def test_a_simulation_past_the_time_limit_leaves_its_row_out(monkeypatch):
+    """One slow algorithm (a 1,024-GPU machine has some) does not sink the
+    comparison: its row is left out with the reason, the others come."""
+    import importlib
+
+    from simcoll.errors import SimulationError
+
+    compare_module = importlib.import_module("simcoll.compare")  # the package exports a function of that name
+
+    simulate = compare_module._simulate
+
+    def slow_multi_ring(schedule, *args):
+        if schedule.name == "multi-ring":
+            raise SimulationError("simulation of multi-ring on dgx-a100*2: wall-clock limit of 60 s reached")
+        return simulate(schedule, *args)
+
+    monkeypatch.setattr(compare_module, "_simulate", slow_multi_ring)
+    df, skipped = compare("dgx-a100*2", "allreduce", [1 << 20], algorithms=["ring", "multi-ring", "nccl"])
+    assert sorted(df.algorithm) == ["nccl", "ring"]
+    assert "wall-clock limit" in skipped["multi-ring at 1MB"]
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_no_time_at_all_is_an_error_naming_the_limit(jobs):
+    """With every simulation past its limit (here 1 ns: each needs more
+    than one batch of events) there is no table, and the error says why."""
+    with pytest.raises(SimcollError, match="no algorithm gave a time.*wall-clock limit of 1e-09 s"):
+        compare("dgx-a100*2", "allreduce", [1 << 30], algorithms=["ring", "nccl"], time_limit_s=1e-9, jobs=jobs)

@@ -11,6 +11,7 @@ from .options import (
     add_collective_option,
     add_command,
     add_model_option,
+    add_time_limit_option,
     add_topology_option,
     positive_int,
     print_json,
@@ -34,6 +35,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         contention=not args.no_contention,
         algorithms=args.algorithms,
         jobs=args.jobs,
+        time_limit_s=args.time_limit,
     )
     if args.csv:
         write_csv(df, args.csv)
@@ -67,7 +69,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         )
     print("* best at that size; bound = algbw upper bound from max-flow cuts")
     for name, reason in skipped.items():
-        print(f"not applicable: {reason if reason.startswith(name + ':') else f'{name}: {reason}'}")
+        what = "stopped" if "wall-clock limit" in reason else "not applicable"  # --time-limit reached
+        print(f"{what}: {reason if reason.startswith(name + ':') else f'{name}: {reason}'}")
     for path, what in ((args.csv, "CSV"), (args.plot, "plot")):
         if path:
             print(f"wrote {what} to {path}")
@@ -93,6 +96,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
         default=1,
         help="worker processes that generate and time algorithms (default 1)",
     )
+    add_time_limit_option(p, "wall-clock limit of each simulation in seconds; a row past it is left out (default 60)")
     p.add_argument("--csv", help="write the table as CSV")
     p.add_argument("--plot", help="write algbw vs size as an image")
     p.add_argument("--analytic", action="store_true", help="closed-form alpha-beta times instead of simulating")

@@ -496,6 +496,10 @@ class _Run:
         """Start every pair's queue, run to the end; the number of SimPy events.
         Raises :class:`~simcoll.errors.SimulationError` when messages are left."""
         for qi in range(len(self.pairs)):
+            if qi % 1024 == 1023:
+                check_limit(
+                    self.started_s, time_limit_s, self.what, f"starting queues ({qi} of {len(self.pairs)} pairs)"
+                )
             if self.q_fast[qi]:
                 self._start_private(qi, 0.0)
             else:

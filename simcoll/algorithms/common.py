@@ -144,35 +144,58 @@ def hamiltonian_path(
     is exponential in the worst case)."""
     deadline = time.monotonic() + time_limit_s
     path, used = [start], {start}
-    untried: list = []  # per rank of the path, its neighbours not tried yet (no recursion: paths are long)
 
-    def enter() -> bool | None:
-        """At the path's last node: True when it is complete, False when it
-        cannot be, None when that node's neighbours are pushed to try."""
+    def enter() -> bool | Iterable[int]:
         if time.monotonic() > deadline:
             raise NotApplicableError(f"no {what} found within {time_limit_s:g} s")
         if len(path) == size:
             return close is None or close(path[-1], start)
-        untried.append(iter(neighbours(path[-1])))
-        return None
+        return neighbours(path[-1])
 
-    done = enter()
-    while done is None and untried:
-        nxt = next(untried[-1], None)
-        if nxt is None:  # every neighbour failed: back up one node
+    def forward(node: int) -> bool:
+        if node in used:
+            return False
+        path.append(node)
+        used.add(node)
+        return True
+
+    return list(path) if depth_first(enter, forward, lambda: used.discard(path.pop())) else None
+
+
+def depth_first(
+    enter: Callable[[], bool | Iterable[Any]], forward: Callable[[Any], bool], back: Callable[[], None]
+) -> bool:
+    """Depth-first search with an explicit stack (a path through every rank
+    is deeper than Python's recursion allows on a thousand GPUs).
+
+    ``enter()`` looks at the end of the current path: True when it is a
+    solution, False when it leads nowhere, else the candidates to extend it
+    with, tried in order. ``forward(c)`` extends the path by ``c`` (False to
+    skip ``c``); ``back()`` undoes the last extension. True when a solution
+    was found (the path is left as it is), False when there is none (the
+    path is back where it started)."""
+    first = enter()
+    if isinstance(first, bool):
+        return first
+    untried = [iter(first)]
+    done = object()
+    while untried:
+        candidate = next(untried[-1], done)
+        if candidate is done:  # every candidate failed: back up one step
             untried.pop()
             if untried:
-                used.discard(path.pop())
+                back()
             continue
-        if nxt in used:
+        if not forward(candidate):
             continue
-        path.append(nxt)
-        used.add(nxt)
-        done = enter()
-        if done is False:
-            used.discard(path.pop())
-            done = None
-    return list(path) if done else None
+        found = enter()
+        if found is True:
+            return True
+        if found is False:
+            back()
+        else:
+            untried.append(iter(found))
+    return False
 
 
 def require_routes(name: str, topology: Topology, routes: Routes, transfers: Iterable[Transfer]) -> None:

@@ -30,7 +30,7 @@ from ..collectives import Collective
 from ..errors import NotApplicableError
 from ..routes import Routes, bandwidth_relation
 from ..topology import Topology
-from .common import block_chunks, finish, hamiltonian_path, implements
+from .common import block_chunks, depth_first, finish, hamiltonian_path, implements
 from .registry import Generator, Option, int_list, positive_int
 
 SEARCH_TIME_LIMIT_S = 5.0
@@ -146,9 +146,7 @@ def _search_ring(capacity: _Capacity, p: int, deadline: float, budget: int | Non
         candidates = [d for d in range(p) if d not in visited and capacity.slack(a, d) > 0]
         return sorted(candidates, key=lambda d: (-capacity.slack(a, d), capacity.load.get((a, d), 0), d))
 
-    def enter() -> bool | None:
-        """Arrive at the path's last rank: True when the cycle closes, False
-        when this prefix leads nowhere, None when its candidates are pushed."""
+    def enter() -> bool | list[int]:
         nonlocal expansions
         expansions += 1
         if budget is not None and expansions > budget:
@@ -160,38 +158,26 @@ def _search_ring(capacity: _Capacity, p: int, deadline: float, budget: int | Non
         # Prune: rank 0 must still be reachable from some rank left to visit.
         if not any(capacity.slack(d, 0) > 0 for d in range(p) if d not in visited or d == path[-1]):
             return False
-        untried.append(iter(order(path[-1])))
-        return None
+        return order(path[-1])
 
-    def step_back() -> None:
+    def forward(nxt: int) -> bool:
+        capacity.take(path[-1], nxt)
+        path.append(nxt)
+        visited.add(nxt)
+        return True
+
+    def back() -> None:
         last = path.pop()
         visited.discard(last)
         capacity.take(path[-1], last, -1)
 
-    # Depth-first with an explicit stack (a ring of 1,024 ranks is deeper than Python's recursion):
-    # untried[k] holds the candidates not yet tried after path[: k + 1], in order.
-    untried: list = []
     try:
-        closed = enter()
-        while closed is None and untried:
-            nxt = next(untried[-1], None)
-            if nxt is None:  # every candidate failed: this prefix leads nowhere
-                untried.pop()
-                if untried:
-                    step_back()
-                continue
-            capacity.take(path[-1], nxt)
-            path.append(nxt)
-            visited.add(nxt)
-            closed = enter()
-            if closed is False:
-                step_back()
-                closed = None
+        closed = depth_first(enter, forward, back)
     except _OutOfBudget:
         closed = False
     if not closed:
         while len(path) > 1:  # give back the capacity the path holds
-            step_back()
+            back()
         return None
     ring = list(path)
     for a, b in _pairs(ring)[:-1]:

@@ -75,9 +75,8 @@ _SOLVED_MAX_FLOWS = 1_000_000  # flows over all sharing patterns a network remem
 #: later network of the machine: routes per ``contention`` setting, max-flow shares per route
 #: shape, shortest component paths, each node's NICs.
 _ROUTES_KEY, _FLOW_SHARES_KEY, _PATHS_KEY, _NICS_KEY = "network routes", "flow shares", "component paths", "nics"
-_TREE_FROM = (
-    8  # paths asked from one component before it gets a breadth-first tree (:meth:`FluidNetwork._shortest_path`)
-)
+#: Paths asked from one component before it gets a breadth-first tree (:meth:`FluidNetwork._shortest_path`).
+_TREE_FROM = 8
 _TREES_KEPT = 16  # trees kept (most recently used): sources are asked in runs, one rank's pairs after another
 _REMEMBER_UP_TO = 512  # flows in a pattern worth remembering (larger ones rarely recur and cost more to key)
 

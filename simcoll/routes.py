@@ -54,7 +54,7 @@ class Routes:
         self._gpu_names = {g.name for g in topology.gpus}
         self._names = [topology.gpu(r).name for r in range(topology.num_ranks)]
         self._rank_of = {g.name: g.rank for g in topology.gpus}
-        self._out_position = {id(hop): i for hops in self._out.values() for i, hop in enumerate(hops)}
+        self._out_position = {(h.src, h.dst, h.type): i for hops in self._out.values() for i, h in enumerate(hops)}
         self._preds: dict[tuple[str, bool], dict[str, list[RouteHop]]] = {}
         self._on_routes: frozenset[tuple[str, str, str]] | None = None
         self._order: dict[tuple[str, bool], dict[str, int]] = {}
@@ -62,13 +62,6 @@ class Routes:
         self._dist: dict[tuple[str, bool, bool], dict[str, int]] = {}
         self._hops: dict[tuple[int, int], tuple[RouteHop, ...] | None] = {}
         self._length: dict[tuple[int, int], int] = {}
-
-    def __getstate__(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if k != "_out_position"}  # keyed by id(): rebuilt
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-        self._out_position = {id(hop): i for hops in self._out.values() for i, hop in enumerate(hops)}
 
     def _distances(self, start: str, forward: bool, fabric_only: bool) -> dict[str, int]:
         key = (start, forward, fabric_only)
@@ -135,7 +128,7 @@ class Routes:
         found = self._walk_back(s, targets, fabric_only, dist_from, self._preds.setdefault((s, fabric_only), {}))
         order = self._bfs_order(s, fabric_only, dist_from)
         position = self._out_position
-        return tuple(sorted(found.values(), key=lambda h: (order[h.src], position[id(h)])))
+        return tuple(sorted(found.values(), key=lambda h: (order[h.src], position[h.src, h.dst, h.type])))
 
     def _walk_back(
         self, s: str, targets: set[str], fabric_only: bool, dist_from: dict[str, int], preds: dict[str, list[RouteHop]]

@@ -881,9 +881,8 @@ class FluidNetwork:
             (f,) = flows.values()
             rates = (alone_rate_Bps(f.bound, f.res),)
         elif len(flows) > _REMEMBER_UP_TO:
-            flow_list = list(flows.values())
-            sparse = _Sparse(flow_list, seen)
-            rates = sparse.max_min(flow_list, seen).tolist()
+            sparse = _Sparse(flows, seen)
+            rates = sparse.max_min().tolist()
         else:
             # Pipelined schedules meet the same sharing pattern again and again: the rates are a function
             # of the resources and flows in the order visited (which also fixes the arithmetic's order),
@@ -896,9 +895,8 @@ class FluidNetwork:
                     new = _max_min(flows, seen)
                     rates = tuple([new[fid] for fid in flows])
                 else:
-                    flow_list = list(flows.values())
-                    sparse = _Sparse(flow_list, seen)
-                    rates = tuple(sparse.max_min(flow_list, seen).tolist())
+                    sparse = _Sparse(flows, seen)
+                    rates = tuple(sparse.max_min().tolist())
                 self._solved_flows += len(flows)
                 if self._solved_flows > _SOLVED_MAX_FLOWS:  # memory stays bounded: forget, start again
                     self._solved.clear()
@@ -920,7 +918,7 @@ class FluidNetwork:
                     self._account(r, totals[rid], now)
             else:
                 if sparse is None:
-                    sparse = _Sparse(list(flows.values()), seen)
+                    sparse = _Sparse(flows, seen)
                 for r, total in zip(seen.values(), sparse.totals(rates), strict=True):
                     self._account(r, total, now)
 
@@ -1103,11 +1101,12 @@ class _Sparse:
     (:class:`_Uses` merges repeats), so every (flow, resource) entry is
     unique."""
 
-    __slots__ = ("num_resources", "entry_flow", "entry_res", "values")
+    __slots__ = ("flows", "resources", "entry_flow", "entry_res", "values")
 
-    def __init__(self, flow_list: list[Flow], resources: dict[int, Resource]):
-        nf = len(flow_list)
-        self.num_resources = nr = len(resources)
+    def __init__(self, flows: dict[int, Flow], resources: dict[int, Resource]):
+        self.flows = flow_list = list(flows.values())
+        self.resources = resources
+        nf, nr = len(flow_list), len(resources)
         rids = np.fromiter(resources, dtype=np.int64, count=nr)
         local = np.empty(int(rids.max()) + 1, dtype=np.int64)
         local[rids] = np.arange(nr)
@@ -1120,19 +1119,19 @@ class _Sparse:
         self.values = np.concatenate([u.weights for u in uses])[order]
         self.entry_flow, self.entry_res = np.divmod(keys[order], nr)
 
-    def max_min(self, flow_list: list[Flow], resources: dict[int, Resource]) -> np.ndarray:
-        """:func:`_max_min`'s rates, in the order of ``flow_list``.
+    def max_min(self) -> np.ndarray:
+        """:func:`_max_min`'s rates, in the order of the flows.
 
         The same arithmetic as a dense flow × resource matrix summed over its
         rows, without the zeros: every per-resource sum
         (:func:`numpy.bincount`) adds the entries in flow order, so the rates
         are bit-identical to the dense form's (tested) while each filling
         round costs the number of (flow, resource) uses, not flows × resources."""
-        nf, nr = len(flow_list), self.num_resources
+        nf, nr = len(self.flows), len(self.resources)
         entry_flow, entry_res, values = self.entry_flow, self.entry_res, self.values
         used = values > 0
-        residual = np.array([r.effective_capacity_Bps(len(r.flows)) for r in resources.values()])
-        bound = np.array([f.bound for f in flow_list])
+        residual = np.array([r.effective_capacity_Bps(len(r.flows)) for r in self.resources.values()])
+        bound = np.array([f.bound for f in self.flows])
         rates = np.zeros(nf)
         unfrozen = np.ones(nf, dtype=bool)
         while unfrozen.any():
@@ -1157,15 +1156,14 @@ class _Sparse:
         """Each resource's total rate (its flows' ``rates`` times their
         weights), summed in flow order as a loop over the flows would."""
         per_use = np.asarray(rates, dtype=float)[self.entry_flow] * self.values
-        return np.bincount(self.entry_res, weights=per_use, minlength=self.num_resources).tolist()
+        return np.bincount(self.entry_res, weights=per_use, minlength=len(self.resources)).tolist()
 
 
 def _max_min_numpy(flows: dict[int, Flow], resources: dict[int, Resource]) -> dict[int, float]:
     """:func:`_max_min`, vectorised over the sparse flow × resource weights
     (:meth:`_Sparse.max_min`)."""
-    flow_list = list(flows.values())
-    rates = _Sparse(flow_list, resources).max_min(flow_list, resources)
-    return {f.id: float(rate) for f, rate in zip(flow_list, rates, strict=True)}
+    sparse = _Sparse(flows, resources)
+    return {f.id: float(rate) for f, rate in zip(sparse.flows, sparse.max_min(), strict=True)}
 
 
 def _all_hops(machine: Machine) -> list[RouteHop]:

@@ -202,17 +202,11 @@ def compare(
                 label = f"{name}{' (program)' if how == 'program' else ''} at {format_size(size)}"
                 if how == method and (name, size) in timed:
                     t = timed[(name, size)]
-                    if isinstance(t, str):  # its worker's simulation stopped at the time limit
-                        skipped[label] = t
-                        continue
-                elif how == "analytic":
-                    t = critical_path_time_s(algorithm, machine, size, protocol=_protocol_for(algorithm, machine, size))
                 else:
-                    try:
-                        t = _simulate(schedule, machine, size, contention, time_limit_s)
-                    except SimulationError as exc:  # past the time limit: the other rows still come
-                        skipped[label] = str(exc)
-                        continue
+                    t = _time(schedule, machine, size, how, contention, time_limit_s)
+                if isinstance(t, str):  # the simulation stopped at the time limit: the other rows still come
+                    skipped[label] = t
+                    continue
                 rows.append(
                     {
                         "topology": machine.name,
@@ -308,15 +302,7 @@ def _generate_and_time(
     times = {}
     for size in sizes:
         if size >= algorithm.collective.size_chunks:
-            if method == "analytic":
-                times[size] = critical_path_time_s(
-                    algorithm, machine, size, protocol=_protocol_for(algorithm, machine, size)
-                )
-            else:
-                try:
-                    times[size] = _simulate(algorithm, machine, size, contention, time_limit_s)
-                except SimulationError as exc:
-                    times[size] = str(exc)
+            times[size] = _time(algorithm, machine, size, method, contention, time_limit_s)
     return algorithm, times
 
 
@@ -333,14 +319,7 @@ def _nccl_task(
         return str(exc), None
     if size < algorithm.collective.size_chunks:
         return algorithm, None
-    if method == "analytic":
-        return algorithm, critical_path_time_s(
-            algorithm, machine, size, protocol=_protocol_for(algorithm, machine, size)
-        )
-    try:
-        return algorithm, _simulate(algorithm, machine, size, contention, time_limit_s)
-    except SimulationError as exc:
-        return algorithm, str(exc)
+    return algorithm, _time(algorithm, machine, size, method, contention, time_limit_s)
 
 
 def _wanted_rows(algorithms: list[str] | tuple[str, ...] | str | None) -> set[str] | None:
@@ -390,6 +369,17 @@ def _protocol_for(schedule, machine: Machine, size: int) -> str | None:
     from .nccl.baseline import protocol_for
 
     return protocol_for(schedule, machine, size)
+
+
+def _time(schedule, machine: Machine, size: int, how: str, contention: bool, time_limit_s: float) -> float | str:
+    """The time of ``schedule`` at ``size`` by ``how`` (``"analytic"``, else
+    simulated), or why its simulation stopped (its wall-clock limit)."""
+    if how == "analytic":
+        return critical_path_time_s(schedule, machine, size, protocol=_protocol_for(schedule, machine, size))
+    try:
+        return _simulate(schedule, machine, size, contention, time_limit_s)
+    except SimulationError as exc:
+        return str(exc)
 
 
 def _simulate(schedule, machine: Machine, size: int, contention: bool, time_limit_s: float) -> float:

@@ -492,19 +492,20 @@ class _Run:
         self._complete(m, now)
 
     # -- driving -------------------------------------------------------------------------------
-    def run(self, time_limit_s: float) -> int:
+    def run(self) -> int:
         """Start every pair's queue, run to the end; the number of SimPy events.
-        Raises :class:`~simcoll.errors.SimulationError` when messages are left."""
+        Raises :class:`~simcoll.errors.SimulationError` when messages are left
+        or the wall-clock limit (counted from the set-up) is reached."""
         for qi in range(len(self.pairs)):
             if qi % 1024 == 1023:
                 check_limit(
-                    self.started_s, time_limit_s, self.what, f"starting queues ({qi} of {len(self.pairs)} pairs)"
+                    self.started_s, self.time_limit_s, self.what, f"starting queues ({qi} of {len(self.pairs)} pairs)"
                 )
             if self.q_fast[qi]:
                 self._start_private(qi, 0.0)
             else:
                 self._start_shared(qi)
-        events = run_with_limit(self.env, time_limit_s, what=self.what, started_s=self.started_s)
+        events = run_with_limit(self.env, self.time_limit_s, what=self.what, started_s=self.started_s)
         n_msgs = self.plan.messages
         if self.landed_count != n_msgs:
             pending = self.plan.pending
@@ -585,7 +586,7 @@ def _simulate_algorithm(
         time_limit_s=time_limit_s,
     )
     plan_s = time.perf_counter() - wall0
-    events = run.run(time_limit_s)
+    events = run.run()
     fast = run.private_messages()
     run.record_private(fast)
     return make_result(

@@ -162,7 +162,7 @@ def compare(
             machine, collective, sizes, wanted, with_nccl, method, contention, time_limit_s, jobs
         )
     else:
-        candidates = applicable(machine, collective)
+        candidates = applicable(machine, collective, names=wanted)
     if wanted is not None:
         candidates = {name: a for name, a in candidates.items() if name in wanted}
     algorithms = {name: a for name, a in candidates.items() if not isinstance(a, str)}

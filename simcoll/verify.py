@@ -42,7 +42,7 @@ from collections.abc import Iterable
 import networkx as nx
 import numpy as np
 
-from .algorithm import Algorithm, BandwidthConstraint, RelationIndex, SwitchReduction, Transfer, constraint_loads
+from .algorithm import Algorithm, BandwidthConstraint, RelationIndex, SwitchReduction, Transfer
 from .collectives import Collective
 from .errors import VerificationError
 from .machines import Machine, as_machine
@@ -541,24 +541,38 @@ def _first_arrival(algorithm: Algorithm, t: Transfer) -> str | None:
 
 
 def _check_bandwidth(algorithm: Algorithm, relation: Iterable[BandwidthConstraint]) -> list[str]:
-    """SCCL §3.3: in step s, at most b · r_s sends over the pairs of each (L, b)."""
-    problems = []
-    relation = list(relation)
-    covered = set().union(*(c.links for c in relation if c.chunks_per_round > 0)) if relation else set()
-    for step, rounds in enumerate(algorithm.rounds_per_step):
-        sends = algorithm.transfers_in_step(step)
-        for c, n in constraint_loads(relation, ((t.src, t.dst) for t in sends)):
-            if n > c.chunks_per_round * rounds:
-                label = c.label or f"pairs {sorted(c.links)}"
-                problems.append(
-                    f"step {step}: {n} chunks over {label} exceed its {c.chunks_per_round} chunk(s) per round "
-                    f"x {rounds} round(s)"
+    """SCCL §3.3: in step s, at most b · r_s sends over the pairs of each (L, b).
+
+    Counted for all steps at once (:meth:`RelationIndex.step_loads`); the
+    problems come step by step, overloaded constraints first, then the sends
+    over pairs no constraint of positive capacity covers."""
+    relation = tuple(relation)
+    if not relation or not algorithm.transfers:
+        return []
+    p = algorithm.num_ranks
+    index = RelationIndex.of(relation, p)
+    table = algorithm.table
+    pairs = table.src.astype(np.int64) * p + table.dst
+    rounds = np.asarray(algorithm.rounds_per_step, dtype=np.int64)
+    step, cons, counts = index.step_loads(table.step, pairs)
+    found: list[tuple[int, int, int, str]] = []
+    for s, i, n in zip(*(a.tolist() for a in (step, cons, counts)), strict=True):
+        c = relation[i]
+        if n > c.chunks_per_round * rounds[s]:
+            label = c.label or f"pairs {sorted(c.links)}"
+            found.append(
+                (
+                    s,
+                    0,
+                    i,
+                    f"step {s}: {n} chunks over {label} exceed its {c.chunks_per_round} chunk(s) per round "
+                    f"x {rounds[s]} round(s)",
                 )
-        if relation:
-            for t in sends:
-                if (t.src, t.dst) not in covered:
-                    problems.append(f"{t.describe()}: no bandwidth between rank {t.src} and rank {t.dst}")
-    return problems
+            )
+    for k in np.flatnonzero(~index.covered(pairs)).tolist():
+        t = algorithm.transfers[k]
+        found.append((t.step, 1, k, f"{t.describe()}: no bandwidth between rank {t.src} and rank {t.dst}"))
+    return [problem for *_, problem in sorted(found)]
 
 
 # ---------------------------------------------------------------------------

@@ -56,3 +56,21 @@ def test_no_time_at_all_is_an_error_naming_the_limit(jobs):
     than one batch of events) there is no table, and the error says why."""
     with pytest.raises(SimcollError, match="no algorithm gave a time.*wall-clock limit of 1e-09 s"):
         compare("dgx-a100*2", "allreduce", [1 << 30], algorithms=["ring", "nccl"], time_limit_s=1e-9, jobs=jobs)
+
+
+def test_rows_asked_for_are_the_only_ones_generated(monkeypatch):
+    """``compare --algorithms ring`` on a large machine does not pay for the
+    other generators: only the rows asked for are generated."""
+    import simcoll.algorithms as algorithms_module
+
+    generate = algorithms_module.generate
+    made: list[str] = []
+
+    def counting(name, *args, **kwargs):
+        made.append(name)
+        return generate(name, *args, **kwargs)
+
+    monkeypatch.setattr(algorithms_module, "generate", counting)
+    rows, _ = compare("dgx-a100*2", "allreduce", [1 << 20], algorithms=["ring", "direct"])
+    assert made == ["ring", "direct"]
+    assert list(rows.algorithm) == ["ring", "direct"]

@@ -10,6 +10,7 @@ does not apply. A family module lists its generators in ``GENERATORS``
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from ..algorithm import Algorithm
@@ -99,8 +100,15 @@ def generate(
     return generator.function(topology, collective, **options)
 
 
-def applicable(machine: Machine | str, collective: str, chunks: int | None = None) -> dict[str, Algorithm | str]:
-    """Every registered generator for a collective on a machine.
+def applicable(
+    machine: Machine | str,
+    collective: str,
+    chunks: int | None = None,
+    *,
+    names: Iterable[str] | None = None,
+) -> dict[str, Algorithm | str]:
+    """Every registered generator for a collective on a machine (or those of
+    ``names``), in registry order.
 
     Parameters
     ----------
@@ -110,6 +118,9 @@ def applicable(machine: Machine | str, collective: str, chunks: int | None = Non
         The collective's name.
     chunks : int, optional
         The chunk factor (default: each generator's).
+    names : iterable of str, optional
+        Only these generators (names not registered, or not implementing the
+        collective, are ignored): nothing else is generated.
 
     Returns
     -------
@@ -123,12 +134,15 @@ def applicable(machine: Machine | str, collective: str, chunks: int | None = Non
     3
     >>> found["bruck"]
     'bruck: ring:4 has no route from rank 0 to rank 2'
+    >>> list(applicable("ring:4", "allgather", names=["direct", "ring"]))
+    ['ring', 'direct']
     """
     machine = as_machine(machine)
     collective = canonical_name(collective)
+    only = None if names is None else set(names)
     out: dict[str, Algorithm | str] = {}
     for name, generator in REGISTRY.items():
-        if collective not in generator.collectives:
+        if collective not in generator.collectives or (only is not None and name not in only):
             continue
         try:
             out[name] = generate(name, machine, collective, chunks)

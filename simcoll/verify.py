@@ -553,7 +553,7 @@ def _check_bandwidth(algorithm: Algorithm, relation: Iterable[BandwidthConstrain
     index = RelationIndex.of(relation, p)
     table = algorithm.table
     pairs = table.src.astype(np.int64) * p + table.dst
-    rounds = np.asarray(algorithm.rounds_per_step, dtype=np.int64)
+    rounds = list(algorithm.rounds_per_step)
     step, cons, counts = index.step_loads(table.step, pairs)
     found: list[tuple[int, int, int, str]] = []
     for s, i, n in zip(*(a.tolist() for a in (step, cons, counts)), strict=True):

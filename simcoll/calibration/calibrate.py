@@ -471,7 +471,7 @@ def calibrate(
         )
         proposal = np.array([result.params[".".join(p)] for p in fitted_paths])
         # Backtracking: where the simulated error grows, the linearisation was trusted too far from
-        # its centre (a bottleneck or NCCL's choice moved); the step is halved until it does not.
+        # its centre (a bottleneck moved); the step is halved until the error falls.
         error_c = _fit_error(tc, measured)
         for shrink in BACKTRACK_STEPS:
             centre = c + shrink * (proposal - c)

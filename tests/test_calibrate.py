@@ -143,22 +143,6 @@ def test_fit_converges_on_a_real_log_with_coupled_parameters():
     assert 0.8 < model.link("nvlink").efficiency < 0.95
 
 
-@pytest.mark.skipif(not MEASUREMENTS.is_dir(), reason="needs ../shared/reference/measurements")
-def test_a_step_that_overshoots_is_shortened():
-    """On two DGX-H100 nodes NCCL runs tree/LL up to 128 KB and NVLS-tree
-    from 4 MB, whose times hang on different parameters: the linearised
-    fit's full step simulates worse than where it started (the fit used to
-    end on the base model, 49 % off at <= 64 KB); shortening the step
-    reaches the acceptance figures."""
-    log = MEASUREMENTS / "h100-x8-n2_all_reduce_nccltests309-qoofyk.log"
-    base = error_summary(validate(log, "dgx-h100*2"))
-    model, report = calibrate([log], "dgx-h100*2")
-    assert report.fitted, report.unchanged
-    errors = error_summary(validate(log, "dgx-h100*2", model))
-    assert errors["small"] < base["small"]
-    assert errors["large"] <= 0.15 and errors["small"] <= 0.25
-
-
 @pytest.mark.parametrize("command", ["validate", "calibrate"])
 @pytest.mark.parametrize(
     "edit, topology, message",

@@ -163,8 +163,6 @@ def compare(
         )
     else:
         candidates = applicable(machine, collective, names=wanted)
-    if wanted is not None:
-        candidates = {name: a for name, a in candidates.items() if name in wanted}
     algorithms = {name: a for name, a in candidates.items() if not isinstance(a, str)}
     skipped = {name: reason for name, reason in candidates.items() if isinstance(reason, str)}
     nccl_ok = with_nccl and _nccl_applies(collective, skipped)

@@ -124,10 +124,10 @@ class Resource:
 
 
 class _Uses:
-    """A route's resources as the max-min solvers read them: the resources
-    alone, and their ids and weights as arrays."""
+    """A route's resources as the max-min solvers read them: by id (the
+    component search), and their ids and weights as arrays."""
 
-    __slots__ = ("resources", "by_id", "ids", "weights")
+    __slots__ = ("by_id", "ids", "weights")
 
     def __init__(self, resources: Sequence[tuple[Resource, float]]):
         merged: dict[int, list] = {}
@@ -136,8 +136,7 @@ class _Uses:
                 merged[r.id][1] += w
             else:
                 merged[r.id] = [r, 0.0 + w]
-        self.resources = tuple(r for r, _ in merged.values())
-        self.by_id = {r.id: r for r in self.resources}
+        self.by_id = {rid: r for rid, (r, _) in merged.items()}
         self.ids = np.array(list(merged), dtype=np.int64)
         self.weights = np.array([w for _, w in merged.values()], dtype=float)
 

@@ -67,7 +67,8 @@ def test_script_fast_mode_writes_csv_and_png(script, tmp_path):
         assert set(df[df.algorithm == "nvls"].status) == {"ok", "not-applicable"}
         assert not ((df.machine == "switch reduce off") & (df.algorithm == "nvls") & (df.status == "ok")).any()
         big = 1 << 30
-        assert rows[("switch reduce on", "nccl", big)] == rows[("switch reduce on", "nvls", big)]  # NCCL picks NVLS
+        # NCCL picks NVLS, whose steps (simcoll.nccl.pipeline) cost a little more than the bare schedule
+        assert 1.0 < rows[("switch reduce on", "nccl", big)] / rows[("switch reduce on", "nvls", big)] < 1.2
         assert rows[("switch reduce off", "nccl", big)] / rows[("switch reduce on", "nccl", big)] > 1.2
         if "measured logs not found" not in result.stdout:  # ../shared is there: the published busbw beside ours
             assert "measured 467.6 / 360.1 GB/s" in result.stdout

@@ -2,7 +2,9 @@
 
 :mod:`simcoll.nccl.tuner` predicts the time of a collective call for every
 algorithm x protocol NCCL has and picks what NCCL's default tuner would;
-:mod:`simcoll.nccl.constants` loads the constants from ``nccl_2_30.yaml``.
+:mod:`simcoll.nccl.constants` loads the constants from ``nccl_2_30.yaml``;
+:mod:`simcoll.nccl.pipeline` says in which steps NCCL moves a buffer through
+NVLS; :mod:`simcoll.nccl.baseline` builds the Algorithm NCCL would run.
 """
 
 from .constants import ALGORITHMS, PROTOCOLS, TunerConstants, load_constants

@@ -26,7 +26,9 @@ description; :func:`nccl_algorithm` builds the Algorithm of the choice with
 the registered generator of NCCL's algorithm (``nccl-ring``, ``nccl-tree``,
 ``nvls``, ``nvls-tree``, ``collnet``) and sets ``metadata["protocol"]`` (LL,
 LL128 or Simple, which the simulator prices) and ``metadata["nccl_choice"]``
-(the label, e.g. ``ring/LL128/24ch``). Where the chosen algorithm has no
+(the label, e.g. ``ring/LL128/24ch``); NVLS and NVLS-tree choices also carry
+``metadata["step_pipeline"]``, the steps NCCL moves the buffer in
+(:mod:`simcoll.nccl.pipeline`), which the simulator times. Where the chosen algorithm has no
 generator in this simcoll, the best choice among the algorithms that have
 one is used and ``metadata["nccl_fallback"]`` says so.
 
@@ -51,6 +53,7 @@ from ..algorithm import Algorithm
 from ..errors import ModelError, NotApplicableError, SimcollError
 from ..machines import Machine, as_machine
 from ..topology import FABRIC_LINK_TYPES, Topology
+from .pipeline import PIPELINED_ALGORITHMS, pipeline
 from .tuner import PROTOCOL_NAMES, TUNED_COLLECTIVES, Choice, Comm, Graph, choose
 
 MACHINES_FILE = Path(__file__).with_name("machines.yaml")
@@ -384,6 +387,11 @@ def nccl_algorithm(
             machine, collective, "ring", channels, pipeline_pieces(machine, collective, size_bytes, channels)
         )
     metadata = dict(algorithm.metadata)
+    if choice.algorithm in PIPELINED_ALGORITHMS:
+        described = nccl_machine(machine)
+        metadata["step_pipeline"] = pipeline(
+            choice.algorithm, channels=channels, heads=described.gpus_per_node, num_nodes=described.num_nodes
+        )
     metadata.update(
         protocol=PROTOCOL_OF[choice.protocol],
         nccl_choice=choice.label,

@@ -35,6 +35,14 @@ uncontended network both agree to rounding error):
   Messages of one (switch, sources, destinations) group are FIFO like a rank
   pair's; no reduction cost is charged at the GPUs (the switch reduces).
 
+- A runtime that moves the buffer in pipelined steps
+  (``algorithm.metadata["step_pipeline"]``: NCCL's NVLS,
+  :mod:`simcoll.nccl.pipeline`) is timed as that pipeline
+  (:func:`_pipelined_time`): the schedule's busiest resource sets the rate a
+  step streams at, and each step pays a latency, so the time is that of
+  ``steps + stages - 1`` steps (``stats["step_pipeline"]``); the timeline
+  is the schedule's.
+
 There are no step barriers (k-synchronous steps order the reads; they do not
 synchronise the ranks), exactly as in the analytic critical-path model.
 
@@ -589,6 +597,11 @@ def _simulate_algorithm(
     events = run.run()
     fast = run.private_messages()
     run.record_private(fast)
+    time_s, call_s = run.last_s + run.call_s, run.call_s
+    stats: dict[str, object] = {}
+    table = (algorithm.metadata or {}).get("step_pipeline")
+    if table is not None and run.protocol.name is not None:
+        time_s, call_s, stats["step_pipeline"] = _pipelined_time(run, table, size_bytes)
     return make_result(
         run.net,
         timeline=run.timeline() if record_timeline else None,
@@ -596,11 +609,12 @@ def _simulate_algorithm(
         collective=algorithm.collective,
         size_bytes=size_bytes,
         mode="algorithm",
-        time_s=run.last_s + run.call_s,
+        time_s=time_s,
         stats={
+            **stats,
             "protocol": run.protocol.name,
             "protocol_efficiency": run.efficiency,
-            "call_s": run.call_s,
+            "call_s": call_s,
             "messages": run.plan.messages,
             "private_messages": int(fast.sum()),
             "events": events,
@@ -608,6 +622,82 @@ def _simulate_algorithm(
             "wall_s": time.perf_counter() - wall0,
         },
     )
+
+
+def _step_bytes(table: dict, size_bytes: float) -> int:
+    """The step of a ``metadata["step_pipeline"]`` table for ``size_bytes``: the
+    last ``[from_size_bytes, step_bytes]`` row that starts at or below it."""
+    try:
+        rows = [(float(start), int(step)) for start, step in table["step_bytes"]]
+        stages = int(table["stages"])
+    except (KeyError, TypeError, ValueError):
+        raise AlgorithmError(
+            f'metadata["step_pipeline"] needs "stages" and "step_bytes" rows [from_size_bytes, step_bytes], got {table!r}'
+        ) from None
+    if not rows or stages < 1 or any(step < 1 for _, step in rows):
+        raise AlgorithmError(f'metadata["step_pipeline"] needs stages >= 1 and positive step_bytes, got {table!r}')
+    step = rows[0][1]
+    for start, value in rows:
+        if size_bytes >= start:
+            step = value
+    return step
+
+
+def _stream_s(run: _Run) -> float:
+    """How long the schedule's busiest resource or rank pair is busy: the time
+    the buffer takes to stream through the schedule once every stage works at
+    once (the steady state of a pipeline), without its latencies or fill."""
+    size, _ = _sizes(run.plan, run.nbytes, run.reduce_time)
+    reducing = np.frombuffer(bytes(run.plan.reduce), dtype=np.uint8).astype(bool)
+    n_q = len(run.pairs)
+    copied = np.bincount(run.msg_q_np, weights=np.where(reducing, 0.0, size), minlength=n_q)
+    reduced = np.bincount(run.msg_q_np, weights=np.where(reducing, size, 0.0), minlength=n_q)
+    busiest = 0.0
+    load: dict[int, float] = {}
+    capacity: dict[int, float] = {}
+    for qi, (_, _, resources) in enumerate(run.routes):
+        busiest = max(busiest, copied[qi] / run.q_good[qi] + reduced[qi] / run.q_good_reduce[qi])
+        wire = (copied[qi] + reduced[qi]) / run.efficiency
+        for res, weight in resources:
+            load[res.id] = load.get(res.id, 0.0) + wire * weight
+            capacity[res.id] = res.effective_capacity_Bps(1)
+    return max([busiest, *(load[r] / capacity[r] for r in load)])
+
+
+def _pipelined_time(run: _Run, table: dict, size_bytes: float) -> tuple[float, float, dict]:
+    """(time, call cost, stats) of an Algorithm that its runtime moves in
+    pipelined steps (``metadata["step_pipeline"]``, e.g. NCCL's NVLS:
+    :mod:`simcoll.nccl.pipeline`).
+
+    The schedule streams the buffer in ``S / B`` (:func:`_stream_s`: its
+    busiest resource's busy time). The runtime moves the buffer in
+    ``N = max(1, S / step)`` steps through ``D`` stages, a step taking
+    ``min(step, S) / B`` plus the step latency ``o`` (the slowest α of the
+    schedule's routes plus the protocol's hop latency: a step's flag crosses
+    them before its slot is reused), so
+    ``T = call + S / B + (N + D - 1) o + (D - 1) min(step, S) / B``, the
+    pipeline time of ``N + D - 1`` steps. The call pays the runtime's overhead
+    (``call.overhead_s``) but not the protocol's call latency, which prices a
+    ring's or tree's start (NCCL gives NVLS no base latency: tuning.cc,
+    ``nccl_2_30.yaml``): the steps and stages are that start.
+    """
+    step = _step_bytes(table, size_bytes)
+    stages = int(table["stages"])
+    stream_s = _stream_s(run)
+    step_s = stream_s * min(step, size_bytes) / size_bytes
+    steps = max(1.0, size_bytes / step)
+    latency_s = max(run.q_alpha, default=0.0)
+    call_s = run.machine.model.call_overhead_s
+    time_s = call_s + stream_s + (steps + stages - 1) * latency_s + (stages - 1) * step_s
+    stats = {
+        "steps": steps,
+        "stages": stages,
+        "step_bytes": step,
+        "step_latency_s": latency_s,
+        "stream_s": stream_s,
+        "schedule_s": run.last_s,
+    }
+    return time_s, call_s, stats
 
 
 def protocol_of(algorithm: Algorithm, protocol: str | None = None) -> str | None:

@@ -1,0 +1,141 @@
+"""NCCL's step pipeline for its NVLink SHARP algorithms (NVLS, NVLSTree).
+
+NCCL moves a buffer through NVLS in *steps*. In one step each of its
+``nChannels`` channels moves one chunk per NVLS head (``nHeads``: the node's
+GPUs on Hopper), so a step carries ``nChannels x nHeads x chunk`` bytes, and
+the chunk shrinks from 128 KiB to 16 KiB as the buffer does (enqueue.cc
+``calcCollChunking``; the constants are facts in ``nccl_2_30.yaml``). A step
+passes through the stages of NCCL's NVLS kernel one after the other - scatter
+warps copy it in, reduce warps reduce it in the NVSwitch and multicast the
+result, gather warps copy it out (device/all_reduce.h, ``RunWorkColl`` for
+NCCL_ALGO_NVLS) - and, across nodes, through one more stage per level of the
+inter-node tree (NCCL_ALGO_NVLS_TREE).
+
+The simulator times such a pipeline (:mod:`simcoll.simulator.algorithm_mode`)
+as ``steps + stages - 1`` step times, a step taking its bytes at the rate of
+the schedule's busiest resource plus a latency; this module says what a step
+and the stages are. Why: NVLS busbw measured on H100 ramps up far more
+slowly than a bare schedule's (one node: 360 GB/s at 64 MiB against 480 at
+8 GiB), and ``T = T0 + (S / step + stages - 1)(step / B + o)`` with NCCL's
+steps, one step latency ``o`` of 5 us for all and the bandwidth ``B`` and
+offset ``T0`` of each log fits every published NVLS log - one node (NCCL
+2.26.2) and 2, 4 and 8 nodes (nccl-tests#309) - within 1.4-4.7 % (geometric
+mean over its NVLS sizes); the stage count ``3 + log2(nodes)`` is part of
+that fit. ``tests/test_nccl_pipeline.py`` checks the rule,
+``benchmarks/fidelity.py`` the logs.
+
+>>> step_bytes("nvls", 8 << 30, channels=16, heads=8, num_nodes=1)  # 128 KiB chunks
+16777216
+>>> step_bytes("nvls", 2 << 20, channels=16, heads=8, num_nodes=1)  # 16 KiB chunks
+2097152
+>>> pipeline("nvls_tree", channels=16, heads=8, num_nodes=4)["stages"]
+5
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ..errors import SimcollError
+from .constants import TunerConstants, load_constants
+
+#: NCCL algorithms that move the buffer in NVLS steps.
+PIPELINED_ALGORITHMS = ("nvls", "nvls_tree")
+#: Stages of NCCL's NVLS kernel a step passes through inside a node: scatter,
+#: reduce + multicast, gather (device/all_reduce.h warp groups).
+NODE_STAGES = 3
+
+
+def _max_chunk_bytes(algorithm: str, num_nodes: int, constants: TunerConstants) -> int:
+    chunk = int(constants["nvls_chunk_bytes"])
+    if algorithm == "nvls_tree" and num_nodes >= 4:
+        chunk = min(chunk, int(constants["nvls_tree_max_chunk_bytes_from_4_nodes"]))
+    return chunk
+
+
+def _cuts(algorithm: str, constants: TunerConstants) -> list[tuple[int, int]]:
+    table = constants["nvls_tree_chunk_cuts" if algorithm == "nvls_tree" else "nvls_chunk_cuts"]
+    return [(int(k), int(c)) for k, c in table]
+
+
+def _check(algorithm: str, channels: int, heads: int, num_nodes: int) -> None:
+    if algorithm not in PIPELINED_ALGORITHMS:
+        raise SimcollError(f"NCCL step pipeline: {algorithm!r} is not one of {PIPELINED_ALGORITHMS}")
+    if channels < 1 or heads < 1 or num_nodes < 1:
+        raise SimcollError(
+            f"NCCL step pipeline: channels, heads and nodes must be at least 1, got {channels}, {heads}, {num_nodes}"
+        )
+
+
+def chunk_bytes(
+    algorithm: str,
+    size_bytes: float,
+    *,
+    channels: int,
+    heads: int,
+    num_nodes: int,
+    constants: TunerConstants | None = None,
+) -> int:
+    """NCCL's chunk for ``size_bytes`` (enqueue.cc ``calcCollChunking``, NVLS
+    and NVLSTree branches): the largest chunk, cut in order by each
+    ``[k, c]`` of the constants while the buffer is below ``k`` steps of the
+    current chunk."""
+    _check(algorithm, channels, heads, num_nodes)
+    constants = constants or load_constants()
+    concurrent = channels * heads
+    chunk = _max_chunk_bytes(algorithm, num_nodes, constants)
+    for k, c in _cuts(algorithm, constants):
+        if size_bytes < k * concurrent * chunk and chunk > c:
+            chunk = c
+    return chunk
+
+
+def step_bytes(
+    algorithm: str,
+    size_bytes: float,
+    *,
+    channels: int,
+    heads: int,
+    num_nodes: int,
+    constants: TunerConstants | None = None,
+) -> int:
+    """Bytes one NCCL step moves: ``channels x heads x`` :func:`chunk_bytes`."""
+    chunk = chunk_bytes(algorithm, size_bytes, channels=channels, heads=heads, num_nodes=num_nodes, constants=constants)
+    return channels * heads * chunk
+
+
+def stages(algorithm: str, num_nodes: int) -> int:
+    """Pipeline stages a step passes through: :data:`NODE_STAGES` inside a
+    node, plus one per level of NVLSTree's inter-node tree
+    (``ceil(log2(nodes))``; fitted: 1, 2 and 3 more stages give the 2-, 4- and
+    8-node nccl-tests#309 logs' latency within 5 %)."""
+    if algorithm == "nvls_tree" and num_nodes > 1:
+        return NODE_STAGES + math.ceil(math.log2(num_nodes))
+    return NODE_STAGES
+
+
+def pipeline(
+    algorithm: str, *, channels: int, heads: int, num_nodes: int, constants: TunerConstants | None = None
+) -> dict[str, Any]:
+    """The pipeline an Algorithm carries in ``metadata["step_pipeline"]``:
+    ``stages`` (:func:`stages`) and ``step_bytes``, a table of
+    ``[from_size_bytes, step_bytes]`` rows in increasing size (a buffer of
+    ``size_bytes`` uses the last row whose first entry is at most it), so
+    that the simulator needs no NCCL rule to time any size.
+    """
+    _check(algorithm, channels, heads, num_nodes)
+    constants = constants or load_constants()
+    concurrent = channels * heads
+    # the chunk changes only where the buffer crosses k x concurrent x (a chunk it can have)
+    chunks = {_max_chunk_bytes(algorithm, num_nodes, constants)} | {c for _, c in _cuts(algorithm, constants)}
+    edges = sorted({0} | {k * concurrent * c for k, _ in _cuts(algorithm, constants) for c in chunks})
+    rows: list[list[int]] = []
+    for edge in edges:
+        step = step_bytes(algorithm, edge, channels=channels, heads=heads, num_nodes=num_nodes, constants=constants)
+        if not rows or rows[-1][1] != step:
+            rows.append([edge, step])
+    return {"stages": stages(algorithm, num_nodes), "step_bytes": rows}
+
+
+__all__ = ["NODE_STAGES", "PIPELINED_ALGORITHMS", "chunk_bytes", "pipeline", "step_bytes", "stages"]

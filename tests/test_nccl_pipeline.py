@@ -99,3 +99,14 @@ def test_the_pipeline_is_nccls_so_the_bare_schedule_and_a_malformed_table_do_not
     broken = replace(algorithm, metadata={**algorithm.metadata, "step_pipeline": {"stages": 3}})
     with pytest.raises(AlgorithmError, match="step_bytes"):
         simulate(broken, machine, size)
+
+
+def test_the_pipeline_time_does_not_depend_on_running_the_schedule():
+    # the schedule runs only for the timeline and utilisation it records; the time is the pipeline's
+    machine = as_machine("dgx-h100*2")
+    algorithm = nccl_algorithm(machine, "allreduce", 64 * MiB)
+    ran = simulate(algorithm, machine, 64 * MiB)
+    quiet = simulate(algorithm, machine, 64 * MiB, record_timeline=False, record_utilisation=False)
+    assert quiet.time_s == ran.time_s
+    assert ran.stats["step_pipeline"]["schedule_s"] > 0 and len(ran.timeline) > 0
+    assert quiet.stats["step_pipeline"]["schedule_s"] is None

@@ -41,7 +41,8 @@ uncontended network both agree to rounding error):
   (:func:`_pipelined_time`): the schedule's busiest resource sets the rate a
   step streams at, and each step pays a latency, so the time is that of
   ``steps + stages - 1`` steps (``stats["step_pipeline"]``); the timeline
-  is the schedule's.
+  and utilisation are the schedule's, and it is not run when neither is
+  recorded.
 
 There are no step barriers (k-synchronous steps order the reads; they do not
 synchronise the ranks), exactly as in the analytic critical-path model.
@@ -594,14 +595,20 @@ def _simulate_algorithm(
         time_limit_s=time_limit_s,
     )
     plan_s = time.perf_counter() - wall0
-    events = run.run()
+    table = (algorithm.metadata or {}).get("step_pipeline")
+    pipelined = table is not None and run.protocol.name is not None
+    # a pipeline's time needs the schedule's loads, not its run: it runs only for what it records
+    ran = not pipelined or record_timeline or record_utilisation
+    events = run.run() if ran else 0
     fast = run.private_messages()
-    run.record_private(fast)
+    if ran:
+        run.record_private(fast)
     time_s, call_s = run.last_s + run.call_s, run.call_s
     stats: dict[str, object] = {}
-    table = (algorithm.metadata or {}).get("step_pipeline")
-    if table is not None and run.protocol.name is not None:
+    if pipelined:
         time_s, call_s, stats["step_pipeline"] = _pipelined_time(run, table, size_bytes)
+        if not ran:
+            stats["step_pipeline"]["schedule_s"] = None
     return make_result(
         run.net,
         timeline=run.timeline() if record_timeline else None,

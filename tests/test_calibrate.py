@@ -143,23 +143,6 @@ def test_fit_converges_on_a_real_log_with_coupled_parameters():
     assert 0.8 < model.link("nvlink").efficiency < 0.95
 
 
-@pytest.mark.skipif(not MEASUREMENTS.is_dir(), reason="needs ../shared/reference/measurements")
-def test_a_step_that_overshoots_is_shortened():
-    """On one DGX-H100 NCCL runs ring/LL up to 1 MB and NVLS above, whose
-    times hang on different parameters, and the NVLS stream's bottleneck
-    moves from the NVSwitches to the NVLinks when the linearised fit's full
-    step lowers NVLink's efficiency: that step simulates worse than where it
-    started (the fit used to end on the base model, 12.8 % off at <= 64 KB);
-    shortening the step reaches the acceptance figures."""
-    log = MEASUREMENTS / "h100-80gb-hbm3-x8_all_reduce_nvls_together.log"
-    base = error_summary(validate(log, "dgx-h100"))
-    model, report = calibrate([log], "dgx-h100")
-    assert report.fitted, report.unchanged
-    errors = error_summary(validate(log, "dgx-h100", model))
-    assert errors["small"] < base["small"]
-    assert errors["large"] <= 0.15 and errors["small"] <= 0.25
-
-
 @pytest.mark.parametrize("command", ["validate", "calibrate"])
 @pytest.mark.parametrize(
     "edit, topology, message",

@@ -20,14 +20,11 @@ Simulating every sample for every trial point is slow, so the fit is made in
 Gauss-Newton fashion: the simulated times are linearised in the parameters
 (latencies, 1/bandwidth and 1/efficiency, in which an α-β time is linear
 while the bottleneck stays put) from one simulation per parameter, the
-linear problem is solved with bounds, and the solution is simulated; where
-that lands farther from the measurements than the centre did (a bottleneck
-moved, so the linearisation held only nearer its centre), the step is
-halved, up to twice (:data:`BACKTRACK_STEPS`). The linearisation is then
-re-centred at the step's end and corrected by Broyden's rank-one update
+linear problem is solved with bounds, the solution is simulated, and the
+linearisation is re-centred there and corrected by Broyden's rank-one update
 (C. G. Broyden, Math. Comp. 19(92), 1965) so that it reproduces the step
-just simulated, and solved again (``outer_iterations``, each one to three
-simulations of the samples). The iterate whose simulated times are nearest the
+just simulated, and solved again (``outer_iterations``, each one simulation
+of the samples). The iterate whose simulated times are nearest the
 measurements (mean ``|ln(sim / measured)|``) is kept, and the base model if
 none is nearer than it.
 
@@ -336,10 +333,6 @@ def _fit_subset(samples: list[Sample], most: int) -> list[Sample]:
 
 
 # -- fitting ----------------------------------------------------------------------
-#: Fractions of a solved step tried in turn until the simulated error falls (the last is kept regardless).
-BACKTRACK_STEPS = (1.0, 0.5, 0.25)
-
-
 def calibrate(
     logs: Sequence[NcclTestsLog | str | Path],
     machine: Machine | str,
@@ -469,20 +462,13 @@ def calibrate(
         result = fit_model(
             predict, measured, [".".join(p) for p in fitted_paths], init.tolist(), bounds, loss=loss, f_scale=f_scale
         )
-        proposal = np.array([result.params[".".join(p)] for p in fitted_paths])
-        # Backtracking: where the simulated error grows, the linearisation was trusted too far from
-        # its centre (a bottleneck moved); the step is halved until the error falls.
-        error_c = _fit_error(tc, measured)
-        for shrink in BACKTRACK_STEPS:
-            centre = c + shrink * (proposal - c)
-            full = x0.copy()
-            full[keep] = centre
-            t_centre = simulate_samples(fit_samples, machine, _model_at(base_dict, paths, full))
-            error = _fit_error(t_centre, measured)
-            if error < best_error:
-                best_x, best_t, best_error = centre.copy(), t_centre, error
-            if error < error_c:
-                break
+        centre = np.array([result.params[".".join(p)] for p in fitted_paths])
+        full = x0.copy()
+        full[keep] = centre
+        t_centre = simulate_samples(fit_samples, machine, _model_at(base_dict, paths, full))
+        error = _fit_error(t_centre, measured)
+        if error < best_error:
+            best_x, best_t, best_error = centre.copy(), t_centre, error
         step = (centre - c) / scale
         if not np.any(step):
             break

@@ -661,14 +661,17 @@ def _stream_s(run: _Run) -> float:
     reduced = np.bincount(run.msg_q_np, weights=np.where(reducing, size, 0.0), minlength=n_q)
     busiest = 0.0
     load: dict[int, float] = {}
-    capacity: dict[int, float] = {}
+    users: dict[int, int] = {}
+    by_id = {}
     for qi, (_, _, resources) in enumerate(run.routes):
         busiest = max(busiest, copied[qi] / run.q_good[qi] + reduced[qi] / run.q_good_reduce[qi])
         wire = (copied[qi] + reduced[qi]) / run.efficiency
         for res, weight in resources:
             load[res.id] = load.get(res.id, 0.0) + wire * weight
-            capacity[res.id] = res.effective_capacity_Bps(1)
-    return max([busiest, *(load[r] / capacity[r] for r in load)])
+            users[res.id] = users.get(res.id, 0) + 1
+            by_id[res.id] = res
+    # in the steady state every pair using a resource has a flow on it (a switch's contention model)
+    return max([busiest, *(load[r] / by_id[r].effective_capacity_Bps(users[r]) for r in load)])
 
 
 def _pipelined_time(run: _Run, table: dict, size_bytes: float) -> tuple[float, float, dict]:

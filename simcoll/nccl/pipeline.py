@@ -22,7 +22,10 @@ offset ``T0`` of each log fits every published NVLS log - one node (NCCL
 2.26.2) and 2, 4 and 8 nodes (nccl-tests#309) - within 1.4-4.7 % (geometric
 mean over its NVLS sizes); the stage count ``3 + log2(nodes)`` is part of
 that fit. ``tests/test_nccl_pipeline.py`` checks the rule,
-``benchmarks/fidelity.py`` the logs.
+``benchmarks/fidelity.py`` the logs. Not modelled: Blackwell's multi-node
+NVLSTree tuning (nvls.cc ``ncclNvlsTreeSm100Tuning``, which may change the
+channels and chunks) and NCCL_NVLS_CHUNKSIZE / NCCL_NVLSTREE_MAX_CHUNKSIZE
+set by the user.
 
 >>> step_bytes("nvls", 8 << 30, channels=16, heads=8, num_nodes=1)  # 128 KiB chunks
 16777216

@@ -606,9 +606,7 @@ def _simulate_algorithm(
     time_s, call_s = run.last_s + run.call_s, run.call_s
     stats: dict[str, object] = {}
     if pipelined:
-        time_s, call_s, stats["step_pipeline"] = _pipelined_time(run, table, size_bytes)
-        if not ran:
-            stats["step_pipeline"]["schedule_s"] = None
+        time_s, call_s, stats["step_pipeline"] = _pipelined_time(run, table, size_bytes, run.last_s if ran else None)
     return make_result(
         run.net,
         timeline=run.timeline() if record_timeline else None,
@@ -631,9 +629,10 @@ def _simulate_algorithm(
     )
 
 
-def _step_bytes(table: dict, size_bytes: float) -> int:
-    """The step of a ``metadata["step_pipeline"]`` table for ``size_bytes``: the
-    last ``[from_size_bytes, step_bytes]`` row that starts at or below it."""
+def _step_and_stages(table: dict, size_bytes: float) -> tuple[int, int]:
+    """(step, stages) of a ``metadata["step_pipeline"]`` table for
+    ``size_bytes``: the step of the last ``[from_size_bytes, step_bytes]`` row
+    that starts at or below it."""
     try:
         rows = [(float(start), int(step)) for start, step in table["step_bytes"]]
         stages = int(table["stages"])
@@ -647,7 +646,7 @@ def _step_bytes(table: dict, size_bytes: float) -> int:
     for start, value in rows:
         if size_bytes >= start:
             step = value
-    return step
+    return step, stages
 
 
 def _stream_s(run: _Run) -> float:
@@ -674,7 +673,7 @@ def _stream_s(run: _Run) -> float:
     return max([busiest, *(load[r] / by_id[r].effective_capacity_Bps(users[r]) for r in load)])
 
 
-def _pipelined_time(run: _Run, table: dict, size_bytes: float) -> tuple[float, float, dict]:
+def _pipelined_time(run: _Run, table: dict, size_bytes: float, schedule_s: float | None) -> tuple[float, float, dict]:
     """(time, call cost, stats) of an Algorithm that its runtime moves in
     pipelined steps (``metadata["step_pipeline"]``, e.g. NCCL's NVLS:
     :mod:`simcoll.nccl.pipeline`).
@@ -689,10 +688,11 @@ def _pipelined_time(run: _Run, table: dict, size_bytes: float) -> tuple[float, f
     pipeline time of ``N + D - 1`` steps. The call pays the runtime's overhead
     (``call.overhead_s``) but not the protocol's call latency, which prices a
     ring's or tree's start (NCCL gives NVLS no base latency: tuning.cc,
-    ``nccl_2_30.yaml``): the steps and stages are that start.
+    ``nccl_2_30.yaml``): the steps and stages are that start. ``schedule_s``
+    (the schedule's own simulated time, None when it was not run) goes into
+    the stats.
     """
-    step = _step_bytes(table, size_bytes)
-    stages = int(table["stages"])
+    step, stages = _step_and_stages(table, size_bytes)
     stream_s = _stream_s(run)
     step_s = stream_s * min(step, size_bytes) / size_bytes
     steps = max(1.0, size_bytes / step)
@@ -705,7 +705,7 @@ def _pipelined_time(run: _Run, table: dict, size_bytes: float) -> tuple[float, f
         "step_bytes": step,
         "step_latency_s": latency_s,
         "stream_s": stream_s,
-        "schedule_s": run.last_s,
+        "schedule_s": schedule_s,
     }
     return time_s, call_s, stats
 

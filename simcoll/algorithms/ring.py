@@ -92,12 +92,22 @@ class _Capacity:
             for pair in c.links:
                 self.constraints_of.setdefault(pair, []).append(i)
         self.load: dict[tuple[int, int], int] = {}
+        self._connected: dict[tuple[int, int], bool] = {}  # the search asks each pair thousands of times
 
     def slack(self, a: int, b: int) -> int:
         """How many more rings may use the pair a -> b (0: none, or no route)."""
-        if not self.routes.connected(a, b):
+        pair = (a, b)
+        connected = self._connected.get(pair)
+        if connected is None:
+            connected = self._connected[pair] = self.routes.connected(a, b)
+        if not connected:
             return 0
-        return min((self.left[i] for i in self.constraints_of.get((a, b), ())), default=1 << 30)
+        left = self.left
+        most = 1 << 30
+        for i in self.constraints_of.get(pair, ()):
+            if left[i] < most:
+                most = left[i]
+        return most
 
     def take(self, a: int, b: int, n: int = 1) -> None:
         for i in self.constraints_of.get((a, b), ()):

@@ -78,6 +78,7 @@ from ..machines import Machine
 from .engine import check_limit, run_with_limit
 from .network import Flow, FluidNetwork, SwitchPath, alone_rate_Bps
 from .results import TIMELINE_COLUMNS, SimulationResult, make_result
+from .symmetry import NodeRotation, node_rotation, quotient_plan
 
 
 @dataclass
@@ -101,6 +102,7 @@ class _Plan:
     queues: dict[tuple[int, int], list[int]]
     describe: Callable[[int], str]
     fanout: dict[int, list[int]] = None  # type: ignore[assignment]  # switch reductions: slots they update
+    write_slot: np.ndarray | None = None  # per message: the slot it updates, where not its chunk at its dst
 
     @property
     def messages(self) -> int:
@@ -279,6 +281,15 @@ class _Run:
         self.nbytes = chunk_bytes(algorithm.collective, size_bytes)
         self.num_chunks = algorithm.collective.num_chunks
         self.plan = plan = self._make_plan()
+        self.env = simpy.Environment()
+        self.net = FluidNetwork(
+            self.env, machine, contention=contention, record_timeline=False, record_utilisation=record_utilisation
+        )
+        # utilisation is per resource: a quotient would have to map it back, so it is run in full
+        self.rotation = None if record_utilisation else self._rotation()
+        if self.rotation is not None:
+            self.full_plan, self.plan = plan, quotient_plan(plan, self.rotation)
+            plan = self.plan
         # the plan's per-message columns the event handlers read (:class:`_Plan`)
         self.pending, self.groups, self.is_reduce = plan.pending, plan.groups, plan.reduce
         self.fanout = plan.fanout or {}
@@ -291,10 +302,6 @@ class _Run:
         self.after_one = self.reduce_time(self.nbytes)
         self.reduce_cap = model.fused_reduce_rate_Bps
         self.call_s = model.call_cost_s(self.protocol.name)
-        self.env = simpy.Environment()
-        self.net = FluidNetwork(
-            self.env, machine, contention=contention, record_timeline=False, record_utilisation=record_utilisation
-        )
         self._queues(contention, record_utilisation)
         n_msgs = self.plan.messages
         # per message: when it started and left the wire (arrival and completion follow)
@@ -315,6 +322,17 @@ class _Run:
             return _plan_grouped(algorithm, num_chunks, present)
         return _plan_vectorised(algorithm, num_chunks, present)
 
+    def _rotation(self) -> NodeRotation | None:
+        """The schedule's node-rotation symmetry (:mod:`.symmetry`), with the
+        representatives' routes installed in the network, or None."""
+        n = self.algorithm.num_ranks
+        check_limit(self.started_s, self.time_limit_s, self.what, "looking for node symmetry")
+        rotation = node_rotation(self.plan, self.net, n, self.num_chunks)
+        if rotation is not None:
+            for (src, dst), route in rotation.routes.items():
+                self.net.override_route(src, dst, route)
+        return rotation
+
     def _wait_tables(self) -> None:
         """Waiters sorted by (slot, updates needed): CSR offsets per slot and a
         cursor per slot that :meth:`_release` advances."""
@@ -329,8 +347,11 @@ class _Run:
         self.slot_end = array("q", offsets[1:].astype(np.int64).tobytes())
         self.arrived = array("i", bytes(4 * num_slots))
         # per message: the slot it updates (its first transfer's chunk at the destination)
-        slot = np.frombuffer(plan.chunk, dtype=np.int32).astype(np.int64)
-        slot += np.frombuffer(plan.dst, dtype=np.int32).astype(np.int64) * self.num_chunks
+        if plan.write_slot is not None:
+            slot = plan.write_slot.astype(np.int64)
+        else:
+            slot = np.frombuffer(plan.chunk, dtype=np.int32).astype(np.int64)
+            slot += np.frombuffer(plan.dst, dtype=np.int32).astype(np.int64) * self.num_chunks
         self.msg_slot = array("q", slot.tobytes())
 
     def _queues(self, contention: bool, record_utilisation: bool) -> None:
@@ -526,15 +547,28 @@ class _Run:
             )
         return events
 
+    def _per_message(self, values: np.ndarray) -> np.ndarray:
+        """Per message of the schedule, from the simulated messages' ``values``
+        (under a node rotation, each message has its representative's)."""
+        return values if self.rotation is None else values[self.rotation.rep_of]
+
+    @property
+    def messages(self) -> int:
+        """Messages of the schedule (not only those simulated)."""
+        return (self.plan if self.rotation is None else self.full_plan).messages
+
     def private_messages(self) -> np.ndarray:
-        """Per message: whether it went on a private pair."""
+        """Per message of the schedule: whether it went on a private pair."""
         if not self.plan.messages:
             return np.zeros(0, bool)
-        return np.frombuffer(bytes(self.q_fast), dtype=np.uint8).astype(bool)[self.msg_q_np]
+        return self._per_message(np.frombuffer(bytes(self.q_fast), dtype=np.uint8).astype(bool)[self.msg_q_np])
 
     def record_private(self, fast: np.ndarray) -> None:
         """Hand the private pairs' messages (``fast``) to the network's counters
         and utilisation, as if it had run them."""
+        if self.rotation is not None:  # no utilisation is recorded: every message counts once
+            self.net.transfers = self.messages
+            return
         msgs = np.flatnonzero(fast)
         start = np.frombuffer(self.msg_start, dtype=np.float64)[msgs]
         wire = np.frombuffer(self.msg_wire, dtype=np.float64)[msgs]
@@ -551,11 +585,12 @@ class _Run:
 
     def timeline(self) -> pd.DataFrame:
         """The timeline frame (:func:`_timeline_frame`)."""
-        start = np.frombuffer(self.msg_start, dtype=np.float64)
-        wire = np.frombuffer(self.msg_wire, dtype=np.float64)
-        size, after = _sizes(self.plan, self.nbytes, self.reduce_time)
-        alpha = np.array(self.q_alpha, dtype=np.float64)[self.msg_q_np]
-        return _timeline_frame(self.plan, start, wire + alpha, wire + (alpha + after), size)
+        start = self._per_message(np.frombuffer(self.msg_start, dtype=np.float64))
+        wire = self._per_message(np.frombuffer(self.msg_wire, dtype=np.float64))
+        alpha = self._per_message(np.array(self.q_alpha, dtype=np.float64)[self.msg_q_np])
+        plan = self.plan if self.rotation is None else self.full_plan
+        size, after = _sizes(plan, self.nbytes, self.reduce_time)
+        return _timeline_frame(plan, start, wire + alpha, wire + (alpha + after), size)
 
 
 _KINDS = ("copy", "reduce")
@@ -620,8 +655,9 @@ def _simulate_algorithm(
             "protocol": run.protocol.name,
             "protocol_efficiency": run.efficiency,
             "call_s": call_s,
-            "messages": run.plan.messages,
+            "messages": run.messages,
             "private_messages": int(fast.sum()),
+            "node_rotation": 1 if run.rotation is None else run.rotation.order,
             "events": events,
             "plan_s": plan_s,
             "wall_s": time.perf_counter() - wall0,

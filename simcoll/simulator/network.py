@@ -330,6 +330,16 @@ class FluidNetwork:
         self._routes[key] = info
         return info
 
+    def override_route(
+        self, src: int, dst: int, route: tuple[float, float, tuple[tuple[Resource, float], ...]]
+    ) -> None:
+        """Make ``route`` (as :meth:`route` returns, over this network's
+        resources) the route of rank pair ``(src, dst)``: a quotient by
+        symmetry (:mod:`.symmetry`) routes a representative pair over the
+        representatives of its resources' orbits."""
+        self._routes[(src, dst)] = route
+        self._fast.pop((src, dst), None)
+
     def _compute_route(self, src: int, dst: int) -> tuple[float, float, tuple[tuple[Resource, float], ...]]:
         """:meth:`route` worked out from the topology and the model."""
         if src == dst:

@@ -1,0 +1,262 @@
+"""Node-rotation symmetry of a schedule on a cluster, and the quotient that
+Algorithm mode simulates in its place (issue 15: flows that are identical by
+symmetry are settled together).
+
+A cluster of ``k`` identical nodes (ranks node-major, ``g`` per node) is
+*rotation-symmetric* for a schedule when shifting every rank by one node,
+``π(r) = (r + g) mod n``, maps the schedule onto itself:
+
+- every rank pair's FIFO message queue onto the queue of ``(π(a), π(b))``,
+  message for message (same batch, same op), with one chunk permutation
+  ``σ`` (the chunk of the image is ``σ`` of the chunk), so that every read
+  of slot ``(rank, chunk)`` after its ``c``-th update maps to a read of
+  ``(π(rank), σ(chunk))`` after its ``c``-th update;
+- every route onto the image pair's route: the same α and bandwidth, and
+  resources that correspond one to one (same kind, capacity and switch
+  parameters, same weights) under one resource permutation ``π_R``.
+
+Then the max-min fair rates, and so every time, are the same for a message
+and its image (max-min fairness has a unique solution, which inherits every
+symmetry of the problem). The simulator runs only the *representatives*,
+the messages sent from node 0: a representative's route uses, in place of
+each resource, the representative of that resource's orbit under ``π_R``,
+and a message landing at a rank of node ``j`` updates the slot of node 0
+that ``π^-j`` maps it to (the update its image ``π^-j(m)`` makes there at the
+same time). Each real resource carries exactly the flows of the
+representatives that use its orbit when every orbit has ``k`` resources and
+no route uses two resources of one orbit; where that fails (a resource every
+node shares, such as a spine link), the schedule is simulated in full.
+
+The quotient runs ``k`` times fewer messages. Its times equal the full
+simulation's (``tests/test_sim_symmetry.py`` checks them bit for bit on
+small clusters): the max-min arithmetic sums, per resource and filling
+round, the weights of the flows that freeze, which is exact in either order
+for the binary-fraction weights of node-symmetric routes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:  # the plan's class lives with its simulator; only its fields are read here
+    from .algorithm_mode import _Plan
+    from .network import FluidNetwork, Resource
+
+Route = tuple[float, float, tuple[tuple["Resource", float], ...]]
+
+
+@dataclass(frozen=True)
+class NodeRotation:
+    """A node-rotation symmetry of a plan on a machine (module docstring):
+    shifting every rank by ``shift_ranks`` (a whole number of nodes) maps the
+    schedule onto itself, and ``order`` shifts come back to the start.
+
+    ``representatives`` are the messages sent from the first
+    ``shift_ranks`` ranks, in schedule order; ``rep_of[m]`` is the index,
+    among them, of the message that ``m`` is an image of; ``write_slot``
+    the slot of those first ranks that a representative's landing stands
+    for; ``routes`` the representatives' rank pairs with their routes over
+    orbit representatives."""
+
+    order: int
+    shift_ranks: int
+    representatives: np.ndarray
+    rep_of: np.ndarray
+    write_slot: np.ndarray
+    routes: dict[tuple[int, int], Route]
+
+
+def node_rotation(plan: _Plan, net: FluidNetwork, num_ranks: int, num_chunks: int) -> NodeRotation | None:
+    """The smallest node rotation under which ``plan`` on ``net``'s machine
+    is symmetric (module docstring): a shift by one node, else by two
+    (NCCL's rings enter alternate nodes at alternate GPUs), and so on up to
+    half the nodes; None where the machine is one node, its nodes differ,
+    or no shift maps the schedule onto itself. Plans with contiguity groups
+    or in-switch reductions are not looked at (None)."""
+    topology = net.machine.topology
+    nodes = len(topology.nodes)
+    if nodes < 2 or num_ranks % nodes or plan.groups or plan.fanout or not plan.messages:
+        return None
+    g = num_ranks // nodes
+    if any(topology.node_of(r) != r // g for r in range(num_ranks)):
+        return None
+    if any(not isinstance(pair[0], int) for pair in plan.queues):
+        return None
+    for d in range(1, nodes // 2 + 1):
+        if nodes % d == 0:
+            rotation = _rotation(plan, net, num_ranks, num_chunks, d * g)
+            if rotation is not None:
+                return rotation
+    return None
+
+
+def _rotation(plan: _Plan, net: FluidNetwork, n: int, num_chunks: int, shift: int) -> NodeRotation | None:
+    """:func:`node_rotation` for one shift of ``shift`` ranks."""
+    image = _message_image(plan, shift, n)
+    tau = None if image is None else _same_messages(plan, image, num_chunks)
+    if tau is None:
+        return None
+    order = n // shift
+    routes = _orbit_routes(plan, net, shift, n, order)
+    if routes is None:
+        return None
+    representatives, rep_of = _representatives(plan, shift, n)
+    write_slot = _node0_slots(plan, representatives, tau, shift, num_chunks)
+    return NodeRotation(order, shift, representatives, rep_of, write_slot, routes)
+
+
+def quotient_plan(plan: _Plan, rotation: NodeRotation) -> _Plan:
+    """The plan of the representatives alone: their messages, reads and
+    queues, renumbered, with the node-0 slot each landing updates
+    (``write_slot``)."""
+    reps = rotation.representatives
+    renumber = np.full(plan.messages, -1, dtype=np.int64)
+    renumber[reps] = np.arange(len(reps))
+    keep = renumber[plan.wait_msg] >= 0
+    describe = plan.describe
+    return dataclasses.replace(
+        plan,
+        src=_take(plan.src, reps),
+        dst=_take(plan.dst, reps),
+        chunk=_take(plan.chunk, reps),
+        reduce=bytearray(np.frombuffer(bytes(plan.reduce), dtype=np.uint8)[reps].tobytes()),
+        batch=_take(plan.batch, reps),
+        pending=_take(plan.pending, reps),
+        wait_slot=plan.wait_slot[keep],
+        wait_landed=plan.wait_landed[keep],
+        wait_msg=renumber[plan.wait_msg[keep]],
+        queues={pair: renumber[msgs].tolist() for pair, msgs in plan.queues.items() if pair in rotation.routes},
+        describe=lambda m: describe(int(reps[m])),
+        write_slot=rotation.write_slot,
+    )
+
+
+def _take(column, index: np.ndarray):
+    """``column`` (an :class:`array.array`) at ``index``, as an array of its type."""
+    from array import array
+
+    values = np.frombuffer(column, dtype=np.dtype(column.typecode))[index]
+    return array(column.typecode, values.tobytes())
+
+
+def _column(column) -> np.ndarray:
+    return np.frombuffer(column, dtype=np.dtype(column.typecode)) if len(column) else np.zeros(0, np.int32)
+
+
+def _message_image(plan: _Plan, g: int, n: int) -> np.ndarray | None:
+    """Per message: the message at the same place of the rotated pair's
+    queue, or None where some queue has no rotated twin of its length."""
+    image = np.empty(plan.messages, dtype=np.int64)
+    for (a, b), msgs in plan.queues.items():
+        twin = plan.queues.get(((a + g) % n, (b + g) % n))
+        if twin is None or len(twin) != len(msgs):
+            return None
+        image[msgs] = twin
+    return image
+
+
+def _same_messages(plan: _Plan, image: np.ndarray, num_chunks: int) -> np.ndarray | None:
+    """The slot permutation τ (per slot ``chunk + rank × chunks``: the slot
+    it maps to, -1 where no message reads or writes it) under which every
+    message and its image agree (batch, op, the slot read and the slot
+    written, and the number of updates the read waits for), or None."""
+    batch, pending = _column(plan.batch), _column(plan.pending)
+    reduce = np.frombuffer(bytes(plan.reduce), dtype=np.uint8)
+    if not (np.array_equal(batch[image], batch) and np.array_equal(reduce[image], reduce)):
+        return None
+    if not np.array_equal(pending[image], pending):
+        return None
+    chunk = _column(plan.chunk).astype(np.int64)
+    read = chunk + _column(plan.src).astype(np.int64) * num_chunks
+    write = chunk + _column(plan.dst).astype(np.int64) * num_chunks
+    size = int(max(read.max(), write.max())) + 1
+    tau = np.full(size, -1, dtype=np.int64)
+    tau[read] = read[image]
+    tau[write] = write[image]
+    if not (np.array_equal(tau[read], read[image]) and np.array_equal(tau[write], write[image])):
+        return None  # one slot would map to two
+    used = tau[tau >= 0]
+    if len(np.unique(used)) != len(used):
+        return None
+    # a message reads at most one slot here (no contiguity groups): the same count of updates
+    landed = np.zeros(plan.messages, dtype=np.int64)
+    landed[plan.wait_msg] = plan.wait_landed
+    if not np.array_equal(landed[image], landed):
+        return None
+    return tau
+
+
+def _orbit_routes(plan: _Plan, net: FluidNetwork, g: int, n: int, k: int) -> dict[tuple[int, int], Route] | None:
+    """The node-0 pairs' routes over orbit representatives, or None where the
+    routes are not rotation-symmetric, an orbit has fewer than ``k``
+    resources, or a route uses two resources of one orbit."""
+    image_of: dict[int, int] = {}
+    routes = {pair: net.route(*pair) for pair in plan.queues}
+    for (a, b), (alpha, bandwidth, resources) in routes.items():
+        twin_alpha, twin_bandwidth, twin = routes[((a + g) % n, (b + g) % n)]
+        if twin_alpha != alpha or twin_bandwidth != bandwidth or len(twin) != len(resources):
+            return None
+        for (res, w), (res2, w2) in zip(resources, twin, strict=True):
+            if w != w2 or res.kind != res2.kind or res.capacity_Bps != res2.capacity_Bps or res.switch != res2.switch:
+                return None
+            if image_of.setdefault(res.id, res2.id) != res2.id:
+                return None
+    if len(set(image_of.values())) != len(image_of):
+        return None
+    canonical: dict[int, int] = {}
+    for rid in image_of:
+        if rid in canonical:
+            continue
+        orbit = [rid]
+        nxt = image_of.get(rid)
+        while nxt is not None and nxt != rid and len(orbit) <= k:
+            orbit.append(nxt)
+            nxt = image_of.get(nxt)
+        if nxt != rid or len(orbit) != k:
+            return None
+        first = min(orbit)
+        canonical.update(dict.fromkeys(orbit, first))
+    resources = net.resources
+    out = {}
+    for (a, b), (alpha, bandwidth, used) in routes.items():
+        if a >= g:
+            continue
+        mapped = tuple((resources[canonical[res.id]], w) for res, w in used)
+        if len({res.id for res, _ in mapped}) != len(mapped):
+            return None
+        out[(a, b)] = (alpha, bandwidth, mapped)
+    return out
+
+
+def _representatives(plan: _Plan, g: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The messages sent from node 0 (ascending) and, per message, the index
+    of the representative it is the image of: the message at the same place
+    of the queue of the pair rotated back to node 0."""
+    src = _column(plan.src)
+    representatives = np.flatnonzero(src < g)
+    index = np.full(plan.messages, -1, dtype=np.int64)
+    index[representatives] = np.arange(len(representatives))
+    rep_of = np.empty(plan.messages, dtype=np.int64)
+    for (a, b), msgs in plan.queues.items():
+        shift = (a // g) * g
+        rep_of[msgs] = index[plan.queues[(a - shift, (b - shift) % n)]]
+    return representatives, rep_of
+
+
+def _node0_slots(plan: _Plan, representatives: np.ndarray, tau: np.ndarray, g: int, num_chunks: int) -> np.ndarray:
+    """Per representative landing at a rank of node ``j``: the slot of node 0
+    that ``τ^-j`` maps the slot it updates to."""
+    inverse = np.full(len(tau), -1, dtype=np.int64)
+    used = tau >= 0
+    inverse[tau[used]] = np.flatnonzero(used)
+    dst = _column(plan.dst)[representatives].astype(np.int64)
+    slot = _column(plan.chunk)[representatives].astype(np.int64) + dst * num_chunks
+    steps = dst // g
+    for j in range(1, int(steps.max(initial=0)) + 1):
+        moving = steps >= j
+        slot[moving] = inverse[slot[moving]]
+    return slot

@@ -1,0 +1,114 @@
+"""Node-rotation symmetry (issue 15): a schedule that shifting every rank by
+whole nodes maps onto itself is simulated through one block of nodes, and
+gives exactly what the full simulation gives (:mod:`simcoll.simulator.symmetry`)."""
+
+import numpy as np
+import pytest
+
+from simcoll import load_machine
+from simcoll.algorithm import Algorithm, Transfer
+from simcoll.algorithms import generate
+from simcoll.collectives import make_collective
+from simcoll.simulator import algorithm_mode, simulate
+from simcoll.simulator.algorithm_mode import _Run
+
+SIZES = (1 << 20, 1 << 30)
+
+
+def _full(monkeypatch, *args, **kwargs):
+    """The simulation without the quotient (every message run)."""
+    with monkeypatch.context() as patch:
+        patch.setattr(algorithm_mode, "node_rotation", lambda *a: None)
+        return simulate(*args, **kwargs)
+
+
+@pytest.mark.parametrize(
+    "topo, coll, name, order",
+    [
+        ("dgx-h100*4", "allreduce", "ring", 4),
+        ("dgx-h100*4", "allreduce", "direct", 4),
+        ("dgx-h100*4", "allreduce", "bidirectional-ring", 4),
+        # NCCL's rings enter even and odd nodes at different GPUs: symmetric under a shift of two nodes
+        ("dgx-h100*4", "allreduce", "nccl-ring", 2),
+        ("dgx-a100*4/rail", "allreduce", "nvgroup-ring", 4),
+        ("perlmutter*6", "allgather", "ring", 6),
+        ("perlmutter*6", "allreduce", "nccl-ring", 3),
+        ("dgx2*2", "reducescatter", "direct", 2),  # DGX-2: routes split over six planes (fractional weights)
+    ],
+)
+@pytest.mark.parametrize("contention", [True, False])
+def test_the_quotient_gives_the_full_simulation_bit_for_bit(monkeypatch, topo, coll, name, order, contention):
+    machine = load_machine(topo)
+    algorithm = generate(name, machine, coll)
+    for size in SIZES:
+        options = {"contention": contention, "record_utilisation": False}
+        quotient = simulate(algorithm, machine, size, **options)
+        full = _full(monkeypatch, algorithm, machine, size, **options)
+        assert quotient.stats["node_rotation"] == order
+        assert full.stats["node_rotation"] == 1
+        assert quotient.time_s == full.time_s
+        assert quotient.timeline.equals(full.timeline)
+        assert quotient.transfers == full.transfers == len(algorithm.transfers)
+        assert quotient.stats["messages"] == full.stats["messages"]
+        assert quotient.stats["private_messages"] == full.stats["private_messages"]
+
+
+def test_the_quotient_runs_one_block_of_nodes():
+    machine = load_machine("dgx-h100*4")
+    run = _Run(generate("ring", machine, "allreduce"), machine, 1 << 20, contention=True, record_utilisation=False)
+    rotation = run.rotation
+    assert (rotation.order, rotation.shift_ranks) == (4, 8)
+    assert run.plan.messages * 4 == run.messages
+    src = np.frombuffer(run.plan.src, dtype=np.int32)
+    assert src.max() < 8  # representatives: the messages node 0 sends
+    # every message stands for its representative: the same place in the rotated-back pair's queue
+    full = run.full_plan
+    for (a, b), msgs in full.queues.items():
+        back = (a % 8, (b - (a - a % 8)) % 32)
+        reps = rotation.representatives[rotation.rep_of[msgs]]
+        assert reps.tolist() == full.queues[back]
+
+
+def test_utilisation_is_recorded_by_the_full_simulation():
+    machine = load_machine("dgx-h100*2")
+    result = simulate(generate("ring", machine, "allreduce"), machine, 1 << 20)
+    assert result.stats["node_rotation"] == 1
+    assert not result.utilisation.empty
+
+
+@pytest.mark.parametrize(
+    "topo, name, why",
+    [
+        ("dgx-h100*8/clos:radix=16,oversub=2", "ring", "leaves join two nodes each: a spine link every node shares"),
+        ("dgx-h100", "ring", "one node"),
+        ("dgx-h100*4", "multi-ring", "each ring starts at rank 0"),
+        ("dgx-h100*4", "hiccl", "the same chunk is reduced at every node's leader"),
+    ],
+)
+def test_asymmetric_schedules_and_machines_run_in_full(topo, name, why):
+    machine = load_machine(topo)
+    result = simulate(generate(name, machine, "allreduce"), machine, 1 << 20, record_utilisation=False)
+    assert result.stats["node_rotation"] == 1, why
+
+
+def _two_node_ring(skew: bool) -> Algorithm:
+    """Ring AllGather over two DGX-H100 nodes; ``skew`` moves one of node 1's
+    last transfers a step later (still correct), which breaks the symmetry."""
+    n = 16
+    coll = make_collective("allgather", n)
+    transfers = []
+    for step in range(n - 1):
+        for r in range(n):
+            late = skew and r == 9 and step == n - 2
+            transfers.append(Transfer(src=r, dst=(r + 1) % n, chunk=(r - step) % n, step=step + late))
+    return Algorithm("skewed ring" if skew else "ring", coll, tuple(transfers))
+
+
+@pytest.mark.parametrize("skew", [False, True])
+def test_one_asymmetric_transfer_turns_the_quotient_off(monkeypatch, skew):
+    machine = load_machine("dgx-h100*2")
+    algorithm = _two_node_ring(skew)
+    quotient = simulate(algorithm, machine, 1 << 24, record_utilisation=False, verify=False)
+    full = _full(monkeypatch, algorithm, machine, 1 << 24, record_utilisation=False, verify=False)
+    assert quotient.stats["node_rotation"] == (1 if skew else 2)
+    assert quotient.time_s == full.time_s

@@ -62,6 +62,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             contention=not args.no_contention,
             time_limit_s=args.time_limit,
             verify=not args.no_verify,
+            # the summary needs neither: recording them only costs time (and turns off node symmetry)
+            record_timeline=bool(args.trace),
+            record_utilisation=bool(args.trace),
         )
         summary = {**result.to_dict(), "method": "simulate"}
         if args.trace:

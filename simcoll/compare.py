@@ -35,6 +35,7 @@ from .algorithms import applicable
 from .analytic import algbw_GBps, busbw_GBps, critical_path_time_s
 from .bounds import time_lower_bound_s
 from .collectives import canonical_name, make_collective
+from .collector import collector_paused
 from .errors import SimcollError, SimulationError
 from .files import save_figure
 from .machines import Machine, as_machine
@@ -143,6 +144,22 @@ def compare(
     .. [2] S. Cai et al., "Synthesizing Optimal Collective Algorithms"
        (SCCL), PPoPP 2021, §3.6-3.7: latency- and bandwidth-optimal schedules.
     """
+    with collector_paused():  # generation and simulation allocate millions of short-lived objects
+        return _compare(machine, collective, sizes, method, program, contention, time_limit_s, algorithms, jobs)
+
+
+def _compare(
+    machine: Machine | str,
+    collective: str,
+    sizes: list[int],
+    method: str,
+    program: bool,
+    contention: bool,
+    time_limit_s: float,
+    algorithms: list[str] | tuple[str, ...] | None,
+    jobs: int,
+) -> tuple[pd.DataFrame, dict[str, str]]:
+    """:func:`compare` (its arguments as given)."""
     machine = as_machine(machine)
     if not sizes:
         raise SimcollError("compare needs at least one size")

@@ -17,6 +17,7 @@ Chrome trace). The network model is in :mod:`.network`.
 from __future__ import annotations
 
 from ..algorithm import Algorithm
+from ..collector import collector_paused
 from ..cost_model import PROTOCOLS
 from ..errors import SimulationError, VerificationError
 from ..machines import Machine, as_machine
@@ -152,19 +153,20 @@ def simulate(
         "record_timeline": record_timeline,
         "record_utilisation": record_utilisation,
     }
-    if mode == "algorithm":
-        from .algorithm_mode import _simulate_algorithm
+    with collector_paused():  # routes, plans and events: millions of short-lived objects
+        if mode == "algorithm":
+            from .algorithm_mode import _simulate_algorithm
 
-        return _simulate_algorithm(schedule, machine, size_bytes, protocol=protocol, **options)
-    if isinstance(schedule, Algorithm):
-        from ..compiler import lower_algorithm
-        from .algorithm_mode import protocol_of
+            return _simulate_algorithm(schedule, machine, size_bytes, protocol=protocol, **options)
+        if isinstance(schedule, Algorithm):
+            from ..compiler import lower_algorithm
+            from .algorithm_mode import protocol_of
 
-        protocol = protocol_of(schedule, protocol)
-        schedule = lower_for(schedule, machine, lower_algorithm)
-    from .program_mode import _simulate_program
+            protocol = protocol_of(schedule, protocol)
+            schedule = lower_for(schedule, machine, lower_algorithm)
+        from .program_mode import _simulate_program
 
-    return _simulate_program(schedule, machine, size_bytes, protocol=protocol, **options)
+        return _simulate_program(schedule, machine, size_bytes, protocol=protocol, **options)
 
 
 def lower_for(algorithm: Algorithm, machine: Machine, lower_algorithm) -> Program:

@@ -15,7 +15,6 @@ from typing import Any
 
 from ..algorithm import Algorithm
 from ..collectives import ROOTED, Collective, canonical_name, make_collective
-from ..collector import collector_paused
 from ..errors import NotApplicableError, SimcollError
 from ..machines import Machine, as_machine
 from . import bruck as _bruck
@@ -98,8 +97,7 @@ def generate(
             chunks or generator.default_chunks(coll_name, topology.num_ranks),
             root=root if coll_name in ROOTED else None,
         )
-    with collector_paused():  # generators allocate a transfer, a pair, a set entry at a time
-        return generator.function(topology, collective, **options)
+    return generator.function(topology, collective, **options)
 
 
 def applicable(

@@ -30,6 +30,7 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, fields
 from fractions import Fraction
 from functools import cached_property
@@ -290,12 +291,67 @@ class SwitchReduction:
         )
 
 
+class PairSet(AbstractSet):
+    """An immutable set of directed rank pairs ``(s, d)`` held as sorted
+    NumPy keys ``s * num_ranks + d``: what a bandwidth constraint over every
+    pair that leaves a node or a GPU's fabric holds (a million pairs on
+    1,024 ranks, where a ``frozenset`` of tuples takes a gigabyte). Reads
+    like a ``frozenset`` (membership, iteration in key order, ``len``,
+    equality with any set of the same pairs, ``&`` gives a ``frozenset``).
+
+    >>> pairs = PairSet(np.array([1 * 4 + 2, 0 * 4 + 3]), 4)
+    >>> sorted(pairs), (1, 2) in pairs, pairs == frozenset({(0, 3), (1, 2)})
+    ([(0, 3), (1, 2)], True, True)
+    """
+
+    __slots__ = ("keys", "num_ranks", "_hash_value")
+
+    def __init__(self, keys: np.ndarray, num_ranks: int):
+        keys = np.asarray(keys, dtype=np.int64)
+        ascending = len(keys) < 2 or bool((keys[1:] > keys[:-1]).all())  # masks give keys in order
+        self.keys = keys if ascending else np.unique(keys)
+        self.num_ranks = int(num_ranks)
+        self._hash_value: int | None = None
+
+    def __contains__(self, pair: object) -> bool:
+        try:
+            s, d = pair  # type: ignore[misc]
+        except (TypeError, ValueError):
+            return False
+        p = self.num_ranks
+        if not (isinstance(s, int | np.integer) and isinstance(d, int | np.integer) and 0 <= s < p and 0 <= d < p):
+            return False
+        key = int(s) * p + int(d)
+        i = int(np.searchsorted(self.keys, key))
+        return i < len(self.keys) and int(self.keys[i]) == key
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        src, dst = np.divmod(self.keys, self.num_ranks)
+        return zip(src.tolist(), dst.tolist(), strict=True)
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    @classmethod
+    def _from_iterable(cls, pairs: Iterable[tuple[int, int]]) -> frozenset[tuple[int, int]]:
+        return frozenset(pairs)
+
+    def __hash__(self) -> int:
+        if self._hash_value is None:
+            self._hash_value = self._hash()  # as a frozenset of the same pairs hashes
+        return self._hash_value
+
+    def __repr__(self) -> str:
+        return f"PairSet({len(self)} pairs of {self.num_ranks} ranks)"
+
+
 @dataclass(frozen=True)
 class BandwidthConstraint:
     """One element (L, b) of SCCL's bandwidth relation B: at most ``b`` chunks
-    per round in total over the directed rank pairs in ``links``."""
+    per round in total over the directed rank pairs in ``links`` (a
+    ``frozenset``, or a :class:`PairSet` for large ones)."""
 
-    links: frozenset[tuple[int, int]]
+    links: frozenset[tuple[int, int]] | PairSet
     chunks_per_round: int
     label: str = ""
 
@@ -330,13 +386,16 @@ class RelationIndex:
 
     def __init__(self, relation: Sequence[BandwidthConstraint], num_ranks: int):
         p = num_ranks
-        keys, ids = [], []
+        key_parts, id_parts = [], []
         for i, c in enumerate(relation):
-            for a, b in c.links:
-                keys.append(a * p + b)
-                ids.append(i)
-        keys_a = np.asarray(keys, dtype=np.int64)
-        ids_a = np.asarray(ids, dtype=np.int64)
+            if isinstance(c.links, PairSet) and c.links.num_ranks == p:
+                part = c.links.keys
+            else:
+                part = np.fromiter((a * p + b for a, b in c.links), dtype=np.int64, count=len(c.links))
+            key_parts.append(part)
+            id_parts.append(np.full(len(part), i, dtype=np.int64))
+        keys_a = np.concatenate(key_parts) if key_parts else np.zeros(0, dtype=np.int64)
+        ids_a = np.concatenate(id_parts) if id_parts else np.zeros(0, dtype=np.int64)
         order = np.argsort(keys_a, kind="stable")
         self.num_ranks = p
         self.constraints = ids_a[order]

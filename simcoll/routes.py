@@ -21,8 +21,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import networkx as nx
+import numpy as np
 
-from .algorithm import BandwidthConstraint
+from .algorithm import BandwidthConstraint, PairSet
 from .topology import FABRIC_LINK_TYPES, Topology, directed_pairs
 
 
@@ -62,6 +63,10 @@ class Routes:
         self._dist: dict[tuple[str, bool, bool], dict[str, int]] = {}
         self._hops: dict[tuple[int, int], tuple[RouteHop, ...] | None] = {}
         self._length: dict[tuple[int, int], int] = {}
+        self._to_first: dict[int | None, np.ndarray | None] = {}  # per node: rank permutation (_to_first_node)
+        self._reach_masks: dict[int, np.ndarray] = {}
+        self._members: dict[int | None, list] | None = None  # each node's components
+        self._swaps: dict[int | None, dict[str, str] | None] = {}
 
     def _distances(self, start: str, forward: bool, fabric_only: bool) -> dict[str, int]:
         key = (start, forward, fabric_only)
@@ -164,16 +169,76 @@ class Routes:
             self._order[key] = {node: i for i, node in enumerate(dist_from)}
         return self._order[key]
 
+    def swap_to_first_node(self, src: int) -> dict[str, str] | None:
+        """The component names swapped between rank ``src``'s node and the
+        first node (``n<j>.x`` <-> ``n<first>.x``) when that swap is a
+        symmetry of the topology (:meth:`_node_swap`, checked), else None
+        (also for the first node itself and for GPUs outside the nodes).
+        Routes map through it: whether one exists, which GPUs are joined
+        directly, and every hop of a pair's routes are those of its image."""
+        node = self.topology.gpu(src).node
+        if node not in self._swaps:
+            nodes = self.topology.nodes
+            swap = None
+            if node is not None and len(nodes) > 1 and node != nodes[0]:
+                if self._members is None:
+                    self._members = {}
+                    for c in self.topology.components:
+                        self._members.setdefault(c.node, []).append(c)
+                swap = self._node_swap(nodes[0], node, self._members)
+            self._swaps[node] = swap
+        return self._swaps[node]
+
+    def _to_first_node(self, src: int) -> np.ndarray | None:
+        """The rank permutation of :meth:`swap_to_first_node` (an involution:
+        ``perm[r]`` is the image of rank ``r``), or None. A cluster's GPUs
+        are searched from the first node's alone."""
+        node = self.topology.gpu(src).node
+        if node not in self._to_first:
+            swap = self.swap_to_first_node(src)
+            perm = None
+            if swap is not None:
+                perm = np.arange(self.topology.num_ranks)
+                for a, b in swap.items():
+                    if a in self._rank_of:
+                        perm[self._rank_of[a]] = self._rank_of[b]
+            self._to_first[node] = perm
+        return self._to_first[node]
+
+    def image_in_first_node(self, src: int, dst: int) -> tuple[int, int] | None:
+        """The rank pair ``(src, dst)`` maps to when ``src``'s node is swapped
+        with the first node (:meth:`swap_to_first_node`), or None."""
+        perm = self._to_first_node(src)
+        return None if perm is None else (int(perm[src]), int(perm[dst]))
+
+    def reachable_mask(self, src: int) -> np.ndarray:
+        """Per rank: whether ``src`` has a route to it (a boolean array; a
+        GPU of another node of a cluster gets the first node's, permuted)."""
+        mask = self._reach_masks.get(src)
+        if mask is None:
+            perm = self._to_first_node(src)
+            if perm is None:
+                mask = np.zeros(self.topology.num_ranks, dtype=bool)
+                mask[self._reachable_from(src)] = True
+            else:
+                mask = self.reachable_mask(int(perm[src]))[perm]
+            self._reach_masks[src] = mask
+        return mask
+
     def reachable(self, src: int) -> list[int]:
         """The ranks ``src`` has a route to, ascending."""
         if src not in self._reachable:
-            s = self._names[src]
-            ranks = set()
-            for fabric_only in (True, False):
-                ranks.update(self._rank_of[n] for n in self._distances(s, True, fabric_only) if n in self._rank_of)
-            ranks.discard(src)
-            self._reachable[src] = sorted(ranks)
+            self._reachable[src] = np.flatnonzero(self.reachable_mask(src)).tolist()
         return self._reachable[src]
+
+    def _reachable_from(self, src: int) -> list[int]:
+        """:meth:`reachable` searched from ``src`` itself."""
+        s = self._names[src]
+        ranks = set()
+        for fabric_only in (True, False):
+            ranks.update(self._rank_of[n] for n in self._distances(s, True, fabric_only) if n in self._rank_of)
+        ranks.discard(src)
+        return sorted(ranks)
 
     def hops_on_routes(self) -> frozenset[tuple[str, str, str]]:
         """Every directed (src, dst, type) link that lies on some GPU-to-GPU route.
@@ -251,11 +316,20 @@ class Routes:
         return swap
 
     def connected(self, src: int, dst: int) -> bool:
-        return src != dst and self._mode(src, dst) is not None
+        """Whether a route joins rank ``src`` to rank ``dst`` (another rank)."""
+        if src == dst:
+            return False
+        perm = self._to_first_node(src)
+        if perm is not None:
+            src, dst = int(perm[src]), int(perm[dst])
+        return self._mode(src, dst) is not None
 
     def direct_neighbours(self, src: int) -> dict[int, int]:
         """``{rank: direct_links(src, rank)}`` for the GPUs joined to ``src``
         directly (only its own links are looked at)."""
+        perm = self._to_first_node(src)
+        if perm is not None:
+            return {int(perm[d]): k for d, k in self.direct_neighbours(int(perm[src])).items()}
         out: dict[int, int] = {}
         for hop in self._out[self._names[src]]:
             d = self._rank_of.get(hop.dst)
@@ -379,16 +453,17 @@ def bandwidth_relation(topology: Topology, routes: Routes | None = None) -> tupl
 def _bandwidth_relation(topology: Topology, routes: Routes) -> tuple[BandwidthConstraint, ...]:
     p = topology.num_ranks
     constraints: list[BandwidthConstraint] = []
-    via_fabric: dict[int, set[tuple[int, int]]] = {r: set() for r in range(p)}
-    into_fabric: dict[int, set[tuple[int, int]]] = {r: set() for r in range(p)}
+    # who reaches whom, and over a direct link: P x P masks (a cluster's rows from its first node's)
+    reach = np.zeros((p, p), dtype=bool)
+    direct = np.zeros((p, p), dtype=bool)
     for s in range(p):
-        direct = routes.direct_neighbours(s)
-        for d in sorted(direct):
-            constraints.append(BandwidthConstraint(frozenset({(s, d)}), direct[d], f"link {s}->{d}"))
-        for d in routes.reachable(s):
-            if d not in direct:
-                via_fabric[s].add((s, d))
-                into_fabric[d].add((s, d))
+        reach[s] = routes.reachable_mask(s)
+        neighbours = routes.direct_neighbours(s)
+        for d in sorted(neighbours):
+            constraints.append(BandwidthConstraint(frozenset({(s, d)}), neighbours[d], f"link {s}->{d}"))
+            direct[s, d] = True
+    via_fabric = reach & ~direct
+    keys = np.arange(p * p, dtype=np.int64).reshape(p, p)
     gpu_names = {g.name: g.rank for g in topology.gpus}
     fabric_out = {r: 0 for r in range(p)}
     fabric_in = {r: 0 for r in range(p)}
@@ -402,10 +477,12 @@ def _bandwidth_relation(topology: Topology, routes: Routes) -> tuple[BandwidthCo
             if b in gpu_names and a not in gpu_names:
                 fabric_in[gpu_names[b]] += link.count
     for r in range(p):
-        if via_fabric[r]:
-            constraints.append(BandwidthConstraint(frozenset(via_fabric[r]), fabric_out[r], f"rank {r} egress"))
-        if into_fabric[r]:
-            constraints.append(BandwidthConstraint(frozenset(into_fabric[r]), fabric_in[r], f"rank {r} ingress"))
+        if via_fabric[r].any():
+            pairs = PairSet(keys[r][via_fabric[r]], p)
+            constraints.append(BandwidthConstraint(pairs, fabric_out[r], f"rank {r} egress"))
+        if via_fabric[:, r].any():
+            pairs = PairSet(keys[:, r][via_fabric[:, r]], p)
+            constraints.append(BandwidthConstraint(pairs, fabric_in[r], f"rank {r} ingress"))
     if len(topology.nodes) > 1:
         comps = {c.name: c for c in topology.components}
         out_links = dict.fromkeys(topology.nodes, 0)
@@ -417,16 +494,16 @@ def _bandwidth_relation(topology: Topology, routes: Routes) -> tuple[BandwidthCo
                     out_links[ca.node] += link.count
                 if cb.kind == "nic" and cb.node is not None and ca.node != cb.node:
                     in_links[cb.node] += link.count
-        sources_of: dict[int, list[int]] = {d: [] for d in range(p)}
-        for s in range(p):
-            for d in routes.reachable(s):
-                sources_of[d].append(s)
         for node in topology.nodes:
-            ranks = set(topology.ranks_of_node(node))
-            outward = frozenset((s, d) for s in ranks for d in routes.reachable(s) if d not in ranks)
-            inward = frozenset((s, d) for d in ranks for s in sources_of[d] if s not in ranks)
-            if outward:
-                constraints.append(BandwidthConstraint(outward, out_links[node], f"node {node} egress"))
-            if inward:
-                constraints.append(BandwidthConstraint(inward, in_links[node], f"node {node} ingress"))
+            ranks = np.array(topology.ranks_of_node(node), dtype=np.int64)
+            inside = np.zeros(p, dtype=bool)
+            inside[ranks] = True
+            outward = reach[ranks] & ~inside[None, :]  # rows: the node's ranks
+            inward = reach[:, ranks] & ~inside[:, None]  # columns: the node's ranks
+            if outward.any():
+                pairs = PairSet(keys[ranks][outward], p)
+                constraints.append(BandwidthConstraint(pairs, out_links[node], f"node {node} egress"))
+            if inward.any():
+                pairs = PairSet(keys[:, ranks][inward], p)
+                constraints.append(BandwidthConstraint(pairs, in_links[node], f"node {node} ingress"))
     return tuple(constraints)

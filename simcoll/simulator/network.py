@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -237,6 +238,7 @@ class FluidNetwork:
         self._recipes: dict = machine.derived.setdefault((_ROUTES_KEY, contention), {})
         self._shapes: dict[tuple, list[float]] = machine.derived.setdefault(_FLOW_SHARES_KEY, {})
         self._recording: list | None = None
+        self._scratch: FluidNetwork | None = None  # works out the routes _mirrored_recipe maps
         self._solved: dict[tuple, tuple[float, ...]] = {}  # max-min solutions by sharing pattern (_recompute)
         self._solved_flows = 0
         self.max_sharing = 1
@@ -314,6 +316,8 @@ class FluidNetwork:
             return info
         recipe = self._recipes.get(key)
         if recipe is None:
+            recipe = self._mirrored_recipe(src, dst)
+        if recipe is None:
             self._recording = created = []
             try:
                 info = self._compute_route(src, dst)
@@ -329,6 +333,45 @@ class FluidNetwork:
             info = (alpha, bandwidth, tuple((self.resources[ids[k]], w) for k, w in used))
         self._routes[key] = info
         return info
+
+    def _mirrored_recipe(self, src: int, dst: int) -> tuple | None:
+        """The route recipe of ``(src, dst)`` mapped from its image in the
+        first node of a cluster, where swapping the two nodes is a symmetry
+        of the topology (:meth:`simcoll.routes.Routes.swap_to_first_node`):
+        the same α and bandwidth, and every resource the computation touches,
+        in the same order, with the two nodes' names swapped. The image is
+        worked out in a scratch network, so this one creates exactly the
+        resources the pair's own computation would (tested). None where
+        there is no such symmetry."""
+        if isinstance(src, SwitchPath):
+            return None
+        routes = self.machine.routes
+        swap = routes.swap_to_first_node(src)
+        if swap is None:
+            return None
+        image = routes.image_in_first_node(src, dst)
+        if self._scratch is None:
+            self._scratch = FluidNetwork(
+                simpy.Environment(),
+                self.machine,
+                contention=self.contention,
+                record_utilisation=False,
+                record_timeline=False,
+            )
+        try:
+            self._scratch.route(*image)
+        except TopologyError:
+            return None  # the pair's own computation says what is missing, naming the pair
+        alpha, bandwidth, created, used = self._recipes[image]
+        rename = _node_renaming(swap)
+        recipe = (
+            alpha,
+            bandwidth,
+            tuple((_swapped(key, swap), rename(name), kind, cap, sw) for key, name, kind, cap, sw in created),
+            tuple((_swapped(key, swap), w) for key, w in used),
+        )
+        self._recipes[(src, dst)] = recipe
+        return recipe
 
     def override_route(
         self, src: int, dst: int, route: tuple[float, float, tuple[tuple[Resource, float], ...]]
@@ -1041,6 +1084,21 @@ class FluidNetwork:
 
     def resource_names(self) -> list[str]:
         return [r.name for r in self.resources]
+
+
+def _swapped(key: tuple, swap: dict[str, str]) -> tuple:
+    """A resource key with its component names swapped (:meth:`FluidNetwork._mirrored_recipe`)."""
+    return tuple(swap.get(part, part) if isinstance(part, str) else part for part in key)
+
+
+def _node_renaming(swap: dict[str, str]) -> Callable[[str], str]:
+    """A function that swaps the two nodes' name prefixes (``n<a>.``, ``n<b>.``)
+    wherever a component name starts in a resource's display name."""
+    a, b = next((x, y) for x, y in swap.items() if x != y)
+    first, second = a.split(".", 1)[0], b.split(".", 1)[0]
+    other = {first: second, second: first}
+    pattern = re.compile(rf"(?<![\w.])({re.escape(first)}|{re.escape(second)})\.")
+    return lambda name: pattern.sub(lambda m: other[m[1]] + ".", name)
 
 
 def alone_rate_Bps(bound_Bps: float, resources: Sequence[tuple[Resource, float]]) -> float:

@@ -57,6 +57,12 @@ completion time (a ring step of 1024 ranks is one event). Other pairs go
 through :class:`~.network.FluidNetwork` flows (max-min sharing, two events a
 message). Both give the same times, timeline rows and utilisation intervals
 bit for bit (``tests/test_sim_algorithm.py``).
+
+The static part is a :class:`~.plan.Plan`. When no utilisation is recorded
+and the schedule is symmetric under shifting every rank by whole nodes,
+only one block of nodes' messages runs (:mod:`.symmetry`), over one
+resource per orbit; every other message gets its representative's times
+(bit for bit the full run's: ``tests/test_sim_symmetry.py``).
 """
 
 from __future__ import annotations
@@ -64,188 +70,20 @@ from __future__ import annotations
 import math
 import time
 from array import array
-from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 import simpy
 
-from ..algorithm import Algorithm, Transfer, messages
+from ..algorithm import Algorithm
 from ..analytic import chunk_bytes
 from ..errors import AlgorithmError, SimulationError
 from ..machines import Machine
 from .engine import check_limit, run_with_limit
-from .network import Flow, FluidNetwork, SwitchPath, alone_rate_Bps
+from .network import Flow, FluidNetwork, alone_rate_Bps
+from .plan import Plan, plan_grouped, plan_vectorised
 from .results import TIMELINE_COLUMNS, SimulationResult, make_result
 from .symmetry import NodeRotation, node_rotation, quotient_plan
-
-
-@dataclass
-class _Plan:
-    """The static part of a simulation: messages in schedule order (their
-    first transfer's ``src``, ``dst``, ``chunk``, whether it reduces, its batch),
-    the reads that must wait for updates, sorted by (slot, updates needed), and
-    the FIFO message queue of each rank pair. Slot = chunk + rank × chunks."""
-
-    src: array
-    dst: array
-    chunk: array
-    reduce: bytearray
-    batch: array
-    labels: list[str]
-    groups: dict[int, list[Transfer]]  # messages of more than one transfer
-    pending: array  # per message: reads still waiting
-    wait_slot: np.ndarray
-    wait_landed: np.ndarray
-    wait_msg: np.ndarray
-    queues: dict[tuple[int, int], list[int]]
-    describe: Callable[[int], str]
-    fanout: dict[int, list[int]] = None  # type: ignore[assignment]  # switch reductions: slots they update
-    write_slot: np.ndarray | None = None  # per message: the slot it updates, where not its chunk at its dst
-
-    @property
-    def messages(self) -> int:
-        return len(self.src)
-
-
-def _labels(keys, timed: bool) -> list[str]:
-    return [f"t={k:.6g}" if timed else f"step {k}" for k in keys]
-
-
-def _plan_vectorised(algorithm: Algorithm, num_chunks: int, present: np.ndarray) -> _Plan:
-    """Plan for schedules without contiguity groups (every message one
-    transfer), with numpy: millions of transfers in seconds."""
-    transfers, table = algorithm.transfers, algorithm.table
-    n = len(transfers)
-    timed = algorithm.schedule != "steps"
-    key = table.start_s if timed else table.step
-    order = np.argsort(key, kind="stable")
-    key = key[order]
-    src, dst, chunk, reduce = table.src[order], table.dst[order], table.chunk[order], table.reduce[order]
-    change = np.empty(n, dtype=bool)
-    change[:1] = True
-    change[1:] = key[1:] != key[:-1]
-    batch = np.cumsum(change) - 1
-    batches = int(batch[-1]) + 1 if n else 0
-    # updates of (src, chunk) landed in earlier batches = writes with the same slot and a smaller batch
-    read_slot = chunk + src * num_chunks
-    write_key = np.sort((chunk + dst * num_chunks) * (batches + 1) + batch)
-    landed = np.searchsorted(write_key, read_slot * (batches + 1) + batch) - np.searchsorted(
-        write_key, read_slot * (batches + 1)
-    )
-    missing = (landed == 0) & ~present[read_slot]
-    if missing.any():
-        bad = transfers[int(order[np.flatnonzero(missing)[0]])]
-        raise AlgorithmError(f"{algorithm.name}: {bad.describe()} before rank {bad.src} holds the chunk")
-    waits = landed > 0
-    pair = src * algorithm.num_ranks + dst
-    by_pair = np.argsort(pair, kind="stable")
-    cuts = np.flatnonzero(np.diff(pair[by_pair])) + 1
-    queues = {}
-    for piece in np.split(by_pair, cuts) if n else ():
-        m = int(piece[0])
-        queues[(int(src[m]), int(dst[m]))] = piece.tolist()
-    return _Plan(
-        src=array("i", src.astype(np.int32).tobytes()),
-        dst=array("i", dst.astype(np.int32).tobytes()),
-        chunk=array("i", chunk.astype(np.int32).tobytes()),
-        reduce=bytearray(reduce.tobytes()),
-        batch=array("i", batch.astype(np.int32).tobytes()),
-        labels=_labels(key[change].tolist(), timed),
-        groups={},
-        pending=array("i", waits.astype(np.int32).tobytes()),
-        wait_slot=read_slot[waits],
-        wait_landed=landed[waits],
-        wait_msg=np.flatnonzero(waits),
-        queues=queues,
-        describe=lambda m: transfers[int(order[m])].describe(),
-    )
-
-
-def _plan_grouped(algorithm: Algorithm, num_chunks: int, present: np.ndarray) -> _Plan:
-    """Plan for schedules with TACCL contiguity groups (a group on one rank
-    pair in one batch is one message)."""
-    written: dict[int, int] = {}
-    timed = algorithm.schedule != "steps"
-    src, dst, chunk, batch, pending = array("i"), array("i"), array("i"), array("i"), array("i")
-    reduce = bytearray()
-    firsts: list[Transfer] = []
-    groups: dict[int, list[Transfer]] = {}
-    wait_slot, wait_landed, wait_msg = [], [], []
-    queues: dict[tuple[int, int], list[int]] = {}
-    keys = []
-    fanout: dict[int, list[int]] = {}
-    for transfers_of_batch, switched in algorithm.schedule_batches():
-        first_of_batch = (transfers_of_batch or switched)[0]
-        keys.append(first_of_batch.start_s if timed else first_of_batch.step)
-        writes = []
-        for r in switched:
-            m = len(src)
-            need = 0
-            for s in r.sources:
-                slot = r.chunk + s * num_chunks
-                landed = written.get(slot, 0)
-                if landed:
-                    wait_slot.append(slot)
-                    wait_landed.append(landed)
-                    wait_msg.append(m)
-                    need += 1
-                elif not present[slot]:
-                    raise AlgorithmError(f"{algorithm.name}: {r.describe()} before rank {s} holds the chunk")
-            fanout[m] = [r.chunk + d * num_chunks for d in r.destinations]
-            writes += fanout[m]
-            src.append(r.sources[0])
-            dst.append(r.destinations[0])
-            chunk.append(r.chunk)
-            reduce.append(False)
-            batch.append(len(keys) - 1)
-            pending.append(need)
-            firsts.append(r)
-            queues.setdefault((SwitchPath(r.switch, r.sources, r.destinations), None), []).append(m)
-        for message in messages(transfers_of_batch):
-            m = len(src)
-            first = message[0]
-            need = 0
-            for t in message:
-                slot = t.chunk + t.src * num_chunks
-                landed = written.get(slot, 0)
-                if landed:
-                    wait_slot.append(slot)
-                    wait_landed.append(landed)
-                    wait_msg.append(m)
-                    need += 1
-                elif not present[slot]:
-                    raise AlgorithmError(f"{algorithm.name}: {t.describe()} before rank {t.src} holds the chunk")
-                writes.append(t.chunk + t.dst * num_chunks)
-            if len(message) > 1:
-                groups[m] = message
-            src.append(first.src)
-            dst.append(first.dst)
-            chunk.append(first.chunk)
-            reduce.append(first.op == "reduce")
-            batch.append(len(keys) - 1)
-            pending.append(need)
-            firsts.append(first)
-            queues.setdefault((first.src, first.dst), []).append(m)
-        for slot in writes:
-            written[slot] = written.get(slot, 0) + 1
-    return _Plan(
-        src=src,
-        dst=dst,
-        chunk=chunk,
-        reduce=reduce,
-        batch=batch,
-        labels=_labels(keys, timed),
-        groups=groups,
-        pending=pending,
-        wait_slot=np.array(wait_slot, dtype=np.int64),
-        wait_landed=np.array(wait_landed, dtype=np.int64),
-        wait_msg=np.array(wait_msg, dtype=np.int64),
-        queues=queues,
-        describe=lambda m: firsts[m].describe(),
-        fanout=fanout,
-    )
 
 
 class _Run:
@@ -290,7 +128,7 @@ class _Run:
         if self.rotation is not None:
             self.full_plan, self.plan = plan, quotient_plan(plan, self.rotation)
             plan = self.plan
-        # the plan's per-message columns the event handlers read (:class:`_Plan`)
+        # the plan's per-message columns the event handlers read (:class:`Plan`)
         self.pending, self.groups, self.is_reduce = plan.pending, plan.groups, plan.reduce
         self.fanout = plan.fanout or {}
         self._wait_tables()
@@ -312,15 +150,15 @@ class _Run:
         self.landings: dict[float, list[int]] = {}  # private pairs: completion time -> messages
 
     # -- static part ---------------------------------------------------------------------------
-    def _make_plan(self) -> _Plan:
-        """The plan (:class:`_Plan`); the chunks the collective starts with are present."""
+    def _make_plan(self) -> Plan:
+        """The plan (:class:`Plan`); the chunks the collective starts with are present."""
         algorithm, num_chunks = self.algorithm, self.num_chunks
         present = np.zeros(num_chunks * algorithm.num_ranks, dtype=bool)
         pre = np.array([c + r * num_chunks for c, r in algorithm.collective.pre], dtype=np.int64)
         present[pre] = True
         if algorithm.switch_reductions or algorithm.table.group is not None:
-            return _plan_grouped(algorithm, num_chunks, present)
-        return _plan_vectorised(algorithm, num_chunks, present)
+            return plan_grouped(algorithm, num_chunks, present)
+        return plan_vectorised(algorithm, num_chunks, present)
 
     def _rotation(self) -> NodeRotation | None:
         """The schedule's node-rotation symmetry (:mod:`.symmetry`), with the
@@ -786,7 +624,7 @@ def _private_pairs(routes, contention: bool, record_utilisation: bool) -> tuple[
     return rates, private
 
 
-def _sizes(plan: _Plan, nbytes: float, reduce_time) -> tuple[np.ndarray, np.ndarray]:
+def _sizes(plan: Plan, nbytes: float, reduce_time) -> tuple[np.ndarray, np.ndarray]:
     """Per message: payload bytes and the reduction time after arrival."""
     n = plan.messages
     size = np.full(n, float(nbytes))
@@ -798,7 +636,7 @@ def _sizes(plan: _Plan, nbytes: float, reduce_time) -> tuple[np.ndarray, np.ndar
     return size, after
 
 
-def _timeline_frame(plan: _Plan, start, arrival, done, size) -> pd.DataFrame:
+def _timeline_frame(plan: Plan, start, arrival, done, size) -> pd.DataFrame:
     """Timeline rows (:data:`~.results.TIMELINE_COLUMNS`), in completion order
     (ties in schedule order): one row per message (kind = its op, track
     ``"src->dst"``, label its step), then a ``compute`` row on ``"rank d"``

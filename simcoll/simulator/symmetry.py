@@ -37,16 +37,15 @@ for the binary-fraction weights of node-symmetric routes.
 from __future__ import annotations
 
 import dataclasses
+from array import array
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-if TYPE_CHECKING:  # the plan's class lives with its simulator; only its fields are read here
-    from .algorithm_mode import _Plan
-    from .network import FluidNetwork, Resource
+from .network import FluidNetwork, Resource
+from .plan import Plan
 
-Route = tuple[float, float, tuple[tuple["Resource", float], ...]]
+Route = tuple[float, float, tuple[tuple[Resource, float], ...]]
 
 
 @dataclass(frozen=True)
@@ -70,7 +69,7 @@ class NodeRotation:
     routes: dict[tuple[int, int], Route]
 
 
-def node_rotation(plan: _Plan, net: FluidNetwork, num_ranks: int, num_chunks: int) -> NodeRotation | None:
+def node_rotation(plan: Plan, net: FluidNetwork, num_ranks: int, num_chunks: int) -> NodeRotation | None:
     """The smallest node rotation under which ``plan`` on ``net``'s machine
     is symmetric (module docstring): a shift by one node, else by two
     (NCCL's rings enter alternate nodes at alternate GPUs), and so on up to
@@ -94,7 +93,7 @@ def node_rotation(plan: _Plan, net: FluidNetwork, num_ranks: int, num_chunks: in
     return None
 
 
-def _rotation(plan: _Plan, net: FluidNetwork, n: int, num_chunks: int, shift: int) -> NodeRotation | None:
+def _rotation(plan: Plan, net: FluidNetwork, n: int, num_chunks: int, shift: int) -> NodeRotation | None:
     """:func:`node_rotation` for one shift of ``shift`` ranks."""
     image = _message_image(plan, shift, n)
     tau = None if image is None else _same_messages(plan, image, num_chunks)
@@ -109,7 +108,7 @@ def _rotation(plan: _Plan, net: FluidNetwork, n: int, num_chunks: int, shift: in
     return NodeRotation(order, shift, representatives, rep_of, write_slot, routes)
 
 
-def quotient_plan(plan: _Plan, rotation: NodeRotation) -> _Plan:
+def quotient_plan(plan: Plan, rotation: NodeRotation) -> Plan:
     """The plan of the representatives alone: their messages, reads and
     queues, renumbered, with the node-0 slot each landing updates
     (``write_slot``)."""
@@ -137,8 +136,6 @@ def quotient_plan(plan: _Plan, rotation: NodeRotation) -> _Plan:
 
 def _take(column, index: np.ndarray):
     """``column`` (an :class:`array.array`) at ``index``, as an array of its type."""
-    from array import array
-
     values = np.frombuffer(column, dtype=np.dtype(column.typecode))[index]
     return array(column.typecode, values.tobytes())
 
@@ -147,7 +144,7 @@ def _column(column) -> np.ndarray:
     return np.frombuffer(column, dtype=np.dtype(column.typecode)) if len(column) else np.zeros(0, np.int32)
 
 
-def _message_image(plan: _Plan, g: int, n: int) -> np.ndarray | None:
+def _message_image(plan: Plan, g: int, n: int) -> np.ndarray | None:
     """Per message: the message at the same place of the rotated pair's
     queue, or None where some queue has no rotated twin of its length."""
     image = np.empty(plan.messages, dtype=np.int64)
@@ -159,7 +156,7 @@ def _message_image(plan: _Plan, g: int, n: int) -> np.ndarray | None:
     return image
 
 
-def _same_messages(plan: _Plan, image: np.ndarray, num_chunks: int) -> np.ndarray | None:
+def _same_messages(plan: Plan, image: np.ndarray, num_chunks: int) -> np.ndarray | None:
     """The slot permutation τ (per slot ``chunk + rank × chunks``: the slot
     it maps to, -1 where no message reads or writes it) under which every
     message and its image agree (batch, op, the slot read and the slot
@@ -190,7 +187,7 @@ def _same_messages(plan: _Plan, image: np.ndarray, num_chunks: int) -> np.ndarra
     return tau
 
 
-def _orbit_routes(plan: _Plan, net: FluidNetwork, g: int, n: int, k: int) -> dict[tuple[int, int], Route] | None:
+def _orbit_routes(plan: Plan, net: FluidNetwork, g: int, n: int, k: int) -> dict[tuple[int, int], Route] | None:
     """The node-0 pairs' routes over orbit representatives, or None where the
     routes are not rotation-symmetric, an orbit has fewer than ``k``
     resources, or a route uses two resources of one orbit."""
@@ -232,7 +229,7 @@ def _orbit_routes(plan: _Plan, net: FluidNetwork, g: int, n: int, k: int) -> dic
     return out
 
 
-def _representatives(plan: _Plan, g: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+def _representatives(plan: Plan, g: int, n: int) -> tuple[np.ndarray, np.ndarray]:
     """The messages sent from node 0 (ascending) and, per message, the index
     of the representative it is the image of: the message at the same place
     of the queue of the pair rotated back to node 0."""
@@ -247,7 +244,7 @@ def _representatives(plan: _Plan, g: int, n: int) -> tuple[np.ndarray, np.ndarra
     return representatives, rep_of
 
 
-def _node0_slots(plan: _Plan, representatives: np.ndarray, tau: np.ndarray, g: int, num_chunks: int) -> np.ndarray:
+def _node0_slots(plan: Plan, representatives: np.ndarray, tau: np.ndarray, g: int, num_chunks: int) -> np.ndarray:
     """Per representative landing at a rank of node ``j``: the slot of node 0
     that ``τ^-j`` maps the slot it updates to."""
     inverse = np.full(len(tau), -1, dtype=np.int64)

@@ -1,0 +1,184 @@
+"""Algorithm mode's static part: an :class:`~simcoll.algorithm.Algorithm`
+turned into a :class:`Plan` - messages in schedule order, the reads that
+wait for updates, and each rank pair's FIFO queue - before anything runs
+(:mod:`.algorithm_mode` runs it; :mod:`.symmetry` reduces it to one block
+of nodes)."""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..algorithm import Algorithm, Transfer, messages
+from ..errors import AlgorithmError
+from .network import SwitchPath
+
+
+@dataclass
+class Plan:
+    """The static part of a simulation: messages in schedule order (their
+    first transfer's ``src``, ``dst``, ``chunk``, whether it reduces, its batch),
+    the reads that must wait for updates, sorted by (slot, updates needed), and
+    the FIFO message queue of each rank pair. Slot = chunk + rank × chunks."""
+
+    src: array
+    dst: array
+    chunk: array
+    reduce: bytearray
+    batch: array
+    labels: list[str]
+    groups: dict[int, list[Transfer]]  # messages of more than one transfer
+    pending: array  # per message: reads still waiting
+    wait_slot: np.ndarray
+    wait_landed: np.ndarray
+    wait_msg: np.ndarray
+    queues: dict[tuple[int, int], list[int]]
+    describe: Callable[[int], str]
+    fanout: dict[int, list[int]] = None  # type: ignore[assignment]  # switch reductions: slots they update
+    write_slot: np.ndarray | None = None  # per message: the slot it updates, where not its chunk at its dst
+
+    @property
+    def messages(self) -> int:
+        return len(self.src)
+
+
+def _labels(keys, timed: bool) -> list[str]:
+    return [f"t={k:.6g}" if timed else f"step {k}" for k in keys]
+
+
+def plan_vectorised(algorithm: Algorithm, num_chunks: int, present: np.ndarray) -> Plan:
+    """Plan for schedules without contiguity groups (every message one
+    transfer), with numpy: millions of transfers in seconds."""
+    transfers, table = algorithm.transfers, algorithm.table
+    n = len(transfers)
+    timed = algorithm.schedule != "steps"
+    key = table.start_s if timed else table.step
+    order = np.argsort(key, kind="stable")
+    key = key[order]
+    src, dst, chunk, reduce = table.src[order], table.dst[order], table.chunk[order], table.reduce[order]
+    change = np.empty(n, dtype=bool)
+    change[:1] = True
+    change[1:] = key[1:] != key[:-1]
+    batch = np.cumsum(change) - 1
+    batches = int(batch[-1]) + 1 if n else 0
+    # updates of (src, chunk) landed in earlier batches = writes with the same slot and a smaller batch
+    read_slot = chunk + src * num_chunks
+    write_key = np.sort((chunk + dst * num_chunks) * (batches + 1) + batch)
+    landed = np.searchsorted(write_key, read_slot * (batches + 1) + batch) - np.searchsorted(
+        write_key, read_slot * (batches + 1)
+    )
+    missing = (landed == 0) & ~present[read_slot]
+    if missing.any():
+        bad = transfers[int(order[np.flatnonzero(missing)[0]])]
+        raise AlgorithmError(f"{algorithm.name}: {bad.describe()} before rank {bad.src} holds the chunk")
+    waits = landed > 0
+    pair = src * algorithm.num_ranks + dst
+    by_pair = np.argsort(pair, kind="stable")
+    cuts = np.flatnonzero(np.diff(pair[by_pair])) + 1
+    queues = {}
+    for piece in np.split(by_pair, cuts) if n else ():
+        m = int(piece[0])
+        queues[(int(src[m]), int(dst[m]))] = piece.tolist()
+    return Plan(
+        src=array("i", src.astype(np.int32).tobytes()),
+        dst=array("i", dst.astype(np.int32).tobytes()),
+        chunk=array("i", chunk.astype(np.int32).tobytes()),
+        reduce=bytearray(reduce.tobytes()),
+        batch=array("i", batch.astype(np.int32).tobytes()),
+        labels=_labels(key[change].tolist(), timed),
+        groups={},
+        pending=array("i", waits.astype(np.int32).tobytes()),
+        wait_slot=read_slot[waits],
+        wait_landed=landed[waits],
+        wait_msg=np.flatnonzero(waits),
+        queues=queues,
+        describe=lambda m: transfers[int(order[m])].describe(),
+    )
+
+
+def plan_grouped(algorithm: Algorithm, num_chunks: int, present: np.ndarray) -> Plan:
+    """Plan for schedules with TACCL contiguity groups (a group on one rank
+    pair in one batch is one message)."""
+    written: dict[int, int] = {}
+    timed = algorithm.schedule != "steps"
+    src, dst, chunk, batch, pending = array("i"), array("i"), array("i"), array("i"), array("i")
+    reduce = bytearray()
+    firsts: list[Transfer] = []
+    groups: dict[int, list[Transfer]] = {}
+    wait_slot, wait_landed, wait_msg = [], [], []
+    queues: dict[tuple[int, int], list[int]] = {}
+    keys = []
+    fanout: dict[int, list[int]] = {}
+    for transfers_of_batch, switched in algorithm.schedule_batches():
+        first_of_batch = (transfers_of_batch or switched)[0]
+        keys.append(first_of_batch.start_s if timed else first_of_batch.step)
+        writes = []
+        for r in switched:
+            m = len(src)
+            need = 0
+            for s in r.sources:
+                slot = r.chunk + s * num_chunks
+                landed = written.get(slot, 0)
+                if landed:
+                    wait_slot.append(slot)
+                    wait_landed.append(landed)
+                    wait_msg.append(m)
+                    need += 1
+                elif not present[slot]:
+                    raise AlgorithmError(f"{algorithm.name}: {r.describe()} before rank {s} holds the chunk")
+            fanout[m] = [r.chunk + d * num_chunks for d in r.destinations]
+            writes += fanout[m]
+            src.append(r.sources[0])
+            dst.append(r.destinations[0])
+            chunk.append(r.chunk)
+            reduce.append(False)
+            batch.append(len(keys) - 1)
+            pending.append(need)
+            firsts.append(r)
+            queues.setdefault((SwitchPath(r.switch, r.sources, r.destinations), None), []).append(m)
+        for message in messages(transfers_of_batch):
+            m = len(src)
+            first = message[0]
+            need = 0
+            for t in message:
+                slot = t.chunk + t.src * num_chunks
+                landed = written.get(slot, 0)
+                if landed:
+                    wait_slot.append(slot)
+                    wait_landed.append(landed)
+                    wait_msg.append(m)
+                    need += 1
+                elif not present[slot]:
+                    raise AlgorithmError(f"{algorithm.name}: {t.describe()} before rank {t.src} holds the chunk")
+                writes.append(t.chunk + t.dst * num_chunks)
+            if len(message) > 1:
+                groups[m] = message
+            src.append(first.src)
+            dst.append(first.dst)
+            chunk.append(first.chunk)
+            reduce.append(first.op == "reduce")
+            batch.append(len(keys) - 1)
+            pending.append(need)
+            firsts.append(first)
+            queues.setdefault((first.src, first.dst), []).append(m)
+        for slot in writes:
+            written[slot] = written.get(slot, 0) + 1
+    return Plan(
+        src=src,
+        dst=dst,
+        chunk=chunk,
+        reduce=reduce,
+        batch=batch,
+        labels=_labels(keys, timed),
+        groups=groups,
+        pending=pending,
+        wait_slot=np.array(wait_slot, dtype=np.int64),
+        wait_landed=np.array(wait_landed, dtype=np.int64),
+        wait_msg=np.array(wait_msg, dtype=np.int64),
+        queues=queues,
+        describe=lambda m: firsts[m].describe(),
+        fanout=fanout,
+    )

@@ -254,9 +254,6 @@ class Routes:
             ranks_of: dict[int | None, list[int]] = {}
             for g in self.topology.gpus:
                 ranks_of.setdefault(g.node, []).append(g.rank)
-            members: dict[int | None, list] = {}
-            for c in self.topology.components:
-                members.setdefault(c.node, []).append(c)
             nodes = sorted(n for n in ranks_of if n is not None)
             used = self._hops_from(ranks_of.get(None, []))
             if nodes:
@@ -269,7 +266,7 @@ class Routes:
                     for end in {node_of[hop[0]], node_of[hop[1]]} - {None}:
                         touching.setdefault(end, []).append(hop)
                 for n in nodes[1:]:
-                    swap = self._node_swap(first, n, members)
+                    swap = self.swap_to_first_node(ranks_of[n][0])
                     if swap is None:
                         used |= self._hops_from(ranks_of[n])
                         continue

@@ -26,6 +26,7 @@ chosen protocol); its ``choice`` column says what was chosen, e.g.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -34,7 +35,7 @@ from .algorithm import Algorithm
 from .algorithms import applicable
 from .analytic import algbw_GBps, busbw_GBps, critical_path_time_s
 from .bounds import time_lower_bound_s
-from .collectives import canonical_name, make_collective
+from .collectives import Collective, canonical_name, make_collective
 from .collector import collector_paused
 from .errors import SimcollError, SimulationError
 from .files import save_figure
@@ -176,10 +177,17 @@ def _compare(
     nccl_done: dict[int, Algorithm | str] = {}
     if jobs > 1:
         candidates, timed, nccl_done = _in_parallel(
-            machine, collective, sizes, wanted, with_nccl, method, contention, time_limit_s, jobs
+            machine, collective, sizes, wanted, with_nccl, method, contention, time_limit_s, jobs, program
         )
-    else:
+    elif program:  # every Algorithm is lowered below
         candidates = applicable(machine, collective, names=wanted)
+    else:  # generated and timed one at a time: one schedule in memory, not all of them
+        candidates = {}
+        for name in _generator_names(collective, wanted):
+            candidates[name], times = _generate_and_time(
+                machine, collective, name, sizes, method, contention, time_limit_s, keep=False
+            )
+            timed.update({(name, size): t for size, t in times.items()})
     algorithms = {name: a for name, a in candidates.items() if not isinstance(a, str)}
     skipped = {name: reason for name, reason in candidates.items() if isinstance(reason, str)}
     nccl_ok = with_nccl and _nccl_applies(collective, skipped)
@@ -263,20 +271,21 @@ def _in_parallel(
     contention: bool,
     time_limit_s: float,
     jobs: int,
-) -> tuple[dict[str, Algorithm | str], dict[tuple[str, int], float | str], dict[int, Algorithm | str]]:
+    keep: bool,
+) -> tuple[dict[str, Algorithm | Timed | str], dict[tuple[str, int], float | str], dict[int, Algorithm | str]]:
     """:func:`compare`'s generation and timing on ``jobs`` processes: one
-    task per generator (its Algorithm and its time at every size) and one per
-    size for NCCL's row. Results are collected in submission order, so the
-    table does not depend on which task ends first."""
+    task per generator (its Algorithm, or with ``keep`` false only its
+    :class:`Timed` summary, and its time at every size) and one per size for
+    NCCL's row. Results are collected in submission order, so the table does
+    not depend on which task ends first."""
     from concurrent.futures import ProcessPoolExecutor
 
-    from .algorithms import REGISTRY
     from .nccl.tuner import TUNED_COLLECTIVES
 
-    names = [n for n, g in REGISTRY.items() if collective in g.collectives and (wanted is None or n in wanted)]
+    names = _generator_names(collective, wanted)
     with ProcessPoolExecutor(max_workers=jobs) as pool:
         generated = [
-            pool.submit(_generate_and_time, machine, collective, n, sizes, method, contention, time_limit_s)
+            pool.submit(_generate_and_time, machine, collective, n, sizes, method, contention, time_limit_s, keep)
             for n in names
         ]
         nccl = (
@@ -301,12 +310,38 @@ def _in_parallel(
         return candidates, timed, nccl_done
 
 
+@dataclass(frozen=True)
+class Timed:
+    """What the table needs of a generated Algorithm once it has been timed
+    at every size (its collective and C, S, R), kept in its place so that a
+    comparison holds one schedule in memory at a time."""
+
+    collective: Collective
+    chunks: int
+    steps: int
+    rounds: int
+
+
+def _generator_names(collective: str, wanted: set[str] | None) -> list[str]:
+    """The registered generators of ``collective`` (those ``wanted``), in registry order."""
+    from .algorithms import REGISTRY
+
+    return [n for n, g in REGISTRY.items() if collective in g.collectives and (wanted is None or n in wanted)]
+
+
 def _generate_and_time(
-    machine: Machine, collective: str, name: str, sizes: list[int], method: str, contention: bool, time_limit_s: float
-) -> tuple[Algorithm | str, dict[int, float | str]]:
-    """One generator's Algorithm (or why it does not apply) and its time at
-    every size it has a byte per chunk for, or why its simulation stopped (a
-    :func:`_in_parallel` task)."""
+    machine: Machine,
+    collective: str,
+    name: str,
+    sizes: list[int],
+    method: str,
+    contention: bool,
+    time_limit_s: float,
+    keep: bool = True,
+) -> tuple[Algorithm | Timed | str, dict[int, float | str]]:
+    """One generator's Algorithm (or why it does not apply; with ``keep``
+    false, its :class:`Timed` summary) and its time at every size it has a
+    byte per chunk for, or why its simulation stopped."""
     from .algorithms import generate
     from .errors import NotApplicableError
 
@@ -318,7 +353,9 @@ def _generate_and_time(
     for size in sizes:
         if size >= algorithm.collective.size_chunks:
             times[size] = _time(algorithm, machine, size, method, contention, time_limit_s)
-    return algorithm, times
+    if keep:
+        return algorithm, times
+    return Timed(algorithm.collective, algorithm.chunks, algorithm.steps, algorithm.rounds), times
 
 
 def _nccl_task(

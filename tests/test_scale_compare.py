@@ -74,3 +74,29 @@ def test_rows_asked_for_are_the_only_ones_generated(monkeypatch):
     rows, _ = compare("dgx-a100*2", "allreduce", [1 << 20], algorithms=["ring", "direct"])
     assert made == ["ring", "direct"]
     assert list(rows.algorithm) == ["ring", "direct"]
+
+
+def test_one_generated_schedule_is_held_at_a_time(monkeypatch):
+    """A comparison on a large machine holds one schedule in memory, not
+    every generator's: each is timed at every size and let go before the
+    next is generated (the table keeps its C, S, R)."""
+    import weakref
+
+    import simcoll.algorithms as algorithms_module
+
+    generate = algorithms_module.generate
+    made: list[weakref.ref] = []
+    alive_at_each: list[int] = []
+
+    def watching(name, *args, **kwargs):
+        alive_at_each.append(sum(ref() is not None for ref in made))
+        algorithm = generate(name, *args, **kwargs)
+        made.append(weakref.ref(algorithm))
+        return algorithm
+
+    monkeypatch.setattr(algorithms_module, "generate", watching)
+    rows, _ = compare("dgx-a100*2", "allreduce", [1 << 10, 1 << 20], algorithms=["ring", "direct", "nccl-ring"])
+    assert len(made) == 3 and alive_at_each == [0, 0, 0]
+    assert list(rows.algorithm) == ["ring", "direct", "nccl-ring"] * 2
+    p = 16  # ring Allreduce takes 2(P - 1) steps, direct a reduce-scatter step and an allgather step
+    assert rows.steps.tolist()[:3] == [2 * (p - 1), 2, 2 * (p - 1)]

@@ -212,8 +212,12 @@ def require_routes(name: str, topology: Topology, routes: Routes, transfers: Ite
             raise NotApplicableError(f"{name}: {topology.name} has no route from rank {src} to rank {dst}")
 
 
-def one_message_per_step(transfers: Iterable[Transfer]) -> list[Transfer]:
+def one_message_per_step(transfers: Iterable[Transfer] | TransferTable) -> list[Transfer] | TransferTable:
     """What a rank sends to one peer in one step travels as one message (one α)."""
+    if isinstance(transfers, TransferTable):
+        return TransferTable(
+            transfers.chunk, transfers.src, transfers.dst, transfers.reduce, step=transfers.step, group=transfers.step
+        )
     return [Transfer(t.chunk, t.src, t.dst, t.op, t.step, group=t.step) for t in transfers]
 
 

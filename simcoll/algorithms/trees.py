@@ -17,9 +17,11 @@ ranks its tree needs that the topology gives no route between.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-from ..algorithm import Algorithm, Transfer
+import numpy as np
+
+from ..algorithm import Algorithm, Transfer, TransferTable
 from ..collectives import Collective
 from ..errors import NotApplicableError
 from ..routes import Routes
@@ -33,7 +35,9 @@ Tree = dict[int, int]  # child rank -> parent rank
 
 
 # -- helpers shared by the three families ----------------------------------------
-def _build(name: str, collective: Collective, topology: Topology, transfers: list[Transfer], **metadata) -> Algorithm:
+def _build(
+    name: str, collective: Collective, topology: Topology, transfers: list[Transfer] | TransferTable, **metadata
+) -> Algorithm:
     routes = Routes(topology)
     require_routes(name, topology, routes, transfers)
     return finish(name, collective, topology, one_message_per_step(transfers), routes, **metadata)
@@ -44,34 +48,56 @@ def tree_height(tree: Tree, top: int) -> int:
     return max(tree_depths(tree, top).values())
 
 
-def _pipelined_reduce(tree: Tree, top: int, chunks: Sequence[int], first_step: int) -> list[Transfer]:
+def _pipelined(tree: Tree, chunks: Sequence[int], step_of_depth, reduce: bool) -> TransferTable:
+    """Every chunk over every edge of ``tree`` (chunk-major, edges in the
+    tree's order), chunk j on an edge at depth δ in step
+    ``step_of_depth(δ) + j``; up the tree (child to parent) when ``reduce``,
+    else down. Columns, not a Transfer per chunk: a double binary tree on
+    1,024 ranks has a million transfers."""
+    edges = len(tree)
+    child = np.fromiter(tree.keys(), dtype=np.int64, count=edges)
+    parent = np.fromiter(tree.values(), dtype=np.int64, count=edges)
+    chunk = np.asarray(chunks, dtype=np.int64)
+    k = len(chunk)
+    edge_step = step_of_depth(child)  # per edge, for chunk 0
+    return TransferTable(
+        chunk=np.repeat(chunk, edges),
+        src=np.tile(child if reduce else parent, k),
+        dst=np.tile(parent if reduce else child, k),
+        reduce=np.full(k * edges, reduce),
+        step=np.tile(edge_step, k) + np.repeat(np.arange(k, dtype=np.int64), edges),
+    )
+
+
+def _depth_of(tree: Tree, top: int) -> tuple[Callable[[np.ndarray], np.ndarray], int]:
+    """Per rank array -> its depth below ``top``, and the tree's height."""
+    depth = tree_depths(tree, top)
+    table = np.zeros(max(depth) + 1, dtype=np.int64)
+    table[list(depth)] = list(depth.values())
+    return (lambda ranks: table[ranks]), max(depth.values())
+
+
+def _pipelined_reduce(tree: Tree, top: int, chunks: Sequence[int], first_step: int) -> TransferTable:
     """Chunk j leaves the ranks at depth δ at step ``first_step + j + height - δ``,
     one step after their children's partials of it arrived; the top holds it
     reduced after step ``first_step + j + height - 1``."""
-    depth = tree_depths(tree, top)
-    height = max(depth.values())
-    return [
-        Transfer(c, rank, parent, "reduce", first_step + j + height - depth[rank])
-        for j, c in enumerate(chunks)
-        for rank, parent in tree.items()
-    ]
+    depth, height = _depth_of(tree, top)
+    return _pipelined(tree, chunks, lambda ranks: first_step + height - depth(ranks), reduce=True)
 
 
-def _pipelined_broadcast(tree: Tree, top: int, chunks: Sequence[int], first_step: int) -> list[Transfer]:
+def _pipelined_broadcast(tree: Tree, top: int, chunks: Sequence[int], first_step: int) -> TransferTable:
     """Chunk j reaches the ranks at depth δ in step ``first_step + j + δ - 1``."""
-    depth = tree_depths(tree, top)
-    return [
-        Transfer(c, parent, rank, "copy", first_step + j + depth[rank] - 1)
-        for j, c in enumerate(chunks)
-        for rank, parent in tree.items()
-    ]
+    depth, _ = _depth_of(tree, top)
+    return _pipelined(tree, chunks, lambda ranks: first_step + depth(ranks) - 1, reduce=False)
 
 
-def _pipelined_allreduce(tree: Tree, top: int, chunks: Sequence[int]) -> list[Transfer]:
+def _pipelined_allreduce(tree: Tree, top: int, chunks: Sequence[int]) -> TransferTable:
     """Reduce to the top, then broadcast from it; chunk j starts down the tree
     the step after it is complete at the top."""
     height = tree_height(tree, top) if tree else 0
-    return _pipelined_reduce(tree, top, chunks, 0) + _pipelined_broadcast(tree, top, chunks, height)
+    return TransferTable.concatenate(
+        [_pipelined_reduce(tree, top, chunks, 0), _pipelined_broadcast(tree, top, chunks, height)]
+    )
 
 
 # -- binomial tree ------------------------------------------------------------
@@ -346,7 +372,9 @@ def double_binary_tree(topology: Topology, collective: Collective) -> Algorithm:
     first_half, second_half = _halves(range(collective.num_chunks))
     if collective.name == "allreduce":
         tree1, top1, tree2, top2 = double_binary_tree_pair(range(p))
-        transfers = _pipelined_allreduce(tree1, top1, first_half) + _pipelined_allreduce(tree2, top2, second_half)
+        transfers = TransferTable.concatenate(
+            [_pipelined_allreduce(tree1, top1, first_half), _pipelined_allreduce(tree2, top2, second_half)]
+        )
     else:
         root = collective.root
         others = [(root + i) % p for i in range(1, p)]
@@ -355,7 +383,7 @@ def double_binary_tree(topology: Topology, collective: Collective) -> Algorithm:
             tree1, tree2 = {**tree1, top1: root}, {**tree2, top2: root}
         top1 = top2 = root
         move = _pipelined_broadcast if collective.name == "broadcast" else _pipelined_reduce
-        transfers = move(tree1, root, first_half, 0) + move(tree2, root, second_half, 0)
+        transfers = TransferTable.concatenate([move(tree1, root, first_half, 0), move(tree2, root, second_half, 0)])
     shared = len(_pairs(tree1) & _pairs(tree2))
     depth = max(tree_height(tree1, top1) if tree1 else 0, tree_height(tree2, top2) if tree2 else 0)
     return _build(

@@ -118,11 +118,15 @@ def finish(
     routes: Routes,
     **metadata,
 ) -> Algorithm:
-    """An Algorithm with the fewest rounds per step its topology allows."""
+    """An Algorithm with the fewest rounds per step its topology allows; its
+    transfers as columns (checked and counted with NumPy, not one Python
+    object at a time)."""
+    if not isinstance(transfers, TransferTable):
+        transfers = TransferTable.from_transfers(transfers)
     return Algorithm(
         name=name,
         collective=collective,
-        transfers=transfers if isinstance(transfers, TransferTable) else tuple(transfers),
+        transfers=transfers,
         rounds_per_step=minimal_rounds(transfers, topology, routes),
         topology=topology.name,
         metadata={"generator": name, **metadata},
@@ -212,13 +216,13 @@ def require_routes(name: str, topology: Topology, routes: Routes, transfers: Ite
             raise NotApplicableError(f"{name}: {topology.name} has no route from rank {src} to rank {dst}")
 
 
-def one_message_per_step(transfers: Iterable[Transfer] | TransferTable) -> list[Transfer] | TransferTable:
+def one_message_per_step(transfers: Iterable[Transfer] | TransferTable) -> TransferTable:
     """What a rank sends to one peer in one step travels as one message (one α)."""
-    if isinstance(transfers, TransferTable):
-        return TransferTable(
-            transfers.chunk, transfers.src, transfers.dst, transfers.reduce, step=transfers.step, group=transfers.step
-        )
-    return [Transfer(t.chunk, t.src, t.dst, t.op, t.step, group=t.step) for t in transfers]
+    if not isinstance(transfers, TransferTable):
+        transfers = TransferTable.from_transfers(transfers)
+    return TransferTable(
+        transfers.chunk, transfers.src, transfers.dst, transfers.reduce, step=transfers.step, group=transfers.step
+    )
 
 
 def tree_depths(parent: dict[int, int], root: int) -> dict[int, int]:

@@ -14,15 +14,19 @@ motivates the one-thread-block rate):
 kind       Program                                         predicted time (the fit's model)
 ========== =============================================== ===========================================
 sendrecv   rank 0 sends k chunks to rank 1, one executor   launch + messages·α + bytes / link_bw
-           each side; ``serial`` = k sends of 1 chunk,
+           each side; ``serial`` = k sends of 1 chunk,     + last / max(tb_bw, link_bw)
            ``together`` = one send of k chunks (α vs β)
 ll         the sendrecv Program with protocol LL           launch + messages·α + bytes / (link_bw·ll)
+                                                           + last / max(tb_bw, link_bw)
 copy       one executor copies a chunk on rank 0           launch + bytes / tb_bw
 reduce     copy, then reduce rank 1's chunk into it        launch + 2·bytes / tb_bw + tiles·r0
                                                            + bytes / reduce_bw
 pingpong   R signal / wait round trips between the ranks   launch + 2·R·flag
 ========== =============================================== ===========================================
 
+``last`` is the last message's bytes: the receiving block copies each message
+out of its FIFO slot while the next arrives, and the last copy shows (the
+model is written ``stream_bound``, with the block rate max(tb_bw, link_bw)).
 ``messages`` counts send instructions × tiles (the interpreter sends one
 message per tile; the simulator's Program mode pays α per message, see
 :mod:`simcoll.simulator.program_mode`); a chunk is cut into tiles of
@@ -81,8 +85,7 @@ class Microbenchmark:
         return size_bytes // self.program.collective.size_chunks
 
     def tiles(self, size_bytes: int) -> int:
-        tile = self.program.tile_bytes or default_limits().default_tile_bytes
-        return max(1, math.ceil(self.chunk_bytes(size_bytes) / tile))
+        return max(1, math.ceil(self.chunk_bytes(size_bytes) / _tile_bytes(self)))
 
 
 @dataclass(frozen=True)
@@ -122,12 +125,18 @@ def sendrecv_program(chunks: int = 1, *, serial: bool = False, protocol: str = "
                       protocol=protocol, tile_bytes=tile_bytes)  # fmt: skip
 
 
-def copy_program(*, tile_bytes: int | None = None) -> Program:
-    """One executor on rank 0 copies its input chunk to its output (the
-    one-thread-block copy rate; rank 1 idles)."""
-    coll = custom_collective("copy", [[0], []], [[0], []])
-    ex = Executor(0, (_ins("copy", ("input", 0), ("output", 0)),))
-    return _two_ranks("copy-1tb", coll, ex, None, [{"input": 1, "output": 1}, {}], tile_bytes=tile_bytes)
+def copy_program(executors: int = 1, *, tile_bytes: int | None = None) -> Program:
+    """Rank 0 copies its input to its output, ``executors`` thread blocks each
+    copying one chunk (one: the one-thread-block copy rate the model's
+    ``tb_Bps`` is; one per SM: how near the interpreter's data path comes to
+    the device's memory rate); rank 1 idles."""
+    if executors < 1:
+        raise ModelError(f"a copy Program needs at least one executor, not {executors}")
+    ids = list(range(executors))
+    coll = custom_collective("copy", [ids, []], [ids, []])
+    execs = tuple(Executor(e, (_ins("copy", ("input", e), ("output", e)),)) for e in ids)
+    ranks = (RankProgram(0, {"input": executors, "output": executors}, execs), RankProgram(1, {}, ()))
+    return Program(f"copy-{executors}tb", coll, ranks, tile_bytes=tile_bytes)
 
 
 def reduce_program(*, tile_bytes: int | None = None) -> Program:
@@ -191,9 +200,19 @@ def _features(samples: Sequence[Sample]) -> dict[str, np.ndarray]:
     kinds = np.array([KINDS.index(s.benchmark.kind) for s in samples])
     nbytes = np.array([s.benchmark.chunk_bytes(s.size_bytes) * _moved_chunks(s.benchmark) for s in samples], float)
     tiles = np.array([s.benchmark.tiles(s.size_bytes) for s in samples], float)
+    per_tile = np.array([max(1, s.benchmark.messages_per_tile) for s in samples], float)
     messages = np.array([s.benchmark.messages_per_tile for s in samples], float) * tiles
     rounds = np.array([s.benchmark.rounds for s in samples], float)
-    return {"kind": kinds, "bytes": nbytes, "tiles": tiles, "messages": messages, "rounds": rounds}
+    # the last message's bytes: the chunks one send moves, each its last (maybe shorter) tile
+    last_tile = np.array([s.benchmark.chunk_bytes(s.size_bytes) - (s.benchmark.tiles(s.size_bytes) - 1)
+                          * _tile_bytes(s.benchmark) for s in samples], float)  # fmt: skip
+    moved = np.array([_moved_chunks(s.benchmark) for s in samples], float)
+    return {"kind": kinds, "bytes": nbytes, "tiles": tiles, "messages": messages, "rounds": rounds,
+            "last_message": moved / per_tile * last_tile}  # fmt: skip
+
+
+def _tile_bytes(bench: Microbenchmark) -> int:
+    return bench.program.tile_bytes or default_limits().default_tile_bytes
 
 
 def _moved_chunks(bench: Microbenchmark) -> int:
@@ -209,10 +228,13 @@ def predict_times(samples: Sequence[Sample], params: Mapping[str, float] | np.nd
     f = _features(samples)
     k, b = f["kind"], f["bytes"]
     out = np.full(k.shape, p["launch_s"], dtype=float)
-    link = f["messages"] * p["alpha_s"] + b / p["link_Bps"]
+    # the receiver copies each message out of its slot while the next arrives; the last one's copy
+    # shows (a stream-bound block, at the executor rate the model is written with)
+    drain = f["last_message"] / np.maximum(p["tb_Bps"], p["link_Bps"])
+    link = f["messages"] * p["alpha_s"] + b / p["link_Bps"] + drain
     out += np.where(k == KINDS.index("sendrecv"), link, 0.0)
-    out += np.where(k == KINDS.index("ll"), f["messages"] * p["alpha_s"] + b / (p["link_Bps"] * p["ll_efficiency"]),
-                    0.0)  # fmt: skip
+    out += np.where(k == KINDS.index("ll"),
+                    f["messages"] * p["alpha_s"] + b / (p["link_Bps"] * p["ll_efficiency"]) + drain, 0.0)  # fmt: skip
     out += np.where(k == KINDS.index("copy"), b / p["tb_Bps"], 0.0)
     reduce_t = 2 * b / p["tb_Bps"] + f["tiles"] * p["reduce_launch_s"] + b / p["reduce_Bps"]
     out += np.where(k == KINDS.index("reduce"), reduce_t, 0.0)
@@ -340,9 +362,11 @@ def calibrated_model(
         fifo_slots=base.executor.fifo_slots if base and base.executor else default_limits().default_fifo_slots,
         slot_bytes=slot,
         host_signal_s=base.executor.host_signal_s if base and base.executor else None,
+        stream_bound=True,
         source=f"simcoll gpu calibrate, {run}: one-thread-block copy {p['tb_Bps'] / 1e9:.2f} GB/s (residual "
         f"{med('copy')}), taken as max(copy, send rate); launch {p['launch_s'] * 1e6:.2f} us; fifo_slots, slot_bytes: "
-        f"the runner's table (gpu/limits.yaml); {resid}",
+        f"the runner's table (gpu/limits.yaml); stream_bound: the interpreter's blocks copy every received tile out "
+        f"of its slot (gpu/csrc/interp_core.h); {resid}",
     )
     compute = ComputeParams(
         reduce_bandwidth_Bps=p["reduce_Bps"],
@@ -378,6 +402,71 @@ def run_label(devices: Sequence[int], device_name: str | None = None, when: _dt.
     """``"devices 0,1 (NAME), 2026-01-01T00:00Z"``: the run a calibrated model names."""
     stamp = (when or _dt.datetime.now(_dt.timezone.utc)).strftime("%Y-%m-%dT%H:%MZ")
     return f"devices {','.join(map(str, devices))}" + (f" ({device_name})" if device_name else "") + f", {stamp}"
+
+
+SAMPLE_COLUMNS = ("run", "benchmark", "kind", "size_bytes", "time_us", "tile_bytes")
+
+
+def write_samples(samples: Sequence[Sample], path: str, run: str) -> None:
+    """The measured samples as CSV (:data:`SAMPLE_COLUMNS`), written
+    atomically, so the fit can be redone without the GPU (:func:`read_samples`)."""
+    import csv
+    import io
+
+    from simcoll.files import write_atomic
+
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(SAMPLE_COLUMNS)
+    for sample in samples:
+        b = sample.benchmark
+        writer.writerow([run, b.name, b.kind, sample.size_bytes, f"{sample.time_s * 1e6:.6g}", _tile_bytes(b)])
+    write_atomic(path, buffer.getvalue(), error=ModelError)
+
+
+def read_samples(path: str) -> tuple[list[Sample], str]:
+    """Samples written by :func:`write_samples` and the run they name, each
+    matched to its benchmark of :func:`microbenchmarks` by name.
+
+    Raises
+    ------
+    ModelError
+        When the file cannot be read, lacks a column, names a benchmark the
+        suite does not have, or holds a row that is not a positive size and
+        time (naming the line).
+    """
+    import csv
+
+    try:
+        with open(path, newline="") as handle:
+            rows = list(csv.reader(handle))
+    except OSError as exc:
+        raise ModelError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if not rows or not set(SAMPLE_COLUMNS) <= set(rows[0]):
+        raise ModelError(f"{path}: not a samples CSV (needs the columns {', '.join(SAMPLE_COLUMNS)})")
+    col = {name: rows[0].index(name) for name in SAMPLE_COLUMNS}
+    suites: dict[int, dict[str, Microbenchmark]] = {}
+    samples, runs = [], set()
+    for line, row in enumerate(rows[1:], start=2):
+        try:
+            size, seconds, tile = (
+                int(row[col["size_bytes"]]),
+                float(row[col["time_us"]]) / 1e6,
+                int(row[col["tile_bytes"]]),
+            )
+            name = row[col["benchmark"]]
+            runs.add(row[col["run"]])
+        except (IndexError, ValueError):
+            raise ModelError(f"{path}:{line}: expected a run, a benchmark, sizes and a time, got {row!r}") from None
+        if size <= 0 or tile <= 0 or not seconds > 0 or not math.isfinite(seconds):
+            raise ModelError(f"{path}:{line}: size {size} B, tile {tile} B, time {seconds * 1e6} us: not a sample")
+        suite = suites.setdefault(tile, {b.name: b for b in microbenchmarks(tile_bytes=tile)})
+        if name not in suite:
+            raise ModelError(f"{path}:{line}: no benchmark {name!r} in the suite (it has {', '.join(suite)})")
+        samples.append(Sample(suite[name], size, seconds))
+    if not samples:
+        raise ModelError(f"{path}: no samples")
+    return samples, "; ".join(sorted(runs))
 
 
 def write_calibration(
@@ -448,9 +537,11 @@ __all__ = [
     "microbenchmarks",
     "pingpong_program",
     "predict_times",
+    "read_samples",
     "reduce_program",
     "run_label",
     "sendrecv_program",
     "size_sweep",
     "write_calibration",
+    "write_samples",
 ]

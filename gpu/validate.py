@@ -1,7 +1,8 @@
 """Measured vs simulated time of one schedule over sizes (``simcoll gpu validate``).
 
 :func:`validate` runs a Program through a measurement function (by default
-:func:`simcoll.gpu.runner.run`'s median time, which needs a GPU) and through
+:func:`simcoll.gpu.runner.run`'s median time, which needs a GPU; or the
+measured column of an earlier sweep's CSV, :func:`measured_times`) and through
 :func:`simcoll.simulate` on a machine, size by size, and reports the relative
 error ``(simulated - measured) / measured``. The issue's target for a
 calibrated model is a median ``|error|`` within 15 % over 1 KB – 1 GB.
@@ -108,6 +109,52 @@ def gpu_measure(devices: Sequence[int] = (0,), *, iters: int = 20, dtype: str = 
     return measure
 
 
+def measured_times(path: str) -> dict[int, float]:
+    """Measured seconds by size from a sweep's CSV (:func:`write_csv`), so a
+    measurement taken on a GPU can be simulated again anywhere.
+
+    Raises
+    ------
+    SimcollError
+        When the file cannot be read, lacks the ``size_bytes`` and
+        ``measured_us`` columns, or holds a row that is not a size and a
+        positive time (naming the line).
+    """
+    try:
+        with open(path, newline="") as handle:
+            rows = list(csv.reader(handle))
+    except OSError as exc:
+        raise SimcollError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if not rows or not {"size_bytes", "measured_us"} <= set(rows[0]):
+        raise SimcollError(f"{path}: not a validation CSV (needs the columns size_bytes and measured_us)")
+    size_at, time_at = rows[0].index("size_bytes"), rows[0].index("measured_us")
+    out: dict[int, float] = {}
+    for line, row in enumerate(rows[1:], start=2):
+        try:
+            size, seconds = int(row[size_at]), float(row[time_at]) / 1e6
+        except (IndexError, ValueError):
+            raise SimcollError(f"{path}:{line}: expected a size in bytes and a time in us, got {row!r}") from None
+        if size <= 0 or not seconds > 0 or not math.isfinite(seconds):
+            raise SimcollError(f"{path}:{line}: size {size} B, time {seconds * 1e6} us: not a measurement")
+        out[size] = seconds
+    if not out:
+        raise SimcollError(f"{path}: no measurements")
+    return out
+
+
+def recorded_measure(times: dict[int, float], source: str) -> Callable[[Program, int], float]:
+    """A measurement function answering from ``times`` (size -> seconds, e.g.
+    :func:`measured_times`); a size it lacks is an error naming ``source``."""
+
+    def measure(program: Program, size_bytes: int) -> float:
+        if size_bytes not in times:
+            raise SimcollError(f"{source} has no measurement of {program.name} at {size_bytes} B "
+                               f"(it has {', '.join(map(str, sorted(times)))})")  # fmt: skip
+        return times[size_bytes]
+
+    return measure
+
+
 def validate(
     program: Program,
     machine: Machine,
@@ -180,6 +227,8 @@ __all__ = [
     "Validation",
     "ValidationRow",
     "gpu_measure",
+    "measured_times",
+    "recorded_measure",
     "valid_sizes",
     "validate",
     "write_csv",

@@ -167,7 +167,13 @@ class ExecutorParams:
     - ``slot_bytes``: the slot (tile) size; chunks larger than it are tiled and
       the tiles pipeline (GC3 §6.2). ``None``: no tiling;
     - ``host_signal_s``: CPU↔GPU work-queue signalling latency of host-driven
-      executors (NV-Group §4.2). ``None``: 0.
+      executors (NV-Group §4.2). ``None``: 0;
+    - ``stream_bound``: ``true`` where the thread block's rate bounds every
+      byte it reads and writes, not only what it sends: a block copies each
+      received tile out of its FIFO slot, so a fused receive-and-send keeps it
+      busy for its reads and writes together (simcoll's interpreter, measured
+      on an H100: :mod:`simcoll.simulator.program_mode`). ``None``: the rate
+      caps only a block's transfers, receives cost nothing (GC3 §5's model).
     """
 
     thread_block_bandwidth_Bps: float
@@ -176,6 +182,7 @@ class ExecutorParams:
     fifo_slots: int = DEFAULT_FIFO_SLOTS
     slot_bytes: float | None = None
     host_signal_s: float | None = None
+    stream_bound: bool | None = None
 
 
 NIC_BINDINGS = ("packed", "round-robin", "bijective")
@@ -553,11 +560,16 @@ def _parse_executor(raw: Any, where: str) -> ExecutorParams | None:
         return None
     here = f"{where}: executor"
     entry = _entry(
-        raw, {"thread_block_bandwidth_Bps", "kernel_launch_s", "fifo_slots", "slot_bytes", "host_signal_s"}, here
+        raw,
+        {"thread_block_bandwidth_Bps", "kernel_launch_s", "fifo_slots", "slot_bytes", "host_signal_s", "stream_bound"},
+        here,
     )
     slots = _number(entry, "fifo_slots", here, required=False, positive=True)
     if slots is not None and slots != int(slots):
         raise ModelError(f"{here}.fifo_slots: must be a positive integer, got {entry['fifo_slots']!r}")
+    stream_bound = entry.get("stream_bound")
+    if stream_bound is not None and not isinstance(stream_bound, bool):
+        raise ModelError(f"{here}.stream_bound: must be true or false, got {stream_bound!r}")
     return ExecutorParams(
         thread_block_bandwidth_Bps=_number(entry, "thread_block_bandwidth_Bps", here, positive=True),
         kernel_launch_s=_number(entry, "kernel_launch_s", here),
@@ -565,6 +577,7 @@ def _parse_executor(raw: Any, where: str) -> ExecutorParams | None:
         fifo_slots=int(slots) if slots is not None else DEFAULT_FIFO_SLOTS,
         slot_bytes=_number(entry, "slot_bytes", here, required=False, positive=True),
         host_signal_s=_number(entry, "host_signal_s", here, required=False),
+        stream_bound=stream_bound or None,
     )
 
 

@@ -44,6 +44,15 @@ def test_microbenchmarks_verify_and_run_bit_identically_on_host_threads():
     assert next(b for b in benches if b.kind == "ll").program.protocol == "LL"
 
 
+def test_copy_program_splits_the_copy_over_its_executors():
+    prog = cal.copy_program(5)
+    assert [len(r.executors) for r in prog.ranks] == [5, 0]
+    assert check(prog, load_machine(load_topology("fully-connected:2"))) == []
+    assert host.check_table(to_table(prog), 5 * 4096, "float32").ok
+    with pytest.raises(ModelError, match="at least one executor"):
+        cal.copy_program(0)
+
+
 def test_default_sweep_spans_1KB_to_1GB():
     sweep = next(b for b in cal.microbenchmarks() if b.name == "sendrecv").sizes
     assert sweep[0] == 1 << 10 and sweep[-1] == 1 << 30

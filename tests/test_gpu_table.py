@@ -206,6 +206,19 @@ def test_host_threads_match_the_numpy_executor_bit_for_bit(dtype):
     assert n > 30
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_host_threads_match_the_numpy_executor_on_16_byte_words(dtype):
+    """Chunks of 520 bytes: even chunks start 16-byte aligned and move as
+    unrolled 16-byte words plus an 8-byte tail, odd ones element by element;
+    every path rounds each element as the NumPy executor does."""
+    if host.compiler() is None:
+        pytest.skip("no C++ compiler")
+    for label, prog in lowered():
+        result = host.check_table(to_table(prog), prog.collective.size_chunks * 520, dtype, integers=False,
+                                  timeout_s=30)  # fmt: skip
+        assert result.ok, (label, result)
+
+
 def test_one_sided_and_load_reduce_ops_run_on_host_threads():
     coll = make_collective("allreduce", 2, 2)
     # rank 0 load-reduces chunk 0 from both ranks and puts it to rank 1; rank 1 does chunk 1 with get + reduce

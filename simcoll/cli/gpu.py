@@ -3,8 +3,10 @@
     simcoll gpu check FILE [--size S] [--dtype T] [--index I] [--json]   # no GPU needed; exit 0 / 1
     simcoll gpu source [FILE] -o kernel.cu                               # self-contained CUDA source
     simcoll gpu run FILE --size S [--devices 0,1] [--iters N] [--json]   # needs CuPy and a GPU (else exit 2)
-    simcoll gpu calibrate -o models/NAME.yaml [--devices 0,1] [--base-model M] [--link-type T]   # needs a GPU
+    simcoll gpu calibrate -o models/NAME.yaml [--devices 0,1] [--base-model M] [--samples F]     # needs a GPU
+    simcoll gpu calibrate -o models/NAME.yaml --from-samples F       # an earlier run's samples fitted again, no GPU
     simcoll gpu validate FILE (--size S | --sizes 1KB:1GB) [--model M] [--csv F] [--plot F]      # needs a GPU
+    simcoll gpu validate FILE --measured sweep.csv [--model M]      # an earlier sweep simulated again, no GPU
 
 ``check`` packs the table, runs the NumPy reference and the host-thread
 interpreter core on the same inputs and reports whether both reach the
@@ -113,21 +115,27 @@ def _devices(text: str) -> list[int]:
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from simcoll.gpu import cuda_available
-
-    if not cuda_available():
-        print(f"simcoll gpu calibrate: {NO_GPU}")
-        return 2
-    from simcoll.gpu import calibrate
-    from simcoll.gpu.runner import device_name
     from simcoll.machines import load_model
-    from simcoll.units import parse_size_range
 
-    devices = _devices(args.devices)
     base = load_model(args.base_model) if args.base_model else None
-    sizes = parse_size_range(args.sizes, 4)
-    benches = calibrate.microbenchmarks(sizes=sizes)
-    samples = calibrate.measure(benches, devices[:2], iters=args.iters)
-    run = calibrate.run_label(devices[:2], device_name(devices[0]))
+    if args.from_samples is not None:  # an earlier run's samples, fitted again: no GPU needed
+        from simcoll.gpu import calibrate
+
+        samples, run = calibrate.read_samples(args.from_samples)
+    else:
+        if not cuda_available():
+            print(f"simcoll gpu calibrate: {NO_GPU}")
+            return 2
+        from simcoll.gpu import calibrate
+        from simcoll.gpu.runner import device_name
+        from simcoll.units import parse_size_range
+
+        devices = _devices(args.devices)
+        benches = calibrate.microbenchmarks(sizes=parse_size_range(args.sizes, 4))
+        samples = calibrate.measure(benches, devices[:2], iters=args.iters)
+        run = calibrate.run_label(devices[:2], device_name(devices[0]))
+        if args.samples:
+            calibrate.write_samples(samples, args.samples, run)
     result, model = calibrate.write_calibration(samples, args.output, link_type=args.link_type, run=run, base=base)
     summary = result.fit.summary()
     print(f"wrote {args.output}: model {model.name!r}, {summary['samples']} samples, median |residual| "
@@ -147,7 +155,16 @@ def _machine(program: Any, args: argparse.Namespace) -> Any:
 def cmd_validate(args: argparse.Namespace) -> int:
     from simcoll.gpu import cuda_available
 
-    if (args.size is None) == (args.sizes is None):
+    if args.size is not None and args.sizes is not None:
+        raise SimcollError("simcoll gpu validate takes one of --size S or --sizes LOW:HIGH, not both")
+    if args.measured is not None:  # an earlier sweep's measured times: no GPU needed
+        from simcoll.gpu import validate as val
+
+        times = val.measured_times(args.measured)
+        if args.size is None and args.sizes is None:
+            args.sizes = ",".join(str(size) for size in sorted(times))
+        return report_validation(_program(args.file, args.index), args, val.recorded_measure(times, args.measured))
+    if args.size is None and args.sizes is None:
         raise SimcollError("simcoll gpu validate needs one of --size S or --sizes LOW:HIGH")
     if not cuda_available():
         print(f"simcoll gpu validate: {NO_GPU}")
@@ -222,6 +239,8 @@ def register(subparsers, add_command=None) -> argparse.ArgumentParser:
     p.add_argument("--link-type", default="nvlink", help="the topology link type the measured link is written as")
     p.add_argument("--sizes", default="1KB:1GB", help="sweep sizes (factor 4), default 1KB:1GB")
     p.add_argument("--iters", type=positive_int, default=20)
+    p.add_argument("--samples", default=None, help="also write the measured samples as CSV (to fit them again later)")
+    p.add_argument("--from-samples", default=None, help="fit the samples of an earlier run's CSV (no GPU needed)")
     p.set_defaults(func=cmd_calibrate)
     p = sub.add_parser("validate", help="run FILE on the GPU and in the simulator, side by side (needs CuPy)")
     p.add_argument("file")
@@ -240,6 +259,8 @@ def register(subparsers, add_command=None) -> argparse.ArgumentParser:
     p.add_argument("--iters", type=positive_int, default=20)
     p.add_argument("--csv", default=None, help="write the sweep as CSV (atomically)")
     p.add_argument("--plot", default=None, help="write measured vs simulated as an image, e.g. out.png")
+    p.add_argument("--measured", default=None,
+                   help="take the measured times from an earlier sweep's CSV (no GPU needed; sizes default to its own)")  # fmt: skip
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_validate)
     return group

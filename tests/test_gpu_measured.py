@@ -1,0 +1,124 @@
+"""The simulator against simcoll's interpreter measured on an NVIDIA H100
+(benchmarks/measured/h100-2026-11-26/, four virtual ranks on one GPU): the
+calibrated model simulates the measured ring Allreduce within the README's 15 %
+median target, the stream-bound rule is what brings it there, and the committed
+samples fit again to the committed model. No GPU needed: the measurements are
+files."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+from simcoll.gpu import calibrate as cal
+from simcoll.gpu import validate as val
+
+from simcoll import simulate
+from simcoll.algorithms import applicable
+from simcoll.compiler import lower_algorithm
+from simcoll.cost_model import CostModel
+from simcoll.errors import ModelError, SimcollError
+from simcoll.machines import Machine, load_machine, load_model, load_topology
+from tests.test_gpu_cli_and_kernel import main
+
+MEASURED = Path(__file__).resolve().parents[1] / "benchmarks" / "measured" / "h100-2026-11-26"
+
+
+def ring_program():
+    return lower_algorithm(applicable(load_machine("fully-connected:4"), "allreduce")["ring"])
+
+
+def h100_machine(model: CostModel | None = None) -> Machine:
+    model = model or load_model(str(MEASURED / "calibrated-4.yaml"))
+    return load_machine(load_topology("fully-connected:4"), model)
+
+
+def validation(model: CostModel | None = None, csv: str = "validate-ring-4.csv") -> val.Validation:
+    times = val.measured_times(str(MEASURED / csv))
+    return val.validate(ring_program(), h100_machine(model), sorted(times), val.recorded_measure(times, csv))
+
+
+def test_calibrated_h100_model_simulates_the_measured_ring_within_the_target():
+    result = validation()
+    assert len(result.rows) == 11 and result.rows[0].size_bytes == 1024 and result.rows[-1].size_bytes == 1 << 30
+    assert result.within_target
+    assert result.median_abs_error == pytest.approx(0.058, abs=0.001)  # the README's figure
+    large = [r for r in result.rows if r.size_bytes >= 4 << 20]
+    assert max(abs(r.error) for r in large) < 0.06
+
+
+def test_the_model_also_predicts_the_earlier_run_it_was_not_fitted_on():
+    assert validation(csv="validate-ring-2.csv").median_abs_error == pytest.approx(0.085, abs=0.001)
+
+
+def test_without_the_stream_bound_rule_large_sizes_simulate_far_too_fast():
+    model = load_model(str(MEASURED / "calibrated-4.yaml"))
+    loose = dataclasses.replace(model, executor=dataclasses.replace(model.executor, stream_bound=None))
+    large = [r for r in validation(loose).rows if r.size_bytes >= 4 << 20]
+    assert all(r.error < -0.25 for r in large)
+
+
+def test_the_committed_samples_fit_again_to_the_committed_model(tmp_path):
+    samples, run = cal.read_samples(str(MEASURED / "calibrate-samples-4.csv"))
+    assert len(samples) == 69 and "NVIDIA H100" in run
+    _, model = cal.write_calibration(samples, str(tmp_path / "refit.yaml"), link_type="nvlink", run=run)
+    committed = load_model(str(MEASURED / "calibrated-4.yaml"))
+    assert model.executor.thread_block_bandwidth_Bps == pytest.approx(
+        committed.executor.thread_block_bandwidth_Bps, rel=1e-4
+    )
+    assert model.link("nvlink").alpha_s == pytest.approx(committed.link("nvlink").alpha_s, rel=1e-4)
+    assert model.link("nvlink").bandwidth_Bps == pytest.approx(committed.link("nvlink").bandwidth_Bps, rel=1e-4)
+    assert model.executor.stream_bound is True
+
+
+def test_a_stream_bound_receive_copies_its_message_out_of_the_slot():
+    """One tile sent from rank 0 to rank 1: the receiving block then copies it
+    out of its slot, b / rate more than where receives cost nothing."""
+    program = cal.sendrecv_program()
+    model = load_model(str(MEASURED / "calibrated-4.yaml"))
+    loose = dataclasses.replace(model, executor=dataclasses.replace(model.executor, stream_bound=None))
+    size = 256 << 10  # one tile
+    on = simulate(program, load_machine(load_topology("fully-connected:2"), model), size).time_s
+    off = simulate(program, load_machine(load_topology("fully-connected:2"), loose), size).time_s
+    assert on - off == pytest.approx(size / model.executor.thread_block_bandwidth_Bps, rel=1e-9)
+
+
+def test_validate_from_a_measured_csv_needs_no_gpu(tmp_path, capsys):
+    ring = tmp_path / "ring.json"
+    applicable(load_machine("fully-connected:4"), "allreduce")["ring"].save(ring)
+    model = str(MEASURED / "calibrated-4.yaml")
+    assert (
+        main(["gpu", "validate", str(ring), "--measured", str(MEASURED / "validate-ring-4.csv"), "--model", model]) == 0
+    )
+    assert "median |error| 5.8% (within the 15% target)" in capsys.readouterr().out
+    assert (
+        main(["gpu", "validate", str(ring), "--measured", str(MEASURED / "validate-ring-4.csv"), "--size", "3MB"]) == 2
+    )
+    assert "has no measurement of ring at 3145728 B" in capsys.readouterr().err
+    bad = tmp_path / "bad.csv"
+    bad.write_text("size_bytes,measured_us\n1024,fast\n")
+    assert main(["gpu", "validate", str(ring), "--measured", str(bad)]) == 2
+    assert f"{bad}:2: expected a size in bytes and a time in us" in capsys.readouterr().err
+
+
+def test_samples_naming_an_unknown_benchmark_are_refused(tmp_path):
+    path = tmp_path / "samples.csv"
+    path.write_text("run,benchmark,kind,size_bytes,time_us,tile_bytes\nx,warp-copy,copy,1024,5.0,524288\n")
+    with pytest.raises(ModelError, match=r"samples.csv:2: no benchmark 'warp-copy'"):
+        cal.read_samples(str(path))
+
+
+def test_stream_bound_must_be_a_boolean():
+    raw = {"thread_block_bandwidth_Bps": 1e10, "kernel_launch_s": 0.0, "stream_bound": "yes", "source": "test"}
+    with pytest.raises(ModelError, match="stream_bound: must be true or false"):
+        from simcoll.cost_model import _parse_executor
+
+        _parse_executor(raw, "test.yaml")
+
+
+def test_measured_times_refuses_a_file_that_is_not_a_validation(tmp_path):
+    path = tmp_path / "other.csv"
+    path.write_text("a,b\n1,2\n")
+    with pytest.raises(SimcollError, match="not a validation CSV"):
+        val.measured_times(str(path))

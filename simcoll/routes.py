@@ -338,6 +338,9 @@ class Routes:
 
     def direct_links(self, src: int, dst: int) -> int:
         """Number of links joining the two GPUs directly."""
+        perm = self._to_first_node(src)
+        if perm is not None:
+            src, dst = int(perm[src]), int(perm[dst])
         mode = self._mode(src, dst)
         if mode is None:
             return 0

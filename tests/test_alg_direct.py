@@ -143,3 +143,31 @@ def test_direct_refuses_a_collective_it_does_not_know():
     swap = custom_collective("swap", [[0], [1]], [[1], [0]])
     with pytest.raises(NotApplicableError, match="not swap"):
         generate("direct", "fully-connected:2", swap)
+
+
+@pytest.mark.parametrize("spec", ["dgx1", "torus2d:4x4", "ndv2*2", "summit*2"])
+@pytest.mark.parametrize("outward", [True, False])
+def test_trees_are_shortest_path_trees_preferring_the_most_direct_links(spec, outward):
+    """Every tree reaches each rank at its route distance from the root, over
+    pairs a route joins; among the parents one level up that could take a
+    rank, one with the most direct links to it is chosen."""
+    from simcoll.algorithms.direct import shortest_path_trees
+
+    topology = load_topology(spec)
+    routes = Routes(topology)
+    p = topology.num_ranks
+
+    def joined(a: int, b: int) -> bool:  # parent a, child b
+        return routes.connected(a, b) if outward else routes.connected(b, a)
+
+    def links(a: int, b: int) -> int:
+        return routes.direct_links(a, b) if outward else routes.direct_links(b, a)
+
+    graph = nx.DiGraph([(a, b) for a in range(p) for b in range(p) if joined(a, b)])
+    for root, parent in shortest_path_trees(topology, routes, outward).items():
+        depth = nx.single_source_shortest_path_length(graph, root)
+        assert set(parent) == set(range(p)) - {root}
+        for child, chosen in parent.items():
+            assert joined(chosen, child) and depth[chosen] + 1 == depth[child]
+            level_up = [a for a in range(p) if depth.get(a) == depth[child] - 1 and joined(a, child)]
+            assert links(chosen, child) == max(links(a, child) for a in level_up)

@@ -52,6 +52,7 @@ def test_mapped_reachability_equals_searching_from_every_gpu(spec):
         assert mapped.reachable(s) == searched.reachable(s)
         assert mapped.direct_neighbours(s) == searched.direct_neighbours(s)
         assert [mapped.connected(s, d) for d in range(p)] == [searched.connected(s, d) for d in range(p)]
+        assert [mapped.direct_links(s, d) for d in range(p)] == [searched.direct_links(s, d) for d in range(p)]
 
 
 def test_a_swap_that_is_not_a_symmetry_is_not_used():

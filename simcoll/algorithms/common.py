@@ -225,6 +225,42 @@ def one_message_per_step(transfers: Iterable[Transfer] | TransferTable) -> Trans
     )
 
 
+def blocks_csr(blocks: Callable[[int], Iterable[int]], p: int) -> tuple[np.ndarray, np.ndarray]:
+    """The chunks of every owner 0..p-1 as one array and its offsets (CSR)."""
+    lists = [list(blocks(owner)) for owner in range(p)]
+    lengths = np.fromiter((len(b) for b in lists), dtype=np.int64, count=p)
+    offsets = np.zeros(p + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    flat = np.fromiter((c for b in lists for c in b), dtype=np.int64, count=int(offsets[-1]))
+    return flat, offsets
+
+
+def ring_steps(
+    ring: Sequence[int], first_step: int, lag: int, blocks: Callable[[int], Iterable[int]], op: str
+) -> TransferTable:
+    """Position i sends to position i+1, at step ``first_step + k`` (k = 0..P-2),
+    the chunks of the block owned by the rank ``k + lag`` positions behind it;
+    rows ordered by step, then position, then chunk."""
+    p = len(ring)
+    order = np.asarray(ring, dtype=np.int64)
+    flat, offsets = blocks_csr(blocks, max(p, int(order.max()) + 1 if p else 0))
+    k = np.repeat(np.arange(p - 1, dtype=np.int64), p)
+    i = np.tile(np.arange(p, dtype=np.int64), max(p - 1, 0))
+    owner = order[(i - k - lag) % p]
+    counts = offsets[owner + 1] - offsets[owner]
+    rows = np.repeat(np.arange(len(owner), dtype=np.int64), counts)
+    starts = np.cumsum(counts) - counts
+    within = np.arange(len(rows), dtype=np.int64) - np.repeat(starts, counts)
+    chunk = flat[offsets[owner][rows] + within]
+    return TransferTable(
+        chunk=chunk,
+        src=order[i][rows],
+        dst=order[(i + 1) % p][rows],
+        reduce=np.full(len(rows), op == "reduce"),
+        step=first_step + k[rows],
+    )
+
+
 def tree_depths(parent: dict[int, int], root: int) -> dict[int, int]:
     """Depth of every rank of a tree given as ``{child: parent}`` (root at 0)."""
     depth = {root: 0}

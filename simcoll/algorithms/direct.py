@@ -10,15 +10,16 @@ parents are chosen greedily to spread the load over links.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Callable, Iterable
 
-from ..algorithm import Algorithm, Transfer
+import numpy as np
+
+from ..algorithm import Algorithm, Transfer, TransferTable
 from ..collectives import Collective
 from ..errors import NotApplicableError
 from ..routes import Routes
 from ..topology import Topology
-from .common import block_chunks, finish, implements, tree_depths
+from .common import block_chunks, finish, implements
 from .registry import Generator
 
 COLLECTIVES = (
@@ -41,37 +42,46 @@ def shortest_path_trees(
     ``{rank: parent}`` (root excluded). With ``outward`` the tree leads from
     the root to every rank (for copies); otherwise from every rank to the root
     (for reductions and gathers). Among equally near parents, the pair with
-    more direct links, then the least used, wins."""
+    more direct links, then the least used, then the lowest rank wins.
+
+    A BFS level is chosen at once over arrays (rank x rank: whether a route
+    joins the pair, its direct links, its use by earlier trees): within one
+    tree each edge leads to a different rank, so the choices of a level do not
+    change each other's scores."""
     p = topology.num_ranks
-    load: dict[tuple[int, int], int] = defaultdict(int)
+    joined = np.stack([routes.reachable_mask(s) for s in range(p)])  # [src, dst]
+    links = np.zeros((p, p), dtype=np.int64)
+    for s in range(p):
+        for d, k in routes.direct_neighbours(s).items():
+            links[s, d] = k
+    if not outward:  # index [parent, child] by the edge child -> parent
+        joined, links = joined.T, links.T
+    fewer_links = links.max(initial=0) - links  # smaller is better, >= 0
+    load = np.zeros((p, p), dtype=np.int64)  # [parent, child]: trees using the edge so far
     trees = {}
     for root in range(p) if roots is None else roots:
-        depth = {root: 0}
-        frontier = [root]
+        reached = np.zeros(p, dtype=bool)
+        reached[root] = True
+        frontier = np.array([root])
         parent: dict[int, int] = {}
-        while frontier:
-            nxt = []
-            for node in range(p):
-                if node in depth:
-                    continue
-                candidates = [
-                    f for f in frontier if (routes.connected(f, node) if outward else routes.connected(node, f))
-                ]
-                if not candidates:
-                    continue
-
-                def score(f: int, node: int = node) -> tuple:
-                    edge = (f, node) if outward else (node, f)
-                    return (-routes.direct_links(*edge), load[edge], f)
-
-                best = min(candidates, key=score)
-                parent[node] = best
-                load[(best, node) if outward else (node, best)] += 1
-                depth[node] = depth[best] + 1
-                nxt.append(node)
-            frontier = nxt
-        if len(depth) < p:
-            missing = min(set(range(p)) - set(depth))
+        while frontier.size:
+            todo = np.flatnonzero(~reached)
+            candidate = joined[np.ix_(frontier, todo)]
+            found = candidate.any(axis=0)
+            nodes = todo[found]
+            if not nodes.size:
+                break
+            at = np.ix_(frontier, nodes)
+            # lexicographic (fewer links, load, parent rank) as one integer
+            key = (fewer_links[at] * (int(load.max()) + 1) + load[at]) * p + frontier[:, None]
+            key[~candidate[:, found]] = np.iinfo(np.int64).max
+            best = frontier[key.argmin(axis=0)]
+            parent.update(zip(nodes.tolist(), best.tolist(), strict=True))
+            load[best, nodes] += 1
+            reached[nodes] = True
+            frontier = nodes
+        if not reached.all():
+            missing = int(np.flatnonzero(~reached)[0])
             raise NotApplicableError(f"direct: {topology.name} has no path between rank {root} and rank {missing}")
         trees[root] = parent
     return trees
@@ -85,33 +95,64 @@ def _path(parent: dict[int, int], root: int, node: int) -> list[int]:
     return path
 
 
-def _broadcast_phase(
-    trees: dict[int, dict[int, int]], chunks_of: Callable[[int], Iterable[int]], first_step: int
-) -> tuple[list[Transfer], int]:
-    """Each root's chunks go down its out-tree: depth k receives at step k-1."""
-    transfers, height = [], 0
+def _tree_columns(parent: dict[int, int], root: int, p: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(children, their parents, their depths) of a tree ``{child: parent}``
+    in its order, the depths found level by level over arrays."""
+    children = np.fromiter(parent.keys(), dtype=np.int64, count=len(parent))
+    parents = np.fromiter(parent.values(), dtype=np.int64, count=len(parent))
+    depth = np.full(p, -1, dtype=np.int64)
+    depth[root] = 0
+    while True:
+        ready = (depth[parents] >= 0) & (depth[children] < 0)
+        if not ready.any():
+            break
+        depth[children[ready]] = depth[parents[ready]] + 1
+    if (depth[children] < 0).any():
+        raise ValueError(f"the tree of rank {root} does not reach every rank it names")
+    return children, parents, depth[children]
+
+
+def _phase(
+    trees: dict[int, dict[int, int]],
+    chunks_of: Callable[[int], Iterable[int]],
+    p: int,
+    step_of_depth: Callable[[np.ndarray, int], np.ndarray],
+    up: bool,
+) -> tuple[TransferTable, int]:
+    """Every root's chunks along its tree, parent to child (copies) or child to
+    parent (``up``: reductions), one transfer per edge and chunk in the order
+    of the tree and the chunks; a transfer's step is ``step_of_depth`` of its
+    child's depth and the deepest tree's height, which it also returns."""
+    columns: list[tuple[np.ndarray, ...]] = []
+    height = 0
     for root, parent in trees.items():
-        depth = tree_depths(parent, root)
-        for node, par in parent.items():
-            for c in chunks_of(root):
-                transfers.append(Transfer(c, par, node, "copy", first_step + depth[node] - 1))
-        height = max(height, max(depth.values()))
-    return transfers, height
+        chunks = np.fromiter(chunks_of(root), dtype=np.int64)
+        children, parents, depths = _tree_columns(parent, root, p)
+        if children.size:
+            height = max(height, int(depths.max()))
+        k = chunks.size
+        columns.append((np.tile(chunks, children.size), np.repeat(parents, k), np.repeat(children, k),
+                        np.repeat(depths, k)))  # fmt: skip
+    if not columns:
+        columns.append(tuple(np.zeros(0, dtype=np.int64) for _ in range(4)))
+    chunk, parents, children, depths = (np.concatenate(c) for c in zip(*columns, strict=True))
+    src, dst = (children, parents) if up else (parents, children)
+    return TransferTable(chunk, src, dst, np.full(chunk.size, up), step=step_of_depth(depths, height)), height
+
+
+def _broadcast_phase(
+    trees: dict[int, dict[int, int]], chunks_of: Callable[[int], Iterable[int]], first_step: int, p: int
+) -> tuple[TransferTable, int]:
+    """Each root's chunks go down its out-tree: depth k receives at step k-1."""
+    return _phase(trees, chunks_of, p, lambda depth, _height: first_step + depth - 1, up=False)
 
 
 def _reduce_phase(
-    trees: dict[int, dict[int, int]], chunks_of: Callable[[int], Iterable[int]]
-) -> tuple[list[Transfer], int]:
+    trees: dict[int, dict[int, int]], chunks_of: Callable[[int], Iterable[int]], p: int
+) -> tuple[TransferTable, int]:
     """Each owner's block climbs its in-tree: depth k sends at step H-k, after
     its children (depth k+1, step H-k-1) have reduced into it."""
-    height = max(max(tree_depths(parent, root).values()) for root, parent in trees.items())
-    transfers = []
-    for root, parent in trees.items():
-        depth = tree_depths(parent, root)
-        for node, par in parent.items():
-            for c in chunks_of(root):
-                transfers.append(Transfer(c, node, par, "reduce", height - depth[node]))
-    return transfers, height
+    return _phase(trees, chunks_of, p, lambda depth, height: height - depth, up=True)
 
 
 def _routed_copies(hops: Iterable[tuple[int, list[int]]]) -> list[Transfer]:
@@ -161,25 +202,27 @@ def direct(topology: Topology, collective: Collective) -> Algorithm:
     """
     routes = Routes(topology)
     name, root = collective.name, collective.root
-    transfers: list[Transfer] = []
+    p = topology.num_ranks
+    transfers: list[Transfer] | TransferTable
     if name in ("reducescatter", "allreduce"):
-        reduced, height = _reduce_phase(
-            shortest_path_trees(topology, routes, outward=False), lambda owner: block_chunks(collective, owner)
+        transfers, height = _reduce_phase(
+            shortest_path_trees(topology, routes, outward=False), lambda owner: block_chunks(collective, owner), p
         )
-        transfers += reduced
         if name == "allreduce":
             gathered, _ = _broadcast_phase(
-                shortest_path_trees(topology, routes), lambda s: block_chunks(collective, s), height
+                shortest_path_trees(topology, routes), lambda s: block_chunks(collective, s), height, p
             )
-            transfers += gathered
+            transfers = TransferTable.concatenate([transfers, gathered])
     elif name == "allgather":
-        transfers, _ = _broadcast_phase(shortest_path_trees(topology, routes), lambda s: collective.input_layout[s], 0)
+        transfers, _ = _broadcast_phase(
+            shortest_path_trees(topology, routes), lambda s: collective.input_layout[s], 0, p
+        )
     elif name == "broadcast":
         tree = shortest_path_trees(topology, routes, roots=[root])
-        transfers, _ = _broadcast_phase(tree, lambda _root: range(collective.num_chunks), 0)
+        transfers, _ = _broadcast_phase(tree, lambda _root: range(collective.num_chunks), 0, p)
     elif name == "reduce":
         tree = shortest_path_trees(topology, routes, outward=False, roots=[root])
-        transfers, _ = _reduce_phase(tree, lambda _root: range(collective.num_chunks))
+        transfers, _ = _reduce_phase(tree, lambda _root: range(collective.num_chunks), p)
     elif name == "gather":
         parent = shortest_path_trees(topology, routes, outward=False, roots=[root])[root]
         transfers = _routed_copies((c, _path(parent, root, s)) for s in parent for c in collective.input_layout[s])

@@ -24,12 +24,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
-from ..algorithm import Algorithm, Transfer
+import numpy as np
+
+from ..algorithm import Algorithm, Transfer, TransferTable
 from ..collectives import Collective
 from ..errors import NotApplicableError
 from ..routes import Routes
 from ..topology import Topology
-from .common import finish, hamiltonian_path, implements
+from .common import finish, hamiltonian_path, implements, ring_steps
 from .registry import Generator, Option, positive_int
 
 RING_SEARCH_TIME_LIMIT_S = 2.0
@@ -122,30 +124,16 @@ def _ring_order(
     return path
 
 
-def _ring_reducescatter(order: Sequence[int], blocks: dict[int, list[int]], first_step: int) -> list[Transfer]:
+def _ring_reducescatter(order: Sequence[int], blocks: dict[int, list[int]], first_step: int) -> TransferTable:
     """Ring ReduceScatter over ``order``: after len-1 steps, rank r holds the
     reduction over the ring of ``blocks[r]`` (GC3 Fig. 3b)."""
-    size = len(order)
-    transfers = []
-    for k in range(size - 1):
-        for i in range(size):
-            owner = order[(i - k - 1) % size]
-            for c in blocks[owner]:
-                transfers.append(Transfer(c, order[i], order[(i + 1) % size], "reduce", first_step + k))
-    return transfers
+    return ring_steps(order, first_step, 1, lambda r: blocks.get(r, ()), "reduce")
 
 
-def _ring_allgather(order: Sequence[int], blocks: dict[int, list[int]], first_step: int) -> list[Transfer]:
+def _ring_allgather(order: Sequence[int], blocks: dict[int, list[int]], first_step: int) -> TransferTable:
     """Ring Allgather over ``order``: after len-1 steps every rank of the
     ring holds ``blocks[r]`` of every ring member r (GC3 Fig. 3b)."""
-    size = len(order)
-    transfers = []
-    for k in range(size - 1):
-        for i in range(size):
-            owner = order[(i - k) % size]
-            for c in blocks[owner]:
-                transfers.append(Transfer(c, order[i], order[(i + 1) % size], "copy", first_step + k))
-    return transfers
+    return ring_steps(order, first_step, 0, lambda r: blocks.get(r, ()), "copy")
 
 
 def _blocks_by_position(order: Sequence[int], chunks: Iterable[int]) -> dict[int, list[int]]:
@@ -162,15 +150,18 @@ def _build(
     collective: Collective,
     routes: Routes,
     grid: NodeGrid,
-    transfers: list[Transfer],
+    parts: Sequence[TransferTable | list[Transfer]],
     **metadata,
 ) -> Algorithm:
-    """Drop empty steps (a phase over one node or one GPU has none), make each
-    rank pair's chunks of a step one message, check every pair has a route."""
-    steps = sorted({t.step for t in transfers})
-    renumber = {s: i for i, s in enumerate(steps)}
-    transfers = [Transfer(t.chunk, t.src, t.dst, t.op, renumber[t.step], group=renumber[t.step]) for t in transfers]
-    for src, dst in sorted({(t.src, t.dst) for t in transfers}):
+    """Join ``parts`` in order, drop empty steps (a phase over one node or one
+    GPU has none), make each rank pair's chunks of a step one message, check
+    every pair has a route."""
+    table = TransferTable.concatenate(
+        [part if isinstance(part, TransferTable) else TransferTable.from_transfers(part) for part in parts]
+    )
+    _, step = np.unique(table.step, return_inverse=True)
+    transfers = TransferTable(table.chunk, table.src, table.dst, table.reduce, step=step, group=step)
+    for src, dst in np.unique(np.stack([transfers.src, transfers.dst], axis=1), axis=0).tolist():
         if not routes.connected(src, dst):
             raise NotApplicableError(f"{name}: {topology.name} has no route from rank {src} to rank {dst}")
     return finish(
@@ -232,18 +223,18 @@ def two_d_ring(topology: Topology, collective: Collective, group_size: int | Non
     n_nodes, g_local = grid.num_nodes, grid.gpus_per_node
     node_rings = [_ring_order(grid.node(n), routes, "2d-ring") for n in range(n_nodes)]
     peer_rings = [_ring_order(grid.peers(g), routes, "2d-ring") for g in range(g_local)]
-    transfers: list[Transfer] = []
+    transfers: list[TransferTable] = []
     if collective.name == "allreduce":
         everything = range(collective.num_chunks)
         intra_steps = 2 * (g_local - 1)
         for order in node_rings:
             blocks = _blocks_by_position(order, everything)
-            transfers += _ring_reducescatter(order, blocks, 0)
-            transfers += _ring_allgather(order, blocks, g_local - 1)
+            transfers.append(_ring_reducescatter(order, blocks, 0))
+            transfers.append(_ring_allgather(order, blocks, g_local - 1))
         for order in peer_rings:
             blocks = _blocks_by_position(order, everything)
-            transfers += _ring_reducescatter(order, blocks, intra_steps)
-            transfers += _ring_allgather(order, blocks, intra_steps + n_nodes - 1)
+            transfers.append(_ring_reducescatter(order, blocks, intra_steps))
+            transfers.append(_ring_allgather(order, blocks, intra_steps + n_nodes - 1))
     else:
         # What local index g gathers (Allgather) or reduces (ReduceScatter):
         # the blocks of every rank with local index g.
@@ -253,14 +244,14 @@ def two_d_ring(topology: Topology, collective: Collective, group_size: int | Non
         own = {r: list(mine[r]) for r in range(collective.num_ranks)}
         if collective.name == "reducescatter":
             for order in node_rings:
-                transfers += _ring_reducescatter(order, in_node, 0)
+                transfers.append(_ring_reducescatter(order, in_node, 0))
             for order in peer_rings:
-                transfers += _ring_reducescatter(order, own, g_local - 1)
+                transfers.append(_ring_reducescatter(order, own, g_local - 1))
         else:
             for order in peer_rings:
-                transfers += _ring_allgather(order, own, 0)
+                transfers.append(_ring_allgather(order, own, 0))
             for order in node_rings:
-                transfers += _ring_allgather(order, in_node, n_nodes - 1)
+                transfers.append(_ring_allgather(order, in_node, n_nodes - 1))
     return _build("2d-ring", topology, collective, routes, grid, transfers, node_rings=node_rings)
 
 
@@ -313,14 +304,14 @@ def gc3_hierarchical(topology: Topology, collective: Collective, group_size: int
         for n in range(n_nodes)
         for g in range(g_local)
     }
-    transfers: list[Transfer] = []
+    transfers: list[TransferTable] = []
     for order in node_rings:
-        transfers += _ring_reducescatter(order, in_node, 0)
+        transfers.append(_ring_reducescatter(order, in_node, 0))
     for order in peer_rings:
-        transfers += _ring_reducescatter(order, across, g_local - 1)
-        transfers += _ring_allgather(order, across, g_local - 1 + n_nodes - 1)
+        transfers.append(_ring_reducescatter(order, across, g_local - 1))
+        transfers.append(_ring_allgather(order, across, g_local - 1 + n_nodes - 1))
     for order in node_rings:
-        transfers += _ring_allgather(order, in_node, g_local - 1 + 2 * (n_nodes - 1))
+        transfers.append(_ring_allgather(order, in_node, g_local - 1 + 2 * (n_nodes - 1)))
     return _build("gc3-hierarchical", topology, collective, routes, grid, transfers, node_rings=node_rings)
 
 
@@ -364,7 +355,7 @@ def two_step_alltoall(topology: Topology, collective: Collective, group_size: in
                     transfers.append(Transfer(chunk, src, relay, "copy", 0))
                 if relay != dst:
                     transfers.append(Transfer(chunk, relay, dst, "copy", 1))
-    return _build("two-step-alltoall", topology, collective, routes, grid, transfers)
+    return _build("two-step-alltoall", topology, collective, routes, grid, [transfers])
 
 
 # ---------------------------------------------------------------------------
@@ -410,7 +401,7 @@ def alltonext(topology: Topology, collective: Collective, group_size: int | None
             for step, (a, b) in enumerate(zip(path, path[1:], strict=False)):
                 if a != b:
                     transfers.append(Transfer(chunk, a, b, "copy", step))
-    return _build("alltonext", topology, collective, routes, grid, transfers)
+    return _build("alltonext", topology, collective, routes, grid, [transfers])
 
 
 _GROUP_SIZE = {

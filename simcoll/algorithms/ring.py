@@ -30,7 +30,7 @@ from ..collectives import Collective
 from ..errors import NotApplicableError
 from ..routes import Routes, bandwidth_relation
 from ..topology import Topology
-from .common import block_chunks, depth_first, finish, hamiltonian_path, implements
+from .common import block_chunks, depth_first, finish, hamiltonian_path, implements, ring_steps
 from .registry import Generator, Option, int_list, positive_int
 
 SEARCH_TIME_LIMIT_S = 5.0
@@ -267,43 +267,9 @@ def _check_ring(topology: Topology, routes: Routes, ring: Sequence[int]) -> list
 # -- schedules on one ring ----------------------------------------------------------
 # The schedules are emitted as columns (:class:`~simcoll.algorithm.TransferTable`):
 # a ring Allreduce on 1,024 ranks has two million transfers.
-def _blocks_csr(blocks: Blocks, p: int) -> tuple[np.ndarray, np.ndarray]:
-    """The chunks of every owner 0..p-1 as one array and its offsets (CSR)."""
-    lists = [list(blocks(owner)) for owner in range(p)]
-    lengths = np.fromiter((len(b) for b in lists), dtype=np.int64, count=p)
-    offsets = np.zeros(p + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    flat = np.fromiter((c for b in lists for c in b), dtype=np.int64, count=int(offsets[-1]))
-    return flat, offsets
-
-
-def _ring_steps(ring: Sequence[int], first_step: int, lag: int, blocks: Blocks, op: str) -> TransferTable:
-    """Position i sends to position i+1, at step ``first_step + k`` (k = 0..P-2),
-    the chunks of the block owned by the rank ``k + lag`` positions behind it;
-    rows ordered by step, then position, then chunk."""
-    p = len(ring)
-    order = np.asarray(ring, dtype=np.int64)
-    flat, offsets = _blocks_csr(blocks, max(p, int(order.max()) + 1 if p else 0))
-    k = np.repeat(np.arange(p - 1, dtype=np.int64), p)
-    i = np.tile(np.arange(p, dtype=np.int64), max(p - 1, 0))
-    owner = order[(i - k - lag) % p]
-    counts = offsets[owner + 1] - offsets[owner]
-    rows = np.repeat(np.arange(len(owner), dtype=np.int64), counts)
-    starts = np.cumsum(counts) - counts
-    within = np.arange(len(rows), dtype=np.int64) - np.repeat(starts, counts)
-    chunk = flat[offsets[owner][rows] + within]
-    return TransferTable(
-        chunk=chunk,
-        src=order[i][rows],
-        dst=order[(i + 1) % p][rows],
-        reduce=np.full(len(rows), op == "reduce"),
-        step=first_step + k[rows],
-    )
-
-
 def _ring_allgather_steps(collective: Collective, ring: list[int], first_step: int, blocks: Blocks) -> TransferTable:
     """Each position forwards the block that started k positions behind it."""
-    return _ring_steps(ring, first_step, 0, blocks, "copy")
+    return ring_steps(ring, first_step, 0, blocks, "copy")
 
 
 def _ring_reducescatter_steps(
@@ -312,7 +278,7 @@ def _ring_reducescatter_steps(
     """At step k, position i adds its partial of the block owned k+1 positions
     behind it and passes it on; after P-1 steps each owner holds its block."""
     blocks = blocks or (lambda owner: block_chunks(collective, owner))
-    return _ring_steps(ring, first_step, 1, blocks, "reduce")
+    return ring_steps(ring, first_step, 1, blocks, "reduce")
 
 
 def _chain_steps(path: Sequence[int], slots: Sequence[Sequence[int]], op: str) -> TransferTable:

@@ -198,16 +198,15 @@ def microbenchmarks(
 
 def _features(samples: Sequence[Sample]) -> dict[str, np.ndarray]:
     kinds = np.array([KINDS.index(s.benchmark.kind) for s in samples])
-    nbytes = np.array([s.benchmark.chunk_bytes(s.size_bytes) * _moved_chunks(s.benchmark) for s in samples], float)
     tiles = np.array([s.benchmark.tiles(s.size_bytes) for s in samples], float)
     per_tile = np.array([max(1, s.benchmark.messages_per_tile) for s in samples], float)
     messages = np.array([s.benchmark.messages_per_tile for s in samples], float) * tiles
     rounds = np.array([s.benchmark.rounds for s in samples], float)
     # the last message's bytes: the chunks one send moves, each its last (maybe shorter) tile
-    last_tile = np.array([s.benchmark.chunk_bytes(s.size_bytes) - (s.benchmark.tiles(s.size_bytes) - 1)
-                          * _tile_bytes(s.benchmark) for s in samples], float)  # fmt: skip
+    chunk = np.array([s.benchmark.chunk_bytes(s.size_bytes) for s in samples], float)
+    last_tile = chunk - (tiles - 1) * np.array([_tile_bytes(s.benchmark) for s in samples], float)
     moved = np.array([_moved_chunks(s.benchmark) for s in samples], float)
-    return {"kind": kinds, "bytes": nbytes, "tiles": tiles, "messages": messages, "rounds": rounds,
+    return {"kind": kinds, "bytes": chunk * moved, "tiles": tiles, "messages": messages, "rounds": rounds,
             "last_message": moved / per_tile * last_tile}  # fmt: skip
 
 
@@ -435,32 +434,24 @@ def read_samples(path: str) -> tuple[list[Sample], str]:
         suite does not have, or holds a row that is not a positive size and
         time (naming the line).
     """
-    import csv
+    from simcoll.files import read_csv_rows
 
-    try:
-        with open(path, newline="") as handle:
-            rows = list(csv.reader(handle))
-    except OSError as exc:
-        raise ModelError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    if not rows or not set(SAMPLE_COLUMNS) <= set(rows[0]):
-        raise ModelError(f"{path}: not a samples CSV (needs the columns {', '.join(SAMPLE_COLUMNS)})")
-    col = {name: rows[0].index(name) for name in SAMPLE_COLUMNS}
     suites: dict[int, dict[str, Microbenchmark]] = {}
     samples, runs = [], set()
-    for line, row in enumerate(rows[1:], start=2):
+    for line, row in read_csv_rows(path, SAMPLE_COLUMNS, "samples CSV", error=ModelError):
         try:
-            size, seconds, tile = (
-                int(row[col["size_bytes"]]),
-                float(row[col["time_us"]]) / 1e6,
-                int(row[col["tile_bytes"]]),
-            )
-            name = row[col["benchmark"]]
-            runs.add(row[col["run"]])
-        except (IndexError, ValueError):
+            size, seconds = int(row["size_bytes"]), float(row["time_us"]) / 1e6
+            tile, name, run = int(row["tile_bytes"]), row["benchmark"], row["run"]
+            if name is None or run is None:  # a short row
+                raise ValueError
+        except (TypeError, ValueError):
             raise ModelError(f"{path}:{line}: expected a run, a benchmark, sizes and a time, got {row!r}") from None
         if size <= 0 or tile <= 0 or not seconds > 0 or not math.isfinite(seconds):
             raise ModelError(f"{path}:{line}: size {size} B, tile {tile} B, time {seconds * 1e6} us: not a sample")
-        suite = suites.setdefault(tile, {b.name: b for b in microbenchmarks(tile_bytes=tile)})
+        runs.add(run)
+        if tile not in suites:
+            suites[tile] = {b.name: b for b in microbenchmarks(tile_bytes=tile)}
+        suite = suites[tile]
         if name not in suite:
             raise ModelError(f"{path}:{line}: no benchmark {name!r} in the suite (it has {', '.join(suite)})")
         samples.append(Sample(suite[name], size, seconds))

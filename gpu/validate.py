@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from simcoll.errors import SimcollError
-from simcoll.files import atomic_output, write_atomic
+from simcoll.files import atomic_output, read_csv_rows, write_atomic
 from simcoll.machines import Machine
 from simcoll.program import Program
 
@@ -120,19 +120,11 @@ def measured_times(path: str) -> dict[int, float]:
         ``measured_us`` columns, or holds a row that is not a size and a
         positive time (naming the line).
     """
-    try:
-        with open(path, newline="") as handle:
-            rows = list(csv.reader(handle))
-    except OSError as exc:
-        raise SimcollError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    if not rows or not {"size_bytes", "measured_us"} <= set(rows[0]):
-        raise SimcollError(f"{path}: not a validation CSV (needs the columns size_bytes and measured_us)")
-    size_at, time_at = rows[0].index("size_bytes"), rows[0].index("measured_us")
     out: dict[int, float] = {}
-    for line, row in enumerate(rows[1:], start=2):
+    for line, row in read_csv_rows(path, ("size_bytes", "measured_us"), "validation CSV"):
         try:
-            size, seconds = int(row[size_at]), float(row[time_at]) / 1e6
-        except (IndexError, ValueError):
+            size, seconds = int(row["size_bytes"]), float(row["measured_us"]) / 1e6
+        except (TypeError, ValueError):
             raise SimcollError(f"{path}:{line}: expected a size in bytes and a time in us, got {row!r}") from None
         if size <= 0 or not seconds > 0 or not math.isfinite(seconds):
             raise SimcollError(f"{path}:{line}: size {size} B, time {seconds * 1e6} us: not a measurement")

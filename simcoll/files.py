@@ -17,11 +17,13 @@ imports nothing else from simcoll, so any module may use it.
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 import secrets
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
@@ -62,6 +64,32 @@ def read_text(path: str | Path, *, error: type[SimcollError] = SimcollError) -> 
         raise error(f"{path}: cannot read: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
         raise error(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
+
+
+def read_csv_rows(
+    path: str | Path, columns: Sequence[str], what: str, *, error: type[SimcollError] = SimcollError
+) -> list[tuple[int, dict[str, str | None]]]:
+    """The rows of a CSV file with a header, each as (line number, {column:
+    text}); a column a short row lacks reads ``None``.
+
+    Raises
+    ------
+    SimcollError
+        (``error``) naming the file when it cannot be read (:func:`read_text`)
+        or its header lacks one of ``columns`` ("not a ``what``").
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> path = Path(tempfile.mkdtemp()) / "t.csv"
+    >>> _ = path.write_text("size,time\\n1024,5.0\\n")
+    >>> read_csv_rows(path, ["size"], "size table")
+    [(2, {'size': '1024', 'time': '5.0'})]
+    """
+    reader = csv.DictReader(io.StringIO(read_text(path, error=error), newline=""))
+    if not set(columns) <= set(reader.fieldnames or ()):
+        raise error(f"{path}: not a {what} (needs the columns {', '.join(columns)})")
+    return [(reader.line_num, row) for row in reader]
 
 
 def parse_json(text: str, where: str = "input", *, error: type[SimcollError] = SimcollError) -> Any:

@@ -72,8 +72,9 @@ def shortest_path_trees(
             if not nodes.size:
                 break
             at = np.ix_(frontier, nodes)
+            used = load[at]
             # lexicographic (fewer links, load, parent rank) as one integer
-            key = (fewer_links[at] * (int(load.max()) + 1) + load[at]) * p + frontier[:, None]
+            key = (fewer_links[at] * (int(used.max()) + 1) + used) * p + frontier[:, None]
             key[~candidate[:, found]] = np.iinfo(np.int64).max
             best = frontier[key.argmin(axis=0)]
             parent.update(zip(nodes.tolist(), best.tolist(), strict=True))

@@ -16,9 +16,11 @@ SIZES = (1 << 20, 1 << 30)
 
 
 def _full(monkeypatch, *args, **kwargs):
-    """The simulation without the quotient (every message run)."""
+    """The simulation without the quotient (every message run), and without
+    what earlier runs of the same Algorithm prepared."""
     with monkeypatch.context() as patch:
         patch.setattr(algorithm_mode, "node_rotation", lambda *a: None)
+        patch.setattr(algorithm_mode, "_PREPARED", {})
         return simulate(*args, **kwargs)
 
 
@@ -77,18 +79,58 @@ def test_utilisation_is_recorded_by_the_full_simulation():
 
 
 @pytest.mark.parametrize(
-    "topo, name, why",
+    "topo, name, chunks, why",
     [
-        ("dgx-h100*8/clos:radix=16,oversub=2", "ring", "leaves join two nodes each: a spine link every node shares"),
-        ("dgx-h100", "ring", "one node"),
-        ("dgx-h100*4", "multi-ring", "each ring starts at rank 0"),
-        ("dgx-h100*4", "hiccl", "the same chunk is reduced at every node's leader"),
+        (
+            "dgx-h100*8/clos:radix=16,oversub=2",
+            "ring",
+            None,
+            "leaves join two nodes each: a spine link every node shares",
+        ),
+        ("dgx-h100", "ring", None, "one node"),
+        ("dgx-h100*4", "multi-ring", 6 * 32, "8 rings share 6 chunks a rank: some blocks are a chunk short"),
+        ("dgx-h100*4", "hiccl", None, "the same chunk is reduced at every node's leader"),
     ],
 )
-def test_asymmetric_schedules_and_machines_run_in_full(topo, name, why):
+def test_asymmetric_schedules_and_machines_run_in_full(topo, name, chunks, why):
     machine = load_machine(topo)
-    result = simulate(generate(name, machine, "allreduce"), machine, 1 << 20, record_utilisation=False)
+    algorithm = generate(name, machine, "allreduce", chunks=chunks)
+    result = simulate(algorithm, machine, 1 << 20, record_utilisation=False)
     assert result.stats["node_rotation"] == 1, why
+
+
+def test_multi_ring_by_default_gives_every_ring_the_same_share_and_is_symmetric():
+    # one chunk per block of each ring found: 8 rings over 4 DGX H100 nodes
+    machine = load_machine("dgx-h100*4")
+    algorithm = generate("multi-ring", machine, "allreduce")
+    assert len(algorithm.metadata["rings"]) == 8 and algorithm.chunks == 8 * 32
+    sent = np.bincount(algorithm.table.src, minlength=32)
+    assert (sent == sent[0]).all()
+    result = simulate(algorithm, machine, 1 << 20, record_utilisation=False)
+    assert result.stats["node_rotation"] == 4
+
+
+def test_a_schedule_timed_again_reuses_its_plan_and_rotation(monkeypatch):
+    machine = load_machine("dgx-h100*4")
+    algorithm = generate("ring", machine, "allreduce")
+    first = {size: simulate(algorithm, machine, size, record_utilisation=False) for size in SIZES}
+    calls = []
+    with monkeypatch.context() as patch:
+        patch.setattr(algorithm_mode, "node_rotation", lambda *a: calls.append(a))
+        again = {size: simulate(algorithm, machine, size, record_utilisation=False) for size in SIZES}
+    assert not calls  # worked out once, for the first size
+    for size in SIZES:
+        assert again[size].time_s == first[size].time_s
+        assert again[size].timeline.equals(first[size].timeline)
+        assert again[size].stats["node_rotation"] == 4
+    # another machine object, or contention off, works the rotation out afresh
+    found = algorithm_mode.node_rotation
+    with monkeypatch.context() as patch:
+        patch.setattr(algorithm_mode, "node_rotation", lambda *a: calls.append(a) or found(*a))
+        other = simulate(algorithm, load_machine("dgx-h100*4"), 1 << 20, record_utilisation=False)
+        simulate(algorithm, machine, 1 << 20, record_utilisation=False, contention=False)
+    assert len(calls) == 2
+    assert other.time_s == first[1 << 20].time_s
 
 
 def _two_node_ring(skew: bool) -> Algorithm:

@@ -94,7 +94,7 @@ def generate(
         collective = make_collective(
             coll_name,
             topology.num_ranks,
-            chunks or generator.default_chunks(coll_name, topology.num_ranks),
+            chunks or generator.default_chunks(coll_name, topology),
             root=root if coll_name in ROOTED else None,
         )
     return generator.function(topology, collective, **options)

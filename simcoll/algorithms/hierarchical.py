@@ -413,9 +413,9 @@ _GROUP_SIZE = {
 }
 
 
-def _chunks_per_rank_count(collective: str, num_ranks: int) -> int:
+def _chunks_per_rank_count(collective: str, topology: Topology) -> int:
     """C = P makes every block of every phase equal, whatever N and G are."""
-    return num_ranks if collective in ("allreduce", "alltonext") else 1
+    return topology.num_ranks if collective in ("allreduce", "alltonext") else 1
 
 
 GENERATORS = (

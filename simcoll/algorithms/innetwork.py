@@ -184,7 +184,7 @@ def nvls(topology: Topology, collective: Collective) -> Algorithm:
     return _algorithm("nvls", collective, topology, [], reductions, switches=[s for s, _ in shares])
 
 
-def _nvls_chunks(collective: str, num_ranks: int) -> int:
+def _nvls_chunks(collective: str, topology: Topology) -> int:
     """72 chunks for Allreduce: a multiple of a DGX H100's 18 NVLinks per GPU
     (so the 5/4/4/5 split over its NVSwitches is exact) and of 8 GPUs; one per
     rank otherwise."""
@@ -312,9 +312,9 @@ def collnet(topology: Topology, collective: Collective) -> Algorithm:
     )
 
 
-def _per_rank_chunks(collective: str, num_ranks: int) -> int:
+def _per_rank_chunks(collective: str, topology: Topology) -> int:
     """Four chunks per rank for Allreduce (each node-local owner pipelines four)."""
-    return 4 * num_ranks if collective == "allreduce" else 1
+    return 4 * topology.num_ranks if collective == "allreduce" else 1
 
 
 GENERATORS = (

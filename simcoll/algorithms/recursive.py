@@ -208,9 +208,9 @@ def rvhd(topology: Topology, collective: Collective) -> Algorithm:
     return _build("rvhd", collective, topology, transfers)
 
 
-def _power_of_two_below(collective: str, num_ranks: int) -> int:
+def _power_of_two_below(collective: str, topology: Topology) -> int:
     """One chunk per virtual rank: 2^⌊log2 P⌋."""
-    return 1 << (num_ranks.bit_length() - 1)
+    return 1 << (topology.num_ranks.bit_length() - 1)
 
 
 GENERATORS = (
@@ -219,14 +219,14 @@ GENERATORS = (
         recursive_doubling,
         recursive_doubling.collectives,
         "recursive doubling, log2 P exchange steps (Thakur et al. 2005); non-powers of two fold the first 2r ranks",
-        chunks=lambda collective, num_ranks: 1,
+        chunks=lambda collective, topology: 1,
     ),
     Generator(
         "recursive-halving",
         recursive_halving,
         recursive_halving.collectives,
         "recursive halving ReduceScatter, log2 P exchange steps (Thakur et al. 2005)",
-        chunks=lambda collective, num_ranks: 1,
+        chunks=lambda collective, topology: 1,
     ),
     Generator(
         "rvhd",

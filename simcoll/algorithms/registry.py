@@ -14,6 +14,7 @@ from typing import Any
 
 from ..algorithm import Algorithm
 from ..errors import SimcollError
+from ..topology import Topology
 
 
 @dataclass(frozen=True)
@@ -34,7 +35,7 @@ class Generator:
     ``collectives`` is ``function.collectives``, which the function declares
     with :func:`~simcoll.algorithms.common.implements` (the one place that
     says, and enforces, what it implements).
-    ``chunks(collective_name, num_ranks)`` is the chunk factor used when the
+    ``chunks(collective_name, topology)`` is the chunk factor used when the
     user gives none (default: P for Allreduce, one block per rank; else 1).
     """
 
@@ -43,7 +44,7 @@ class Generator:
     collectives: tuple[str, ...]
     summary: str
     options: dict[str, Option] = field(default_factory=dict)
-    chunks: Callable[[str, int], int] | None = None
+    chunks: Callable[[str, Topology], int] | None = None
 
     def __post_init__(self) -> None:
         # what the function implements is declared once, by @implements on it; the entry must say the same
@@ -54,10 +55,10 @@ class Generator:
                 "pass function.collectives"
             )
 
-    def default_chunks(self, collective: str, num_ranks: int) -> int:
+    def default_chunks(self, collective: str, topology: Topology) -> int:
         if self.chunks is not None:
-            return self.chunks(collective, num_ranks)
-        return num_ranks if collective == "allreduce" else 1
+            return self.chunks(collective, topology)
+        return topology.num_ranks if collective == "allreduce" else 1
 
     def parse_options(self, options: dict[str, str]) -> dict[str, Any]:
         """CLI ``k=v`` strings to keyword arguments, naming the bad one."""

@@ -21,6 +21,7 @@ Reduce), so every ring carries an equal share when the chunk factor allows.
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -34,10 +35,6 @@ from .common import block_chunks, depth_first, finish, hamiltonian_path, impleme
 from .registry import Generator, Option, int_list, positive_int
 
 SEARCH_TIME_LIMIT_S = 5.0
-
-#: NCCL runs six logical rings on a DGX-1 (SCCL §2.2); multi-ring's default
-#: chunk factor gives each of them one chunk per block.
-NCCL_DGX1_RINGS = 6
 
 #: A safety cap on multi-ring's search (a DGX H100 carries 18 rings).
 MAX_RINGS = 64
@@ -448,9 +445,9 @@ def ring(topology: Topology, collective: Collective, ring: Sequence[int] | None 
     return RING_BUILDERS[collective.name](topology, collective, ring)
 
 
-def _ring_chunks(collective: str, num_ranks: int) -> int:
+def _ring_chunks(collective: str, topology: Topology) -> int:
     """One block per rank for Allreduce; a P-deep pipeline for Broadcast and Reduce."""
-    return num_ranks if collective in ("allreduce", "broadcast", "reduce") else 1
+    return topology.num_ranks if collective in ("allreduce", "broadcast", "reduce") else 1
 
 
 # -- bidirectional ring ----------------------------------------------------------------
@@ -484,9 +481,9 @@ def bidirectional_ring(topology: Topology, collective: Collective, ring: Sequenc
     return finish("bidirectional-ring", collective, topology, transfers, routes, ring=order)
 
 
-def _bidirectional_chunks(collective: str, num_ranks: int) -> int:
+def _bidirectional_chunks(collective: str, topology: Topology) -> int:
     """One chunk per direction (per block, for Allreduce)."""
-    return 2 * num_ranks if collective == "allreduce" else 2
+    return 2 * topology.num_ranks if collective == "allreduce" else 2
 
 
 # -- multi-ring ------------------------------------------------------------------------
@@ -530,7 +527,8 @@ def multi_ring(topology: Topology, collective: Collective, rings: int | None = N
         raise NotApplicableError(f"multi-ring: {rings} rings need at least {rings} chunks, got chunk factor {chunks}")
     routes = Routes(topology)
     # Without m, a ring with no chunk to carry is of no use; with m, the chunk factor must fit the rings found.
-    found = find_rings(topology, routes, limit=rings or (None if m is not None else chunks))
+    # The greedy search with a limit stops early, so its rings are the first ones of the unlimited search.
+    found = _rings_of(topology, routes)[: rings or (None if m is not None else chunks)]
     if rings is not None and rings > len(found):
         raise NotApplicableError(
             f"multi-ring: {rings} rings asked for, but only {len(found)} fit {topology.name}'s links"
@@ -548,10 +546,27 @@ def multi_ring(topology: Topology, collective: Collective, rings: int | None = N
     return finish("multi-ring", collective, topology, transfers, routes, rings=found, **extra)
 
 
-def _multi_ring_chunks(collective: str, num_ranks: int) -> int:
-    """SCCL Table 3's point on the DGX-1: one chunk per ring (per block of
-    each ring, for Allreduce), for NCCL's six rings."""
-    return NCCL_DGX1_RINGS * num_ranks if collective == "allreduce" else NCCL_DGX1_RINGS
+def _multi_ring_chunks(collective: str, topology: Topology) -> int:
+    """One chunk per ring found (per block of each ring, for Allreduce), so
+    every ring carries the same share: on the DGX-1, NCCL's six rings give
+    SCCL Table 3's point (48 chunks for Allreduce). A chunk factor that the
+    rings do not divide leaves some rings (or blocks) a chunk short, which
+    unbalances them."""
+    rings = len(_rings_of(topology))
+    return rings * topology.num_ranks if collective == "allreduce" else rings
+
+
+#: :func:`find_rings` per topology, with no limit: the default chunk factor
+#: and the generator both need them, and the search grows with P².
+_RINGS: weakref.WeakKeyDictionary[Topology, list[list[int]]] = weakref.WeakKeyDictionary()
+
+
+def _rings_of(topology: Topology, routes: Routes | None = None) -> list[list[int]]:
+    """:func:`find_rings` of ``topology`` (every ring the greedy search finds), computed once per topology."""
+    rings = _RINGS.get(topology)
+    if rings is None:
+        rings = _RINGS[topology] = find_rings(topology, routes)
+    return rings
 
 
 GENERATORS = (

@@ -67,9 +67,12 @@ resource per orbit; every other message gets its representative's times
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
+import weakref
 from array import array
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -83,7 +86,41 @@ from .engine import check_limit, run_with_limit
 from .network import Flow, FluidNetwork, alone_rate_Bps
 from .plan import Plan, plan_grouped, plan_vectorised
 from .results import TIMELINE_COLUMNS, SimulationResult, make_result
-from .symmetry import NodeRotation, node_rotation, quotient_plan
+from .symmetry import NodeRotation, node_rotation, quotient_plan, rebind_routes
+
+
+@dataclass
+class _Prepared:
+    """What a simulation of one Algorithm works out before its first event
+    and that does not depend on the buffer size: its plan and, for the
+    machine and ``contention`` setting it was last simulated on, its node
+    rotation and quotient plan. Kept per Algorithm (:func:`_prepared`), so
+    that timing one schedule at many sizes (``compare``, sweeps) builds them
+    once; a run works on copies of the one column it changes (``pending``)."""
+
+    plan: Plan | None = None
+    machine: weakref.ref | None = None
+    contention: bool | None = None
+    rotation: NodeRotation | None = None
+    quotient: Plan | None = None
+
+
+#: Per Algorithm, by identity (an Algorithm is not hashable): dropped when the Algorithm is.
+_PREPARED: dict[int, _Prepared] = {}
+
+
+def _prepared(algorithm: Algorithm) -> _Prepared:
+    key = id(algorithm)
+    prepared = _PREPARED.get(key)
+    if prepared is None:
+        prepared = _PREPARED[key] = _Prepared()
+        weakref.finalize(algorithm, _PREPARED.pop, key, None)
+    return prepared
+
+
+def _fresh(plan: Plan) -> Plan:
+    """``plan`` with its own copy of the reads still waiting per message (the run counts them down)."""
+    return dataclasses.replace(plan, pending=array(plan.pending.typecode, plan.pending))
 
 
 class _Run:
@@ -118,15 +155,18 @@ class _Run:
         self.machine = machine
         self.nbytes = chunk_bytes(algorithm.collective, size_bytes)
         self.num_chunks = algorithm.collective.num_chunks
-        self.plan = plan = self._make_plan()
+        self.prepared = prepared = _prepared(algorithm)
+        if prepared.plan is None:
+            prepared.plan = self._make_plan()
+        self.plan = plan = _fresh(prepared.plan)
         self.env = simpy.Environment()
         self.net = FluidNetwork(
             self.env, machine, contention=contention, record_timeline=False, record_utilisation=record_utilisation
         )
         # utilisation is per resource: a quotient would have to map it back, so it is run in full
-        self.rotation = None if record_utilisation else self._rotation()
+        self.rotation = None if record_utilisation else self._rotation(contention)
         if self.rotation is not None:
-            self.full_plan, self.plan = plan, quotient_plan(plan, self.rotation)
+            self.full_plan, self.plan = plan, _fresh(prepared.quotient)
             plan = self.plan
         # the plan's per-message columns the event handlers read (:class:`Plan`)
         self.pending, self.groups, self.is_reduce = plan.pending, plan.groups, plan.reduce
@@ -160,12 +200,19 @@ class _Run:
             return plan_grouped(algorithm, num_chunks, present)
         return plan_vectorised(algorithm, num_chunks, present)
 
-    def _rotation(self) -> NodeRotation | None:
+    def _rotation(self, contention: bool) -> NodeRotation | None:
         """The schedule's node-rotation symmetry (:mod:`.symmetry`), with the
-        representatives' routes installed in the network, or None."""
-        n = self.algorithm.num_ranks
-        check_limit(self.started_s, self.time_limit_s, self.what, "looking for node symmetry")
-        rotation = node_rotation(self.plan, self.net, n, self.num_chunks)
+        representatives' routes installed in the network, or None. Worked
+        out once per Algorithm, machine and ``contention`` (:class:`_Prepared`);
+        a later run rebuilds the same routes in its own network."""
+        prepared, machine = self.prepared, self.machine
+        if prepared.machine is not None and prepared.machine() is machine and prepared.contention == contention:
+            rotation = prepared.rotation and rebind_routes(prepared.rotation, self.net, self.plan.queues)
+        else:
+            check_limit(self.started_s, self.time_limit_s, self.what, "looking for node symmetry")
+            rotation = node_rotation(self.plan, self.net, self.algorithm.num_ranks, self.num_chunks)
+            prepared.machine, prepared.contention, prepared.rotation = weakref.ref(machine), contention, rotation
+            prepared.quotient = None if rotation is None else quotient_plan(self.plan, rotation)
         if rotation is not None:
             for (src, dst), route in rotation.routes.items():
                 self.net.override_route(src, dst, route)

@@ -269,6 +269,10 @@ class FluidNetwork:
             self.resources.append(Resource(rid, name, kind, capacity_Bps, switch, key))
         return self.resources[rid]
 
+    def resource_with_key(self, key: tuple) -> Resource:
+        """The resource this network created under ``key`` (:attr:`Resource.key`)."""
+        return self.resources[self._resource_ids[key]]
+
     def _switch_params(self, component: str) -> SwitchParams | None:
         kind = self._kinds.get(component)
         if not self.contention or kind not in _SWITCH_KINDS:

@@ -108,6 +108,21 @@ def _rotation(plan: Plan, net: FluidNetwork, n: int, num_chunks: int, shift: int
     return NodeRotation(order, shift, representatives, rep_of, write_slot, routes)
 
 
+def rebind_routes(rotation: NodeRotation, net: FluidNetwork, pairs) -> NodeRotation:
+    """``rotation`` (found with another network of the same machine) over
+    ``net``'s resources: every pair of ``pairs`` is routed in ``net`` in the
+    order :func:`node_rotation` routed them, so that ``net`` creates the same
+    resources in the same order, and each representative route is mapped
+    resource by resource through the resources' keys."""
+    for pair in pairs:
+        net.route(*pair)
+    routes = {
+        pair: (alpha, bandwidth, tuple((net.resource_with_key(res.key), w) for res, w in used))
+        for pair, (alpha, bandwidth, used) in rotation.routes.items()
+    }
+    return dataclasses.replace(rotation, routes=routes)
+
+
 def quotient_plan(plan: Plan, rotation: NodeRotation) -> Plan:
     """The plan of the representatives alone: their messages, reads and
     queues, renumbered, with the node-0 slot each landing updates

@@ -190,3 +190,28 @@ def test_breadth_first_paths_are_those_networkx_chooses(spec, monkeypatch):
         return out
 
     assert all_paths(1) == all_paths(10**9)
+
+
+@pytest.mark.parametrize("spec", [*MACHINES, "dgx1", "line:4", "hub-and-spoke:5", "dgx-h100*8/clos:radix=16,oversub=2"])
+def test_a_row_of_connections_is_connected_rank_by_rank(spec):
+    from simcoll.routes import Routes
+
+    topology = load_machine(spec).topology
+    p = topology.num_ranks
+    by_pair, by_row = Routes(topology), Routes(topology)
+    for src in range(p):
+        assert by_row.connected_row(src).tolist() == [by_pair.connected(src, d) for d in range(p)]
+
+
+def test_the_vectorised_ring_search_finds_the_rings_pair_by_pair_search_found():
+    # recorded before find_rings looked at a whole row of slacks at once (same tie order)
+    from simcoll.algorithms.ring import find_rings
+
+    rings = find_rings(load_machine("dgx-h100*2").topology)
+    assert rings[:4] == [
+        list(range(16)),
+        [0, *range(15, 0, -1)],
+        [0, 2, 4, 1, 3, 5, 7, 6, 8, 10, 12, 9, 11, 13, 15, 14],
+        [0, 14, 15, 13, 11, 9, 12, 10, 8, 6, 7, 5, 3, 1, 4, 2],
+    ]
+    assert [len(r) for r in find_rings(load_machine("dgx1").topology)] == [8] * 6

@@ -239,6 +239,7 @@ class FluidNetwork:
         self._shapes: dict[tuple, list[float]] = machine.derived.setdefault(_FLOW_SHARES_KEY, {})
         self._recording: list | None = None
         self._scratch: FluidNetwork | None = None  # works out the routes _mirrored_recipe maps
+        self._swap_memo: dict[int, tuple] = {}  # per node swap: resource keys and names swapped
         self._solved: dict[tuple, tuple[float, ...]] = {}  # max-min solutions by sharing pattern (_recompute)
         self._solved_flows = 0
         self.max_sharing = 1
@@ -367,12 +368,23 @@ class FluidNetwork:
         except TopologyError:
             return None  # the pair's own computation says what is missing, naming the pair
         alpha, bandwidth, created, used = self._recipes[image]
-        rename = _node_renaming(swap)
+        memo = self._swap_memo.get(id(swap))
+        if memo is None or memo[0] is not swap:
+            memo = self._swap_memo[id(swap)] = (swap, {}, {}, _node_renaming(swap))
+        _, keys, names, rename = memo
+        # a node's pairs touch the same few resources again and again: each key and name is swapped once
+        for key, name, *_ in created:
+            if key not in keys:
+                keys[key] = _swapped(key, swap)
+                names[key] = rename(name)
+        for key, _ in used:
+            if key not in keys:
+                keys[key] = _swapped(key, swap)
         recipe = (
             alpha,
             bandwidth,
-            tuple((_swapped(key, swap), rename(name), kind, cap, sw) for key, name, kind, cap, sw in created),
-            tuple((_swapped(key, swap), w) for key, w in used),
+            tuple((keys[key], names[key], kind, cap, sw) for key, _, kind, cap, sw in created),
+            tuple((keys[key], w) for key, w in used),
         )
         self._recipes[(src, dst)] = recipe
         return recipe

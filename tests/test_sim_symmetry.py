@@ -119,6 +119,10 @@ def test_a_schedule_timed_again_reuses_its_plan_and_rotation(monkeypatch):
         patch.setattr(algorithm_mode, "node_rotation", lambda *a: calls.append(a))
         again = {size: simulate(algorithm, machine, size, record_utilisation=False) for size in SIZES}
     assert not calls  # worked out once, for the first size
+    # a later run's network holds the same resources, numbered as in the first
+    runs = [_Run(algorithm, machine, size, contention=True, record_utilisation=False) for size in SIZES]
+    assert runs[0].net.resource_names() == runs[1].net.resource_names()
+    assert len(runs[1].net.resources) > len(runs[1].rotation.routes)
     for size in SIZES:
         assert again[size].time_s == first[size].time_s
         assert again[size].timeline.equals(first[size].timeline)

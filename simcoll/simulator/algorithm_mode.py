@@ -68,11 +68,12 @@ resource per orbit; every other message gets its representative's times
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import time
 import weakref
 from array import array
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -103,6 +104,7 @@ class _Prepared:
     contention: bool | None = None
     rotation: NodeRotation | None = None
     quotient: Plan | None = None
+    resources: list[tuple] = field(default_factory=list)  # the network's resources the rotation was found with
 
 
 #: Per Algorithm, by identity (an Algorithm is not hashable): dropped when the Algorithm is.
@@ -194,8 +196,11 @@ class _Run:
         """The plan (:class:`Plan`); the chunks the collective starts with are present."""
         algorithm, num_chunks = self.algorithm, self.num_chunks
         present = np.zeros(num_chunks * algorithm.num_ranks, dtype=bool)
-        pre = np.array([c + r * num_chunks for c, r in algorithm.collective.pre], dtype=np.int64)
-        present[pre] = True
+        # the precondition's (chunk, rank) pairs, read from the input layout (a million on 1,024 ranks)
+        layout = algorithm.collective.input_layout
+        held = [len(chunks) for chunks in layout]
+        chunk = np.fromiter(itertools.chain.from_iterable(layout), dtype=np.int64, count=sum(held))
+        present[chunk + np.repeat(np.arange(len(layout), dtype=np.int64), held) * num_chunks] = True
         if algorithm.switch_reductions or algorithm.table.group is not None:
             return plan_grouped(algorithm, num_chunks, present)
         return plan_vectorised(algorithm, num_chunks, present)
@@ -204,15 +209,17 @@ class _Run:
         """The schedule's node-rotation symmetry (:mod:`.symmetry`), with the
         representatives' routes installed in the network, or None. Worked
         out once per Algorithm, machine and ``contention`` (:class:`_Prepared`);
-        a later run rebuilds the same routes in its own network."""
+        a later run creates the same resources in its own network and maps
+        the representatives' routes onto them."""
         prepared, machine = self.prepared, self.machine
         if prepared.machine is not None and prepared.machine() is machine and prepared.contention == contention:
-            rotation = prepared.rotation and rebind_routes(prepared.rotation, self.net, self.plan.queues)
+            rotation = prepared.rotation and rebind_routes(prepared.rotation, self.net, prepared.resources)
         else:
             check_limit(self.started_s, self.time_limit_s, self.what, "looking for node symmetry")
             rotation = node_rotation(self.plan, self.net, self.algorithm.num_ranks, self.num_chunks)
             prepared.machine, prepared.contention, prepared.rotation = weakref.ref(machine), contention, rotation
             prepared.quotient = None if rotation is None else quotient_plan(self.plan, rotation)
+            prepared.resources = self.net.resource_calls() if rotation is not None else []
         if rotation is not None:
             for (src, dst), route in rotation.routes.items():
                 self.net.override_route(src, dst, route)

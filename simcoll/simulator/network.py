@@ -274,6 +274,17 @@ class FluidNetwork:
         """The resource this network created under ``key`` (:attr:`Resource.key`)."""
         return self.resources[self._resource_ids[key]]
 
+    def resource_calls(self) -> list[tuple]:
+        """What created each resource so far, in order (:meth:`create_resources` replays it)."""
+        return [(r.key, r.name, r.kind, r.capacity_Bps, r.switch) for r in self.resources]
+
+    def create_resources(self, calls: list[tuple]) -> None:
+        """Create the resources another network of the same machine created
+        (its :meth:`resource_calls`), in the same order: on a fresh network
+        they get the same numbers."""
+        for call in calls:
+            self._resource(*call)
+
     def _switch_params(self, component: str) -> SwitchParams | None:
         kind = self._kinds.get(component)
         if not self.contention or kind not in _SWITCH_KINDS:

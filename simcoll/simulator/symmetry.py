@@ -108,14 +108,13 @@ def _rotation(plan: Plan, net: FluidNetwork, n: int, num_chunks: int, shift: int
     return NodeRotation(order, shift, representatives, rep_of, write_slot, routes)
 
 
-def rebind_routes(rotation: NodeRotation, net: FluidNetwork, pairs) -> NodeRotation:
+def rebind_routes(rotation: NodeRotation, net: FluidNetwork, resources: list[tuple]) -> NodeRotation:
     """``rotation`` (found with another network of the same machine) over
-    ``net``'s resources: every pair of ``pairs`` is routed in ``net`` in the
-    order :func:`node_rotation` routed them, so that ``net`` creates the same
-    resources in the same order, and each representative route is mapped
-    resource by resource through the resources' keys."""
-    for pair in pairs:
-        net.route(*pair)
+    ``net``'s resources: ``net`` first creates ``resources`` (the other
+    network's :meth:`~.network.FluidNetwork.resource_calls`, every pair's
+    route included), so that each resource gets the same number, and each
+    representative route is mapped resource by resource through the keys."""
+    net.create_resources(resources)
     routes = {
         pair: (alpha, bandwidth, tuple((net.resource_with_key(res.key), w) for res, w in used))
         for pair, (alpha, bandwidth, used) in rotation.routes.items()
@@ -192,7 +191,7 @@ def _same_messages(plan: Plan, image: np.ndarray, num_chunks: int) -> np.ndarray
     if not (np.array_equal(tau[read], read[image]) and np.array_equal(tau[write], write[image])):
         return None  # one slot would map to two
     used = tau[tau >= 0]
-    if len(np.unique(used)) != len(used):
+    if len(used) and np.bincount(used, minlength=size).max() > 1:  # τ must be one to one
         return None
     # a message reads at most one slot here (no contiguity groups): the same count of updates
     landed = np.zeros(plan.messages, dtype=np.int64)

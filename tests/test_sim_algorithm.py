@@ -297,3 +297,73 @@ def test_timed_batches_that_print_alike_keep_their_timeline_labels():
     )
     result = simulate(algo, load_machine("ring:2"), 1 << 20)
     assert list(result.timeline.label) == ["t=1e-06", "t=1e-06"]
+
+
+def _plans_agree(algorithm: Algorithm):
+    """The vectorised plan equals the transfer-by-transfer one field for field."""
+    import numpy as np
+
+    from simcoll.simulator.plan import plan_grouped, plan_vectorised
+
+    num_chunks = algorithm.collective.num_chunks
+    present = np.zeros(num_chunks * algorithm.num_ranks, dtype=bool)
+    for c, r in algorithm.collective.pre:
+        present[c + r * num_chunks] = True
+    fast, slow = plan_vectorised(algorithm, num_chunks, present), plan_grouped(algorithm, num_chunks, present)
+    for name in ("src", "dst", "chunk", "reduce", "batch", "labels", "groups", "pending", "queues"):
+        assert getattr(fast, name) == getattr(slow, name), name
+    for name in ("wait_slot", "wait_landed", "wait_msg"):
+        assert np.array_equal(getattr(fast, name), getattr(slow, name)), name
+    assert [fast.describe(m) for m in range(fast.messages)] == [slow.describe(m) for m in range(slow.messages)]
+    return fast
+
+
+@pytest.mark.parametrize(
+    "topo, name, coll",
+    [
+        ("dgx-h100*2", "2d-ring", "allreduce"),
+        ("dgx-h100*4", "gc3-hierarchical", "allreduce"),
+        ("dgx-a100*2", "two-step-alltoall", "alltoall"),
+        ("dgx-h100*2", "ring", "allreduce"),
+    ],
+)
+def test_messages_are_planned_alike_with_or_without_contiguity_groups(topo, name, coll):
+    import numpy as np
+
+    from simcoll.algorithm import TransferTable
+
+    algorithm = generate(name, load_machine(topo), coll)
+    _plans_agree(algorithm)
+    # the same transfers, rows shuffled within their steps and regrouped at random: singles and groups
+    # interleave, a group's transfers are scattered over the step, and groups share ids across pairs and ops
+    rng = np.random.default_rng(15)
+    t = algorithm.table
+    rows = np.lexsort((rng.random(len(t)), t.step))
+    grouped = rng.random(len(t)) < 0.7
+    table = TransferTable(
+        chunk=t.chunk[rows],
+        src=t.src[rows],
+        dst=t.dst[rows],
+        reduce=t.reduce[rows],
+        step=t.step[rows],
+        group=np.where(grouped, rng.integers(0, 3, len(t)), -1),
+    )
+    plan = _plans_agree(algorithm.with_changes(transfers=table))
+    if name != "ring":  # a ring step sends one chunk per pair: nothing to group
+        assert plan.groups and plan.messages > len(plan.groups)  # both kinds of message
+
+
+def test_timed_contiguity_groups_are_planned_alike():
+    # rank 0 sends its two chunks (0 and 3) as one group, rank 1 its two (1 and 4) one by one, then a relay
+    coll = make_collective("allgather", 3, 2)
+    transfers = [
+        Transfer(1, 1, 0, start_s=0.0, end_s=1e-6),
+        Transfer(0, 0, 1, start_s=0.0, end_s=1e-6, group=7),
+        Transfer(4, 1, 0, start_s=0.0, end_s=1e-6),
+        Transfer(3, 0, 1, start_s=0.0, end_s=1e-6, group=7),
+        Transfer(0, 1, 2, start_s=2e-6, end_s=3e-6, group=7),
+        Transfer(3, 1, 2, start_s=2e-6, end_s=3e-6, group=7),
+    ]
+    plan = _plans_agree(Algorithm("timed groups", coll, transfers))
+    # slot = chunk + rank x 6: the group lands chunks 0 and 3 at rank 1, then at rank 2
+    assert plan.groups == {2: [6, 9], 3: [12, 15]} and plan.messages == 4

@@ -201,7 +201,7 @@ class _Run:
         held = [len(chunks) for chunks in layout]
         chunk = np.fromiter(itertools.chain.from_iterable(layout), dtype=np.int64, count=sum(held))
         present[chunk + np.repeat(np.arange(len(layout), dtype=np.int64), held) * num_chunks] = True
-        if algorithm.switch_reductions or algorithm.table.group is not None:
+        if algorithm.switch_reductions:
             return plan_grouped(algorithm, num_chunks, present)
         return plan_vectorised(algorithm, num_chunks, present)
 
@@ -376,9 +376,8 @@ class _Run:
                 for slot in fanout:
                     self._release(slot, now)
         else:
-            num_chunks = self.num_chunks
-            for t in group:
-                self._release(t.chunk + t.dst * num_chunks, now)
+            for slot in group:
+                self._release(slot, now)
 
     def _landed_at(self, now: float, count: int) -> None:
         self.landed_count += count

@@ -30,7 +30,7 @@ class Plan:
     reduce: bytearray
     batch: array
     labels: list[str]
-    groups: dict[int, list[Transfer]]  # messages of more than one transfer
+    groups: dict[int, list[int]]  # messages of more than one transfer: the slots they update
     pending: array  # per message: reads still waiting
     wait_slot: np.ndarray
     wait_landed: np.ndarray
@@ -50,23 +50,33 @@ def _labels(keys, timed: bool) -> list[str]:
 
 
 def plan_vectorised(algorithm: Algorithm, num_chunks: int, present: np.ndarray) -> Plan:
-    """Plan for schedules without contiguity groups (every message one
-    transfer), with numpy: millions of transfers in seconds."""
+    """Plan for schedules without in-switch reductions, with numpy: millions
+    of transfers in seconds. A batch's messages are those of
+    :func:`~simcoll.algorithm.messages` (its single transfers in order, then
+    its contiguity groups in order of first appearance), as
+    :func:`plan_grouped` builds them transfer by transfer."""
     transfers, table = algorithm.transfers, algorithm.table
     n = len(transfers)
     timed = algorithm.schedule != "steps"
     key = table.start_s if timed else table.step
     order = np.argsort(key, kind="stable")
     key = key[order]
-    src, dst, chunk, reduce = table.src[order], table.dst[order], table.chunk[order], table.reduce[order]
     change = np.empty(n, dtype=bool)
     change[:1] = True
     change[1:] = key[1:] != key[:-1]
     batch = np.cumsum(change) - 1
     batches = int(batch[-1]) + 1 if n else 0
+    labels = _labels(key[change].tolist(), timed)
+    if table.group is not None:  # transfers in message order; each message's first transfer
+        order, batch, first = _message_order(table, order, batch)
+    else:
+        first = np.ones(n, dtype=bool)
+    src, dst, chunk, reduce = table.src[order], table.dst[order], table.chunk[order], table.reduce[order]
+    msg = np.cumsum(first) - 1  # per transfer: its message
     # updates of (src, chunk) landed in earlier batches = writes with the same slot and a smaller batch
     read_slot = chunk + src * num_chunks
-    write_key = np.sort((chunk + dst * num_chunks) * (batches + 1) + batch)
+    write_slot = chunk + dst * num_chunks
+    write_key = np.sort(write_slot * (batches + 1) + batch)
     landed = np.searchsorted(write_key, read_slot * (batches + 1) + batch) - np.searchsorted(
         write_key, read_slot * (batches + 1)
     )
@@ -75,28 +85,64 @@ def plan_vectorised(algorithm: Algorithm, num_chunks: int, present: np.ndarray) 
         bad = transfers[int(order[np.flatnonzero(missing)[0]])]
         raise AlgorithmError(f"{algorithm.name}: {bad.describe()} before rank {bad.src} holds the chunk")
     waits = landed > 0
+    heads = np.flatnonzero(first)
+    msg_order = order[heads]
+    src, dst, chunk, reduce, batch = src[heads], dst[heads], chunk[heads], reduce[heads], batch[heads]
     pair = src * algorithm.num_ranks + dst
     by_pair = np.argsort(pair, kind="stable")
     cuts = np.flatnonzero(np.diff(pair[by_pair])) + 1
     queues = {}
-    for piece in np.split(by_pair, cuts) if n else ():
+    for piece in np.split(by_pair, cuts) if len(heads) else ():
         m = int(piece[0])
         queues[(int(src[m]), int(dst[m]))] = piece.tolist()
+    groups = {}
+    if len(heads) < n:  # messages of several transfers: the slots each updates
+        sizes = np.diff(np.append(heads, n))
+        for m in np.flatnonzero(sizes > 1).tolist():
+            groups[m] = write_slot[heads[m] : heads[m] + sizes[m]].tolist()
     return Plan(
         src=array("i", src.astype(np.int32).tobytes()),
         dst=array("i", dst.astype(np.int32).tobytes()),
         chunk=array("i", chunk.astype(np.int32).tobytes()),
         reduce=bytearray(reduce.tobytes()),
         batch=array("i", batch.astype(np.int32).tobytes()),
-        labels=_labels(key[change].tolist(), timed),
-        groups={},
-        pending=array("i", waits.astype(np.int32).tobytes()),
+        labels=labels,
+        groups=groups,
+        pending=array("i", np.bincount(msg[waits], minlength=len(heads)).astype(np.int32).tobytes()),
         wait_slot=read_slot[waits],
         wait_landed=landed[waits],
-        wait_msg=np.flatnonzero(waits),
+        wait_msg=msg[waits],
         queues=queues,
-        describe=lambda m: transfers[int(order[m])].describe(),
+        describe=lambda m: transfers[int(msg_order[m])].describe(),
     )
+
+
+def _message_order(table, order: np.ndarray, batch: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The transfers (``order``: table rows in schedule order, ``batch`` per
+    position) rearranged into messages: per batch, the single transfers in
+    order, then each contiguity group - same group, rank pair and op - in
+    order of its first transfer, its transfers in order
+    (:func:`~simcoll.algorithm.messages`); with the new order, its batches,
+    and where each message starts."""
+    n = len(order)
+    position = np.arange(n, dtype=np.int64)
+    grouped = table.has_group[order]
+    # a group is one (batch, group, src, dst, op); its first transfer's position names it
+    fields = (table.reduce[order].astype(np.int64), table.dst[order], table.src[order], table.group[order], batch)
+    by_group = np.lexsort(fields)
+    keys = np.stack([f[by_group] for f in fields])
+    starts = np.ones(n, dtype=bool)
+    starts[1:] = (keys[:, 1:] != keys[:, :-1]).any(axis=0)
+    # lexsort is stable: a group's first row in by_group is its first position
+    leader = np.maximum.accumulate(np.where(starts, np.arange(n), 0))
+    first_pos = np.empty(n, dtype=np.int64)
+    first_pos[by_group] = by_group[leader]
+    first_pos = np.where(grouped, first_pos, position)
+    rearranged = np.lexsort((position, first_pos, grouped, batch))
+    first_pos = first_pos[rearranged]
+    first = np.ones(n, dtype=bool)
+    first[1:] = first_pos[1:] != first_pos[:-1]
+    return order[rearranged], batch[rearranged], first
 
 
 def plan_grouped(algorithm: Algorithm, num_chunks: int, present: np.ndarray) -> Plan:
@@ -155,7 +201,7 @@ def plan_grouped(algorithm: Algorithm, num_chunks: int, present: np.ndarray) -> 
                     raise AlgorithmError(f"{algorithm.name}: {t.describe()} before rank {t.src} holds the chunk")
                 writes.append(t.chunk + t.dst * num_chunks)
             if len(message) > 1:
-                groups[m] = message
+                groups[m] = [t.chunk + t.dst * num_chunks for t in message]
             src.append(first.src)
             dst.append(first.dst)
             chunk.append(first.chunk)

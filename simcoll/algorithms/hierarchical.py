@@ -161,7 +161,9 @@ def _build(
     )
     _, step = np.unique(table.step, return_inverse=True)
     transfers = TransferTable(table.chunk, table.src, table.dst, table.reduce, step=step, group=step)
-    for src, dst in np.unique(np.stack([transfers.src, transfers.dst], axis=1), axis=0).tolist():
+    p = topology.num_ranks
+    for pair in np.unique(transfers.src * p + transfers.dst).tolist():  # int keys: a row-wise unique sorts slowly
+        src, dst = divmod(pair, p)
         if not routes.connected(src, dst):
             raise NotApplicableError(f"{name}: {topology.name} has no route from rank {src} to rank {dst}")
     return finish(

@@ -694,6 +694,29 @@ class Algorithm:
     def with_changes(self, **changes: Any) -> Algorithm:
         return Algorithm(**{**{f.name: getattr(self, f.name) for f in fields(self)}, **changes})
 
+    def relabelled(self, name: str | None = None, metadata: Mapping[str, Any] | None = None) -> Algorithm:
+        """This schedule under another ``name`` and/or ``metadata``. The
+        transfers are the same objects, already checked when this Algorithm
+        was built, so they are not checked again (a million switch
+        reductions or ten million transfers take seconds to check).
+
+        >>> from simcoll import make_collective
+        >>> a = Algorithm("mine", make_collective("allgather", 2), (Transfer(0, 0, 1, step=0), Transfer(1, 1, 0, step=0)))
+        >>> b = a.relabelled("theirs", {"note": "renamed"})
+        >>> (b.name, b.metadata["note"], b.transfers is a.transfers, b.rounds_per_step)
+        ('theirs', 'renamed', True, (1,))
+        """
+        clone = object.__new__(Algorithm)
+        state = {f.name: getattr(self, f.name) for f in fields(self)}
+        if name is not None:
+            state["name"] = name
+        if metadata is not None:
+            state["metadata"] = metadata
+        if "table" in self.__dict__:  # the cached columns describe the same transfers
+            state["table"] = self.__dict__["table"]
+        clone.__dict__.update(state)
+        return clone
+
     # -- JSON -----------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         transfers = []

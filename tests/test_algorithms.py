@@ -223,3 +223,15 @@ def test_what_a_generator_implements_is_declared_once_and_enforced():
         bruck(load_topology("ring:4"), make_collective("allreduce", 4))
     with pytest.raises(SimcollError, match="lists .* but its function implements"):
         Generator("bruck", bruck, ("allgather",), "a second, different declaration")
+
+
+def test_a_relabelled_schedule_equals_one_built_again_with_the_new_name(monkeypatch):
+    algorithm = generate("nvls-tree", "dgx-h100*2", "allreduce")
+    checks = []
+    monkeypatch.setattr(Algorithm, "_check_structure", lambda self: checks.append(self))
+    relabelled = algorithm.relabelled("nccl", {"protocol": "Simple"})
+    assert not checks  # the same transfers and switch reductions: nothing to check again
+    monkeypatch.undo()
+    rebuilt = algorithm.with_changes(name="nccl", metadata={"protocol": "Simple"})
+    assert relabelled == rebuilt and relabelled.to_dict() == rebuilt.to_dict()
+    assert algorithm.name == "nvls-tree" and algorithm.metadata.get("protocol") is None

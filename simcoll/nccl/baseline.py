@@ -400,7 +400,7 @@ def nccl_algorithm(
     )
     if fallback:
         metadata["nccl_fallback"] = fallback
-    return replace(algorithm, name="nccl", metadata=metadata)
+    return algorithm.relabelled("nccl", metadata)
 
 
 def protocol_for(schedule: Any, machine: Machine | str, size_bytes: float) -> str | None:

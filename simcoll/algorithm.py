@@ -570,8 +570,9 @@ class Algorithm:
             kinds |= self._check_table(self.transfers)
         for i, t in enumerate(() if isinstance(self.transfers, TransferTable) else self.transfers):
             kinds.add(self._check_transfer(i, t))
+        valid_ranks: set[tuple] = set()  # rank tuples already checked: a schedule reuses a few thousand times
         for i, r in enumerate(self.switch_reductions):
-            kinds.add(self._check_switch_reduction(i, r))
+            kinds.add(self._check_switch_reduction(i, r, valid_ranks))
         if len(kinds) > 1:
             raise AlgorithmError(f"{self.name}: mixes step-annotated and timed transfers")
         if any(not isinstance(r, int) or r < 1 for r in self.rounds_per_step):
@@ -580,8 +581,10 @@ class Algorithm:
             if b.chunks_per_round < 0 or any(not (0 <= a < p and 0 <= z < p) for a, z in b.links):
                 raise AlgorithmError(f"{self.name}: bandwidth constraint {b.label or sorted(b.links)} is out of range")
 
-    def _check_switch_reduction(self, i: int, r: SwitchReduction) -> str:
-        """Structural checks of switch reduction ``i``; its schedule kind."""
+    def _check_switch_reduction(self, i: int, r: SwitchReduction, valid_ranks: set[tuple]) -> str:
+        """Structural checks of switch reduction ``i``; its schedule kind.
+        ``valid_ranks`` holds the rank tuples found valid so far (and gains
+        this one's)."""
         p, g = self.collective.num_ranks, self.collective.num_chunks
         where = f"{self.name}: switch_reductions[{i}] (chunk {r.chunk} in {r.switch!r})"
         if not isinstance(r.chunk, int) or isinstance(r.chunk, bool) or not 0 <= r.chunk < g:
@@ -589,6 +592,9 @@ class Algorithm:
         if not isinstance(r.switch, str) or not r.switch:
             raise AlgorithmError(f"{where}: switch must be a component name, got {r.switch!r}")
         for name, ranks in (("sources", r.sources), ("destinations", r.destinations)):
+            # plain ints only: True or a NumPy integer would compare equal to a valid rank
+            if all(type(x) is int for x in ranks) and ranks in valid_ranks:
+                continue
             if not ranks:
                 raise AlgorithmError(f"{where}: {name} is empty")
             bad = [x for x in ranks if not isinstance(x, int) or isinstance(x, bool) or not 0 <= x < p]
@@ -596,6 +602,7 @@ class Algorithm:
                 raise AlgorithmError(f"{where}: {name}: rank {bad[0]!r} out of range 0..{p - 1}")
             if len(set(ranks)) != len(ranks):
                 raise AlgorithmError(f"{where}: {name} names a rank twice: {list(ranks)}")
+            valid_ranks.add(ranks)
         if r.step is not None:
             if not isinstance(r.step, int) or isinstance(r.step, bool) or r.step < 0:
                 raise AlgorithmError(f"{where}: step must be a non-negative integer, got {r.step!r}")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from simcoll import generate, load_machine, make_collective, simulate
@@ -86,6 +87,19 @@ def test_structure_errors_name_the_field():
         _allreduce_by_switch([0, 0], range(8))
     with pytest.raises(AlgorithmError, match=r"destinations: rank 9 out of range"):
         _allreduce_by_switch(range(8), [9])
+
+
+@pytest.mark.parametrize("bad", [(True, 0), (np.int64(1), 0)])
+def test_ranks_equal_to_checked_ones_but_not_ints_are_refused(bad):
+    # rank tuples are checked once per schedule; (True, 0) and (np.int64(1), 0) equal (1, 0) but are no ranks
+    ok = SwitchReduction(0, "nvsw0", (1, 0), (0, 1), step=0)
+    with pytest.raises(AlgorithmError, match=r"switch_reductions\[1\].*sources: rank .* out of range"):
+        Algorithm(
+            "bad",
+            make_collective("allreduce", 2, 1),
+            (),
+            switch_reductions=(ok, SwitchReduction(0, "nvsw0", bad, (0, 1), step=1)),
+        )
 
 
 def test_json_round_trip(h100):

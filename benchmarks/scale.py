@@ -9,6 +9,12 @@ and no case profits from another's caches.
     python benchmarks/scale.py --quick         # skip the largest (dgx-h100*128, dgx-h100*512)
     python benchmarks/scale.py --only ring     # cases whose name contains "ring"
     python benchmarks/scale.py --ranks 256     # a smaller ring for the CLI case
+    python benchmarks/scale.py --per-algorithm 'dgx-h100*128'   # where compare's time goes
+
+``--per-algorithm TOPO`` times every Allreduce generator on its own, each in
+a fresh process: generation, then a simulation per size (``--sizes``; the
+first pays for the plan and node symmetry, the next reuse them), with the
+transfers, the node rotation used and the process's peak memory.
 
 Targets (issue 15's table):
 
@@ -147,6 +153,42 @@ def run_command(argv: tuple[str, ...], timeout_s: float, memory_gb: float | None
     return wall, usage.ru_maxrss / (1 << 20), rc, "\n".join(text.strip().splitlines()[-3:])
 
 
+def per_algorithm_snippet(topology: str, name: str, sizes: list[int], time_limit_s: float) -> tuple[str, ...]:
+    """A child that generates ``name``'s Allreduce on ``topology`` and
+    simulates it at each size, printing one line with the timings."""
+    return _snippet(
+        "import time; from simcoll import load_machine; from simcoll.algorithms import generate; "
+        "from simcoll.simulator import simulate; from simcoll.collector import collector_paused; "
+        f"m = load_machine({topology!r}); t = time.perf_counter(); out = []\n"
+        "with collector_paused():\n"
+        f"    a = generate({name!r}, m, 'allreduce'); out.append(f'gen {{time.perf_counter() - t:.2f}}')\n"
+        f"    for size in {sizes!r}:\n"
+        "        t = time.perf_counter()\n"
+        f"        r = simulate(a, m, size, time_limit_s={time_limit_s!r}, verify=False, record_timeline=False, "
+        "record_utilisation=False)\n"
+        "        out.append(f'sim {time.perf_counter() - t:.2f} (x{r.stats[\"node_rotation\"]})')\n"
+        "print(f'{len(a.transfers)} transfers: ' + ', '.join(out))"
+    )
+
+
+def per_algorithm(topology: str, sizes: list[int], timeout_s: float) -> int:
+    """Every Allreduce generator on ``topology`` (see the module docstring)."""
+    from simcoll.algorithms import REGISTRY
+
+    print(f"{'algorithm':<20} {'wall s':>8} {'peak GB':>8}  result")
+    for name, generator in REGISTRY.items():
+        if "allreduce" not in generator.collectives:
+            continue
+        wall, peak, rc, tail = run_command(per_algorithm_snippet(topology, name, sizes, timeout_s), timeout_s, 8.0)
+        last = tail.splitlines()[-1] if tail else ""
+        if rc and "NotApplicableError: " in last:
+            last = "not applicable: " + last.split("NotApplicableError: ", 1)[1]
+        elif rc:
+            last = f"exit {rc}: {last}"
+        print(f"{name:<20} {wall:>8.2f} {peak:>8.2f}  {last}", flush=True)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", help="run only cases whose name contains this text")
@@ -156,9 +198,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=1, help="compare --jobs for the compare cases (default 1)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per command before giving up")
     parser.add_argument("--verbose", "-v", action="store_true", help="print each command's last output lines")
+    parser.add_argument("--per-algorithm", metavar="TOPO", help="time every Allreduce generator on TOPO instead")
+    parser.add_argument("--sizes", default="1MB,1GB", help="sizes for --per-algorithm (default 1MB,1GB)")
     args = parser.parse_args(argv)
     # Children see the checkout first, whatever is installed.
     os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    if args.per_algorithm:
+        from simcoll.units import parse_size
+
+        sizes = [parse_size(s) for s in args.sizes.split(",")]
+        return per_algorithm(args.per_algorithm, sizes, args.timeout)
     print(f"{'case':<24} {'wall s':>8} {'target':>7} {'peak GB':>8} {'target':>7}  steps (s)")
     failed = 0
     with tempfile.TemporaryDirectory() as tmp:

@@ -158,3 +158,20 @@ def test_one_asymmetric_transfer_turns_the_quotient_off(monkeypatch, skew):
     full = _full(monkeypatch, algorithm, machine, 1 << 24, record_utilisation=False, verify=False)
     assert quotient.stats["node_rotation"] == (1 if skew else 2)
     assert quotient.time_s == full.time_s
+
+
+def test_plans_kept_for_later_sizes_are_bounded(monkeypatch):
+    # the latest schedule's plan is always kept; older ones go once the plans kept pass the limit
+    monkeypatch.setattr(algorithm_mode, "_PREPARED", {})
+    monkeypatch.setattr(algorithm_mode, "PREPARED_MAX_MESSAGES", 1000)
+    machine = load_machine("dgx-h100*2")
+    small = generate("ring", load_machine("ring:4"), "allreduce")  # 24 messages
+    big = generate("ring", machine, "allreduce")  # 480 messages, and a quotient of 240
+    simulate(small, "ring:4", 1 << 20)
+    simulate(big, machine, 1 << 20, record_utilisation=False)
+    assert list(algorithm_mode._PREPARED) == [id(small), id(big)]
+    other = generate("bidirectional-ring", machine, "allreduce")
+    simulate(other, machine, 1 << 20, record_utilisation=False)
+    assert list(algorithm_mode._PREPARED) == [id(other)]  # 960 + 480 messages: the older ones go
+    del other
+    assert not algorithm_mode._PREPARED  # and an Algorithm's plan goes with it

@@ -106,18 +106,35 @@ class _Prepared:
     quotient: Plan | None = None
     resources: list[tuple] = field(default_factory=list)  # the network's resources the rotation was found with
 
+    @property
+    def messages(self) -> int:
+        return sum(plan.messages for plan in (self.plan, self.quotient) if plan is not None)
 
-#: Per Algorithm, by identity (an Algorithm is not hashable): dropped when the Algorithm is.
+
+#: Per Algorithm, by identity (an Algorithm is not hashable), least recently
+#: simulated first: dropped when the Algorithm is, or when the plans kept
+#: exceed :data:`PREPARED_MAX_MESSAGES` (the latest is always kept).
 _PREPARED: dict[int, _Prepared] = {}
+PREPARED_MAX_MESSAGES = 4_000_000
 
 
 def _prepared(algorithm: Algorithm) -> _Prepared:
     key = id(algorithm)
-    prepared = _PREPARED.get(key)
+    prepared = _PREPARED.pop(key, None)
     if prepared is None:
-        prepared = _PREPARED[key] = _Prepared()
+        prepared = _Prepared()
         weakref.finalize(algorithm, _PREPARED.pop, key, None)
+    _PREPARED[key] = prepared  # now the most recent
     return prepared
+
+
+def _forget_old_plans() -> None:
+    """Drop the least recently simulated schedules' plans beyond :data:`PREPARED_MAX_MESSAGES`."""
+    total = sum(p.messages for p in _PREPARED.values())
+    for key in list(_PREPARED)[:-1]:
+        if total <= PREPARED_MAX_MESSAGES:
+            break
+        total -= _PREPARED.pop(key).messages
 
 
 def _fresh(plan: Plan) -> Plan:
@@ -170,6 +187,7 @@ class _Run:
         if self.rotation is not None:
             self.full_plan, self.plan = plan, _fresh(prepared.quotient)
             plan = self.plan
+        _forget_old_plans()
         # the plan's per-message columns the event handlers read (:class:`Plan`)
         self.pending, self.groups, self.is_reduce = plan.pending, plan.groups, plan.reduce
         self.fanout = plan.fanout or {}

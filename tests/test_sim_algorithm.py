@@ -353,6 +353,26 @@ def test_messages_are_planned_alike_with_or_without_contiguity_groups(topo, name
         assert plan.groups and plan.messages > len(plan.groups)  # both kinds of message
 
 
+def test_a_single_transfer_is_never_merged_into_a_group_of_the_same_id():
+    # has_group says which rows are grouped: a single row may hold the same group id as a group
+    import numpy as np
+
+    from simcoll.algorithm import TransferTable
+
+    coll = make_collective("allgather", 2, 3)
+    table = TransferTable(
+        chunk=[0, 2, 4],
+        src=[0, 0, 0],
+        dst=[1, 1, 1],
+        reduce=[False] * 3,
+        step=[0, 0, 0],
+        group=[-1, -1, -1],
+        has_group=np.array([False, True, True]),
+    )
+    plan = _plans_agree(Algorithm("single beside a group", coll, table))
+    assert plan.messages == 2 and list(plan.groups.values()) == [[8, 10]]  # slot = chunk + rank x 6
+
+
 def test_timed_contiguity_groups_are_planned_alike():
     # rank 0 sends its two chunks (0 and 3) as one group, rank 1 its two (1 and 4) one by one, then a relay
     coll = make_collective("allgather", 3, 2)

@@ -94,10 +94,10 @@ class _Capacity:
         first = np.searchsorted(key, key, side="left")
         slot = np.arange(len(key)) - first  # the constraint's place among its pair's
         width = int(slot.max()) + 1 if len(slot) else 1
-        self.constraints = np.full((p * p, width), len(relation), dtype=np.int64)
+        self.constraints = np.full((p * p, width), len(relation), dtype=np.int32)  # P² rows: 4 bytes each
         self.constraints[key, slot] = owner
         self.connected = np.array([routes.connected_row(r) for r in range(p)]).reshape(p, p)
-        self.load = np.zeros((p, p), dtype=np.int64)  # rings placed (or on the path) per pair
+        self.load = np.zeros((p, p), dtype=np.int32)  # rings placed (or on the path) per pair
 
     def slack(self, a: int, b: int) -> int:
         """How many more rings may use the pair a -> b (0: none, or no route)."""

@@ -127,8 +127,16 @@ def _message_order(table, order: np.ndarray, batch: np.ndarray) -> tuple[np.ndar
     n = len(order)
     position = np.arange(n, dtype=np.int64)
     grouped = table.has_group[order]
-    # a group is one (batch, group, src, dst, op); its first transfer's position names it
-    fields = (table.reduce[order].astype(np.int64), table.dst[order], table.src[order], table.group[order], batch)
+    # a group is one (batch, group, src, dst, op); its first transfer's position names it (single
+    # transfers sort apart, whatever their group column holds)
+    fields = (
+        table.reduce[order].astype(np.int64),
+        table.dst[order],
+        table.src[order],
+        table.group[order],
+        grouped.astype(np.int64),
+        batch,
+    )
     by_group = np.lexsort(fields)
     keys = np.stack([f[by_group] for f in fields])
     starts = np.ones(n, dtype=bool)
@@ -146,8 +154,11 @@ def _message_order(table, order: np.ndarray, batch: np.ndarray) -> tuple[np.ndar
 
 
 def plan_grouped(algorithm: Algorithm, num_chunks: int, present: np.ndarray) -> Plan:
-    """Plan for schedules with TACCL contiguity groups (a group on one rank
-    pair in one batch is one message)."""
+    """Plan built batch by batch and transfer by transfer, for schedules
+    with in-switch reductions (each one message, fanning out to every
+    destination) and contiguity groups (a group on one rank pair in one
+    batch is one message); :func:`plan_vectorised` builds the same plan for
+    schedules without switch reductions."""
     written: dict[int, int] = {}
     timed = algorithm.schedule != "steps"
     src, dst, chunk, batch, pending = array("i"), array("i"), array("i"), array("i"), array("i")

@@ -15,7 +15,9 @@ of the logical GPU graph).
 
 Chunks are dealt to rings round-robin by their index within a rank's block
 (Allgather, ReduceScatter) or within the buffer (Allreduce, Broadcast,
-Reduce), so every ring carries an equal share when the chunk factor allows.
+Reduce), so every ring carries an equal share when the chunk factor allows;
+multi-ring's default chunk factor (one chunk per ring found, per block of
+each ring for Allreduce) always does.
 """
 
 from __future__ import annotations

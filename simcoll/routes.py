@@ -67,7 +67,6 @@ class Routes:
         self._reach_masks: dict[int, np.ndarray] = {}
         self._members: dict[int | None, list] | None = None  # each node's components
         self._swaps: dict[int | None, dict[str, str] | None] = {}
-        self._reached: dict[int, np.ndarray] = {}  # connected_row of a first-node rank, self included
 
     def _distances(self, start: str, forward: bool, fabric_only: bool) -> dict[str, int]:
         key = (start, forward, fabric_only)
@@ -321,20 +320,6 @@ class Routes:
         if perm is not None:
             src, dst = int(perm[src]), int(perm[dst])
         return self._mode(src, dst) is not None
-
-    def connected_row(self, src: int) -> np.ndarray:
-        """:meth:`connected` from ``src`` to every rank, as a boolean array
-        (one breadth-first search or two, not one call per rank)."""
-        perm = self._to_first_node(src)
-        first = src if perm is None else int(perm[src])
-        reached = self._reached.get(first)
-        if reached is None:  # a cluster's ranks map to its first node's: one search per GPU of a node
-            s = self._names[first]
-            names = set(self._distances(s, True, True)) | set(self._distances(s, True, False))
-            reached = self._reached[first] = np.fromiter((n in names for n in self._names), dtype=bool)
-        row = reached.copy() if perm is None else reached[perm]
-        row[src] = False
-        return row
 
     def direct_neighbours(self, src: int) -> dict[int, int]:
         """``{rank: direct_links(src, rank)}`` for the GPUs joined to ``src``

@@ -200,7 +200,7 @@ def test_a_row_of_connections_is_connected_rank_by_rank(spec):
     p = topology.num_ranks
     by_pair, by_row = Routes(topology), Routes(topology)
     for src in range(p):
-        assert by_row.connected_row(src).tolist() == [by_pair.connected(src, d) for d in range(p)]
+        assert by_row.reachable_mask(src).tolist() == [by_pair.connected(src, d) for d in range(p)]
 
 
 def test_the_vectorised_ring_search_finds_the_rings_pair_by_pair_search_found():

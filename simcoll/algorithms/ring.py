@@ -98,7 +98,7 @@ class _Capacity:
         width = int(slot.max()) + 1 if len(slot) else 1
         self.constraints = np.full((p * p, width), len(relation), dtype=np.int32)  # P² rows: 4 bytes each
         self.constraints[key, slot] = owner
-        self.connected = np.array([routes.connected_row(r) for r in range(p)]).reshape(p, p)
+        self.connected = np.stack([routes.reachable_mask(r) for r in range(p)])
         self.load = np.zeros((p, p), dtype=np.int32)  # rings placed (or on the path) per pair
 
     def slack(self, a: int, b: int) -> int:
@@ -122,27 +122,25 @@ class _Capacity:
         return np.where(self.connected, self.left[self.constraints].min(axis=1).reshape(p, p), 0)
 
     def take(self, a: int, b: int, n: int = 1) -> None:
-        self._take(np.array([a * self.p + b]), n)
-        self.load[a, b] += n
+        self.take_keys(np.array([a * self.p + b]), n)
 
-    def _take(self, keys: np.ndarray, n: int) -> None:
-        used = self.constraints[keys].ravel()
-        np.subtract.at(self.left, used, n)
+    def take_keys(self, keys: np.ndarray, n: int) -> None:
+        """``n`` more rings (fewer, if negative) on each pair of ``keys``."""
+        np.subtract.at(self.left, self.constraints[keys].ravel(), n)
         self.left[-1] = _UNLIMITED  # the padding counts against nothing
+        np.add.at(self.load.ravel(), keys, n)
 
     def fits(self, ring: Sequence[int]) -> bool:
         keys = _ring_keys(ring, self.p)
         if not len(keys):
             return True
-        self._take(keys, 1)
+        self.take_keys(keys, 1)
         ok = bool((self.left >= 0).all())
-        self._take(keys, -1)
+        self.take_keys(keys, -1)
         return ok and bool(self.connected.ravel()[keys].all())
 
     def place(self, ring: Sequence[int]) -> None:
-        keys = _ring_keys(ring, self.p)
-        self._take(keys, 1)
-        np.add.at(self.load.ravel(), keys, 1)
+        self.take_keys(_ring_keys(ring, self.p), 1)
 
 
 #: :class:`_Capacity`'s slack of a pair no constraint limits.
@@ -229,8 +227,7 @@ def _search_ring(capacity: _Capacity, p: int, deadline: float, budget: int | Non
             back()
         return None
     ring = list(path)
-    for a, b in _pairs(ring)[:-1]:
-        capacity.take(a, b, -1)
+    capacity.take_keys(_ring_keys(ring, p)[:-1], -1)  # the path's pairs, not the closing one
     return ring
 
 

@@ -199,15 +199,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per command before giving up")
     parser.add_argument("--verbose", "-v", action="store_true", help="print each command's last output lines")
     parser.add_argument("--per-algorithm", metavar="TOPO", help="time every Allreduce generator on TOPO instead")
-    parser.add_argument("--sizes", default="1MB,1GB", help="sizes for --per-algorithm (default 1MB,1GB)")
+    parser.add_argument(
+        "--sizes", default="1MB,1GB", help="sizes for --per-algorithm, LOW:HIGH or a comma list (default 1MB,1GB)"
+    )
     args = parser.parse_args(argv)
     # Children see the checkout first, whatever is installed.
     os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     if args.per_algorithm:
-        from simcoll.units import parse_size
+        from simcoll.units import parse_size_range
 
-        sizes = [parse_size(s) for s in args.sizes.split(",")]
-        return per_algorithm(args.per_algorithm, sizes, args.timeout)
+        return per_algorithm(args.per_algorithm, parse_size_range(args.sizes), args.timeout)
     print(f"{'case':<24} {'wall s':>8} {'target':>7} {'peak GB':>8} {'target':>7}  steps (s)")
     failed = 0
     with tempfile.TemporaryDirectory() as tmp:

@@ -101,9 +101,10 @@ def _ins(op: str, src: tuple | None = None, dst: tuple | None = None, n: int = 1
     return Instruction(op, None if src is None else Ref(*src), None if dst is None else Ref(*dst), n)
 
 
-def _two_ranks(name: str, coll: Collective, rank0: Executor, rank1: Executor | None, buffers: Sequence[dict],
-               **attrs: Any) -> Program:  # fmt: skip
-    ranks = (RankProgram(0, dict(buffers[0]), (rank0,)), RankProgram(1, dict(buffers[1]), (rank1,) if rank1 else ()))
+def _two_ranks(name: str, coll: Collective, rank0: Executor | Sequence[Executor], rank1: Executor | None,
+               buffers: Sequence[dict], **attrs: Any) -> Program:  # fmt: skip
+    first = (rank0,) if isinstance(rank0, Executor) else tuple(rank0)
+    ranks = (RankProgram(0, dict(buffers[0]), first), RankProgram(1, dict(buffers[1]), (rank1,) if rank1 else ()))
     return Program(name, coll, ranks, **attrs)
 
 
@@ -134,9 +135,9 @@ def copy_program(executors: int = 1, *, tile_bytes: int | None = None) -> Progra
         raise ModelError(f"a copy Program needs at least one executor, not {executors}")
     ids = list(range(executors))
     coll = custom_collective("copy", [ids, []], [ids, []])
-    execs = tuple(Executor(e, (_ins("copy", ("input", e), ("output", e)),)) for e in ids)
-    ranks = (RankProgram(0, {"input": executors, "output": executors}, execs), RankProgram(1, {}, ()))
-    return Program(f"copy-{executors}tb", coll, ranks, tile_bytes=tile_bytes)
+    execs = [Executor(e, (_ins("copy", ("input", e), ("output", e)),)) for e in ids]
+    buffers = [{"input": executors, "output": executors}, {}]
+    return _two_ranks(f"copy-{executors}tb", coll, execs, None, buffers, tile_bytes=tile_bytes)
 
 
 def reduce_program(*, tile_bytes: int | None = None) -> Program:

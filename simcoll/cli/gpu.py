@@ -114,19 +114,16 @@ def _devices(text: str) -> list[int]:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from simcoll.gpu import cuda_available
+    from simcoll.gpu import calibrate, cuda_available
     from simcoll.machines import load_model
 
     base = load_model(args.base_model) if args.base_model else None
     if args.from_samples is not None:  # an earlier run's samples, fitted again: no GPU needed
-        from simcoll.gpu import calibrate
-
         samples, run = calibrate.read_samples(args.from_samples)
     else:
         if not cuda_available():
             print(f"simcoll gpu calibrate: {NO_GPU}")
             return 2
-        from simcoll.gpu import calibrate
         from simcoll.gpu.runner import device_name
         from simcoll.units import parse_size_range
 

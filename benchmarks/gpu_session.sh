@@ -3,7 +3,8 @@
 # (README "Running on a GPU"): the on-device tests (bit-identical ring
 # Allreduce for Simple and LL in float32/float16/bfloat16, the copy-rate
 # target), the kernel's resource report, a calibration of the virtual-rank
-# machine, and measured vs simulated time of a ring Allreduce with that model.
+# machine, measured vs simulated time of a ring Allreduce with that model, and
+# of six schedules it was not fitted on (two to eight ranks, four collectives).
 #
 #     OUT=/tmp/gpu bash benchmarks/gpu_session.sh
 #
@@ -55,6 +56,16 @@ step 20 "ring schedule" $PY -m simcoll algo generate ring -t fully-connected:4 -
 step 150 "calibrate" $PY -m simcoll gpu calibrate -o "$OUT/calibrated.yaml" --iters 5 --samples "$OUT/calibrate-samples.csv"
 step 120 "validate" $PY -m simcoll gpu validate ring.json --sizes 1KB:1GB --factor 4 --iters 10 \
   --model "$OUT/calibrated.yaml" --csv "$OUT/validate-ring.csv" --plot "$OUT/validate-ring.png"
+# schedules the model was not fitted on, simulated with the same calibrated model
+SCHED=$(mktemp -d)/schedules  # out of $OUT, which brings back only eight files
+step 200 "other schedules" bash -c 'mkdir -p "'"$SCHED"'" && cd "'"$SCHED"'/.." && for spec in "direct fully-connected:4 allreduce" \
+    "rvhd fully-connected:4 allreduce" "ring fully-connected:4 allgather" "binomial-tree fully-connected:4 broadcast" \
+    "ring fully-connected:8 allreduce" "double-binary-tree fully-connected:8 allreduce"; do
+  set -- $spec; name="$1-${2#fully-connected:}-$3"
+  '"$PY"' -m simcoll algo generate "$1" -t "$2" -c "$3" -o "schedules/$name.json" &&
+  '"$PY"' -m simcoll gpu validate "schedules/$name.json" --sizes 1KB,16KB,256KB,4MB,64MB,256MB --iters 5 \
+    --model "'"$OUT"'/calibrated.yaml" --csv "schedules/$name.csv"
+done; tar -cf "'"$OUT"'/schedules.tar" schedules/*.csv'
 step 60 "ring 256MB" $PY -m simcoll gpu run ring.json --size 256MB --iters 10
 rm -f ring.json
 grep '^=== .*: exit' "$LOG"

@@ -14,14 +14,15 @@ motivates the one-thread-block rate):
 kind       Program                                         predicted time (the fit's model)
 ========== =============================================== ===========================================
 sendrecv   rank 0 sends k chunks to rank 1, one executor   launch + messages·α + bytes / link_bw
-           each side; ``serial`` = k sends of 1 chunk,     + last / max(tb_bw, link_bw)
+           each side; ``serial`` = k sends of 1 chunk,     + signal + last / max(tb_bw, link_bw)
            ``together`` = one send of k chunks (α vs β)
 ll         the sendrecv Program with protocol LL           launch + messages·α + bytes / (link_bw·ll)
-                                                           + last / max(tb_bw, link_bw)
+                                                           + signal + last / max(tb_bw, link_bw)
 copy       one executor copies a chunk on rank 0           launch + bytes / tb_bw
 reduce     copy, then reduce rank 1's chunk into it        launch + 2·bytes / tb_bw + tiles·r0
                                                            + bytes / reduce_bw
-pingpong   R signal / wait round trips between the ranks   launch + 2·R·flag
+pingpong   R signal / wait round trips between the ranks   launch + 2·R·(α + signal)
+                                                           + bytes / max(tb_bw, link_bw)
 ========== =============================================== ===========================================
 
 ``last`` is the last message's bytes: the receiving block copies each message
@@ -31,7 +32,12 @@ model is written ``stream_bound``, with the block rate max(tb_bw, link_bw)).
 message per tile; the simulator's Program mode pays α per message, see
 :mod:`simcoll.simulator.program_mode`); a chunk is cut into tiles of
 ``tile_bytes`` (the runner's FIFO slot). ``launch`` is one persistent-kernel
-launch (the run with the smallest copy measures it).
+launch (the run with the smallest copy measures it). ``signal`` is how long a
+flag one block raises takes to reach the block polling it (the model's
+``executor.signal_latency_s``): a stream of messages shows it once, for the
+last; every one-way trip of the ping-pong pays it after its α. On an H100 it is
+why a chain of dependent steps costs about 5.8 µs a step where α is 3.9 µs
+(``benchmarks/measured/h100-2026-11-26/``).
 """
 
 from __future__ import annotations
@@ -54,7 +60,8 @@ from .table import default_limits
 
 KINDS = ("sendrecv", "ll", "copy", "reduce", "pingpong")
 #: Parameters of the fit, in the order of the vector ``predict_times`` takes.
-PARAMS = ("launch_s", "alpha_s", "link_Bps", "tb_Bps", "reduce_launch_s", "reduce_Bps", "ll_efficiency", "flag_s")
+PARAMS = ("launch_s", "alpha_s", "link_Bps", "tb_Bps", "reduce_launch_s", "reduce_Bps", "ll_efficiency",
+          "signal_latency_s")  # fmt: skip
 _BOUNDS = {
     "launch_s": (0.0, 1.0),
     "alpha_s": (0.0, 1.0),
@@ -63,7 +70,7 @@ _BOUNDS = {
     "reduce_launch_s": (0.0, 1.0),
     "reduce_Bps": (1e6, 1e15),
     "ll_efficiency": (0.01, 1.0),
-    "flag_s": (0.0, 1.0),
+    "signal_latency_s": (0.0, 1.0),
 }
 
 
@@ -231,14 +238,18 @@ def predict_times(samples: Sequence[Sample], params: Mapping[str, float] | np.nd
     # the receiver copies each message out of its slot while the next arrives; the last one's copy
     # shows (a stream-bound block, at the executor rate the model is written with)
     drain = f["last_message"] / np.maximum(p["tb_Bps"], p["link_Bps"])
-    link = f["messages"] * p["alpha_s"] + b / p["link_Bps"] + drain
+    signal = p["signal_latency_s"]  # the last message's flag reaches the receiver
+    link = f["messages"] * p["alpha_s"] + b / p["link_Bps"] + signal + drain
     out += np.where(k == KINDS.index("sendrecv"), link, 0.0)
     out += np.where(k == KINDS.index("ll"),
-                    f["messages"] * p["alpha_s"] + b / (p["link_Bps"] * p["ll_efficiency"]) + drain, 0.0)  # fmt: skip
+                    f["messages"] * p["alpha_s"] + b / (p["link_Bps"] * p["ll_efficiency"]) + signal + drain,
+                    0.0)  # fmt: skip
     out += np.where(k == KINDS.index("copy"), b / p["tb_Bps"], 0.0)
     reduce_t = 2 * b / p["tb_Bps"] + f["tiles"] * p["reduce_launch_s"] + b / p["reduce_Bps"]
     out += np.where(k == KINDS.index("reduce"), reduce_t, 0.0)
-    out += np.where(k == KINDS.index("pingpong"), 2 * f["rounds"] * p["flag_s"], 0.0)
+    # one signal a trip, after a 4-byte copy at the model's block rate
+    trips = 2 * f["rounds"] * (p["alpha_s"] + signal) + b / np.maximum(p["tb_Bps"], p["link_Bps"])
+    out += np.where(k == KINDS.index("pingpong"), trips, 0.0)
     return out
 
 
@@ -309,7 +320,7 @@ def fit_calibration(samples: Sequence[Sample]) -> CalibrationFit:
         "reduce_Bps": 1.0 / extra if extra > 0 else _BOUNDS["reduce_Bps"][1] / 10,
         "ll_efficiency": min(1.0, max(0.02, lin["sendrecv"]["beta"] / lin["ll"]["beta"])) if lin["ll"]["beta"] > 0
         else 1.0,
-        "flag_s": lin["pingpong"]["round_s"] / 2,
+        "signal_latency_s": max(0.0, lin["pingpong"]["round_s"] / 2 - lin["sendrecv"]["alpha_s"]),
     }  # fmt: skip
     x0 = [min(max(guess[n], _BOUNDS[n][0]), _BOUNDS[n][1]) for n in PARAMS]
     joint = fit_model(lambda x: predict_times(samples, x), t, PARAMS, x0, [_BOUNDS[n] for n in PARAMS])
@@ -348,8 +359,7 @@ def calibrated_model(
         alpha_s=p["alpha_s"],
         bandwidth_Bps=p["link_Bps"],
         source=f"simcoll gpu calibrate, {run}: one-executor send/recv sweep and serial-vs-together pair (TACCL §5); "
-        f"median |residual| {med('sendrecv')} sweep, {med('serial')} serial, {med('together')} together; flag "
-        f"one-way latency {p['flag_s'] * 1e6:.3f} us (ping-pong, residual {med('pingpong')}); {resid}",
+        f"median |residual| {med('sendrecv')} sweep, {med('serial')} serial, {med('together')} together; {resid}",
     )
     slot = (
         tile_bytes
@@ -363,10 +373,12 @@ def calibrated_model(
         slot_bytes=slot,
         host_signal_s=base.executor.host_signal_s if base and base.executor else None,
         stream_bound=True,
+        signal_latency_s=p["signal_latency_s"],
         source=f"simcoll gpu calibrate, {run}: one-thread-block copy {p['tb_Bps'] / 1e9:.2f} GB/s (residual "
         f"{med('copy')}), taken as max(copy, send rate); launch {p['launch_s'] * 1e6:.2f} us; fifo_slots, slot_bytes: "
         f"the runner's table (gpu/limits.yaml); stream_bound: the interpreter's blocks copy every received tile out "
-        f"of its slot (gpu/csrc/interp_core.h); {resid}",
+        f"of its slot (gpu/csrc/interp_core.h); signal latency {p['signal_latency_s'] * 1e6:.3f} us: flag ping-pong "
+        f"(residual {med('pingpong')}) less α; {resid}",
     )
     compute = ComputeParams(
         reduce_bandwidth_Bps=p["reduce_Bps"],

@@ -18,7 +18,8 @@ its numbers come from. YAML schema::
     host_memory: {bandwidth_Bps: 40e9, source: "..."}   # optional
     compute: {reduce_bandwidth_Bps: 400e9, reduce_launch_s: 2e-6, fused: false, source: "..."}
     executor: {thread_block_bandwidth_Bps: 10e9, kernel_launch_s: 5e-6,     # optional
-               fifo_slots: 8, slot_bytes: 524288, host_signal_s: 2e-6, source: "..."}
+               fifo_slots: 8, slot_bytes: 524288, host_signal_s: 2e-6,
+               signal_latency_s: 2e-6, source: "..."}
     network: {host_staging: true, nic_binding: bijective, source: "..."}  # optional
     call: {overhead_s: 10e-6, source: "..."}                              # optional
     default_protocol: Simple                                              # optional
@@ -173,7 +174,12 @@ class ExecutorParams:
       received tile out of its FIFO slot, so a fused receive-and-send keeps it
       busy for its reads and writes together (simcoll's interpreter, measured
       on an H100: :mod:`simcoll.simulator.program_mode`). ``None``: the rate
-      caps only a block's transfers, receives cost nothing (GC3 §5's model).
+      caps only a block's transfers, receives cost nothing (GC3 §5's model);
+    - ``signal_latency_s``: how long after a thread block raises a flag in
+      memory (a message's arrival, a freed FIFO slot, a finished step) another
+      block sees it: the semaphores and FIFO flags of GC3 §6.2, Fig. 5, polled
+      through memory. The raising block does not wait for it (written by
+      ``simcoll gpu calibrate`` from its flag ping-pong). ``None``: 0.
     """
 
     thread_block_bandwidth_Bps: float
@@ -183,6 +189,7 @@ class ExecutorParams:
     slot_bytes: float | None = None
     host_signal_s: float | None = None
     stream_bound: bool | None = None
+    signal_latency_s: float | None = None
 
 
 NIC_BINDINGS = ("packed", "round-robin", "bijective")
@@ -561,7 +568,15 @@ def _parse_executor(raw: Any, where: str) -> ExecutorParams | None:
     here = f"{where}: executor"
     entry = _entry(
         raw,
-        {"thread_block_bandwidth_Bps", "kernel_launch_s", "fifo_slots", "slot_bytes", "host_signal_s", "stream_bound"},
+        {
+            "thread_block_bandwidth_Bps",
+            "kernel_launch_s",
+            "fifo_slots",
+            "slot_bytes",
+            "host_signal_s",
+            "stream_bound",
+            "signal_latency_s",
+        },
         here,
     )
     slots = _number(entry, "fifo_slots", here, required=False, positive=True)
@@ -578,6 +593,7 @@ def _parse_executor(raw: Any, where: str) -> ExecutorParams | None:
         slot_bytes=_number(entry, "slot_bytes", here, required=False, positive=True),
         host_signal_s=_number(entry, "host_signal_s", here, required=False),
         stream_bound=stream_bound or None,
+        signal_latency_s=_number(entry, "signal_latency_s", here, required=False),
     )
 
 

@@ -19,7 +19,7 @@ from simcoll.verify import check
 from tests.test_gpu_cli_and_kernel import main
 
 TRUTH = {"launch_s": 4e-6, "alpha_s": 1.2e-6, "link_Bps": 40e9, "tb_Bps": 25e9, "reduce_launch_s": 0.3e-6,
-         "reduce_Bps": 200e9, "ll_efficiency": 0.45, "flag_s": 0.9e-6}  # fmt: skip
+         "reduce_Bps": 200e9, "ll_efficiency": 0.45, "signal_latency_s": 0.9e-6}  # fmt: skip
 
 
 def synthetic(noise=0.02, seed=0, **changes):
@@ -62,9 +62,12 @@ def test_fit_recovers_known_parameters_from_noisy_timings():
     result = cal.fit_calibration(synthetic())
     assert result.fit.success
     tolerances = {"launch_s": 0.05, "alpha_s": 0.1, "link_Bps": 0.02, "tb_Bps": 0.02, "reduce_launch_s": 0.25,
-                  "reduce_Bps": 0.25, "ll_efficiency": 0.03, "flag_s": 0.05}  # fmt: skip
+                  "reduce_Bps": 0.25, "ll_efficiency": 0.03, "signal_latency_s": 0.15}  # fmt: skip
     for name, tol in tolerances.items():
         assert result.params[name] == pytest.approx(TRUTH[name], rel=tol), name
+    # the ping-pong measures a one-way trip, α + signal, directly; the signal latency is what is left after α
+    trip = result.params["alpha_s"] + result.params["signal_latency_s"]
+    assert trip == pytest.approx(TRUTH["alpha_s"] + TRUTH["signal_latency_s"], rel=0.03)
     assert result.fit.median_relative_error < 0.02
     assert set(result.linear) == {"copy", "sendrecv", "ll", "reduce", "pingpong"}
 
@@ -86,10 +89,11 @@ def test_written_model_names_run_and_residuals_loads_and_simulates(tmp_path):
     assert run in loaded.executor.source and run in loaded.compute.source and run in loaded.protocol_sources["LL"]
     assert loaded.link("ib") == load_model("dgx-a100").link("ib")  # base parameters kept
     assert loaded.protocol_efficiency["LL"] == pytest.approx(TRUTH["ll_efficiency"], rel=0.03)
-    # the simulator reproduces the fitted send/recv and LL times: the fit's time model is Program mode's
+    assert loaded.executor.signal_latency_s == pytest.approx(TRUTH["signal_latency_s"], rel=0.05)
+    # the simulator reproduces the fitted send/recv, LL and ping-pong times: the fit's time model is Program mode's
     machine = load_machine("fully-connected:2", str(path))
     for b in cal.microbenchmarks():
-        if b.kind not in ("sendrecv", "ll"):
+        if b.kind not in ("sendrecv", "ll", "pingpong"):
             continue
         for size in b.sizes[::2]:
             predicted = cal.predict_times([cal.Sample(b, size, 1.0)], result.params)[0]

@@ -1,9 +1,10 @@
 """The simulator against simcoll's interpreter measured on an NVIDIA H100
-(benchmarks/measured/h100-2026-11-26/, four virtual ranks on one GPU): the
-calibrated model simulates the measured ring Allreduce within the README's 15 %
-median target, the stream-bound rule is what brings it there, and the committed
-samples fit again to the committed model. No GPU needed: the measurements are
-files."""
+(benchmarks/measured/h100-2026-11-26/, four or eight virtual ranks on one GPU):
+the calibrated model simulates the measured ring Allreduce within the README's
+15 % median target, the stream-bound rule is what brings it there, the committed
+samples fit again to the committed models, and refitted with the signal
+latency they simulate every run's ring and six schedules they were not fitted
+on to the README's figures. No GPU needed: the measurements are files."""
 
 from __future__ import annotations
 
@@ -59,17 +60,77 @@ def test_without_the_stream_bound_rule_large_sizes_simulate_far_too_fast():
     assert all(r.error < -0.25 for r in large)
 
 
-def test_the_committed_samples_fit_again_to_the_committed_model(tmp_path):
-    samples, run = cal.read_samples(str(MEASURED / "calibrate-samples-4.csv"))
-    assert len(samples) == 69 and "NVIDIA H100" in run
-    _, model = cal.write_calibration(samples, str(tmp_path / "refit.yaml"), link_type="nvlink", run=run)
-    committed = load_model(str(MEASURED / "calibrated-4.yaml"))
-    assert model.executor.thread_block_bandwidth_Bps == pytest.approx(
-        committed.executor.thread_block_bandwidth_Bps, rel=1e-4
-    )
-    assert model.link("nvlink").alpha_s == pytest.approx(committed.link("nvlink").alpha_s, rel=1e-4)
-    assert model.link("nvlink").bandwidth_Bps == pytest.approx(committed.link("nvlink").bandwidth_Bps, rel=1e-4)
+@pytest.fixture(scope="module")
+def refitted(tmp_path_factory) -> dict[int, CostModel]:
+    """Runs 4 and 5's samples fitted by this code (with the signal latency)."""
+    out = {}
+    for n in (4, 5):
+        samples, run = cal.read_samples(str(MEASURED / f"calibrate-samples-{n}.csv"))
+        assert len(samples) == 69 and "NVIDIA H100" in run
+        path = tmp_path_factory.mktemp("refit") / f"refit-{n}.yaml"
+        out[n] = cal.write_calibration(samples, str(path), link_type="nvlink", run=run)[1]
+    return out
+
+
+@pytest.mark.parametrize("n", [4, 5])
+def test_the_committed_samples_fit_again_to_the_committed_models_rates(refitted, n):
+    """The committed models were fitted before the signal latency; refitted,
+    the rates stay within 1 % and the launch and α take what the ping-pong's
+    one-way trip (α + signal latency) now explains."""
+    model, committed = refitted[n], load_model(str(MEASURED / f"calibrated-{n}.yaml"))
+    for rate in (lambda m: m.executor.thread_block_bandwidth_Bps, lambda m: m.link("nvlink").bandwidth_Bps):
+        assert rate(model) == pytest.approx(rate(committed), rel=0.01)
+    assert model.link("nvlink").alpha_s == pytest.approx(committed.link("nvlink").alpha_s, rel=0.06)
+    assert 1.2e-6 < model.executor.signal_latency_s < 1.4e-6
     assert model.executor.stream_bound is True
+    if n == 5:  # its model's source recorded the ping-pong's one-way trip, 5.729 us
+        trip = model.link("nvlink").alpha_s + model.executor.signal_latency_s
+        assert trip == pytest.approx(5.729e-6, rel=0.1)
+
+
+@pytest.mark.parametrize(("model_run", "csv", "median"), [
+    (4, "validate-ring-4.csv", 0.016), (4, "validate-ring-2.csv", 0.048), (4, "validate-ring-5.csv", 0.028),
+    (5, "validate-ring-5.csv", 0.043), (5, "validate-ring-2.csv", 0.042), (5, "validate-ring-4.csv", 0.019),
+])  # fmt: skip
+def test_with_the_signal_latency_every_runs_ring_allreduce_simulates_within_five_percent(
+    refitted, model_run, csv, median
+):
+    """The README's figures: 5.8 % / 7.0 % (runs 4 / 5, own model) before the
+    signal latency, when sizes up to 64 KB were 20-26 % fast; now at most 20 %
+    (run 2's floor is 5 us higher than the later runs') and 5 % from 4 MB up."""
+    result = validation(refitted[model_run], csv)
+    assert result.median_abs_error == pytest.approx(median, abs=0.001)
+    assert all(abs(r.error) < 0.2 for r in result.rows)
+    assert all(abs(r.error) < 0.05 for r in result.rows if r.size_bytes >= 4 << 20)
+
+
+#: Schedules the model was not fitted on (run 5, 1 KB-256 MB): median |error|
+#: with run 5's own model (fitted before the signal latency) and refitted.
+OTHER_SCHEDULES = {
+    ("binomial-tree", "fully-connected:4", "broadcast"): (0.069, 0.114),
+    ("ring", "fully-connected:4", "allgather"): (0.142, 0.085),
+    ("direct", "fully-connected:4", "allreduce"): (0.156, 0.106),
+    ("rvhd", "fully-connected:4", "allreduce"): (0.149, 0.088),
+    ("ring", "fully-connected:8", "allreduce"): (0.139, 0.032),
+    ("double-binary-tree", "fully-connected:8", "allreduce"): (0.297, 0.237),
+}
+
+
+@pytest.mark.parametrize("schedule", list(OTHER_SCHEDULES), ids=lambda s: "-".join(s))
+def test_schedules_the_model_was_not_fitted_on(refitted, schedule):
+    """The README's table: five of six within the 15 % target refitted; the
+    double binary tree's 48 thread blocks run 1.7x slower than simulated at
+    small sizes (a miss, kept visible)."""
+    algo, topo, coll = schedule
+    name = f"validate-{algo}-{topo.split(':')[1]}-{coll}-5.csv"
+    program = lower_algorithm(applicable(load_machine(topo), coll)[algo])
+    times = val.measured_times(str(MEASURED / name))
+    before, after = OTHER_SCHEDULES[schedule]
+    for model, median in ((load_model(str(MEASURED / "calibrated-5.yaml")), before), (refitted[5], after)):
+        machine = load_machine(load_topology(topo), model)
+        result = val.validate(program, machine, sorted(times), val.recorded_measure(times, name))
+        assert len(result.rows) == 6
+        assert result.median_abs_error == pytest.approx(median, abs=0.001), model.name
 
 
 def test_a_stream_bound_receive_copies_its_message_out_of_the_slot():

@@ -40,8 +40,9 @@ def simulate_program(prog, machine, size_bytes, **options):
 
 
 def make_model(
-    *, slots=8, slot_bytes=None, tb_Bps=TB_BPS, launch_s=LAUNCH_S, host_signal_s=2e-6, ll=0.5, reduce_Bps=REDUCE_BPS
-):
+    *, slots=8, slot_bytes=None, tb_Bps=TB_BPS, launch_s=LAUNCH_S, host_signal_s=2e-6, ll=0.5, reduce_Bps=REDUCE_BPS,
+    signal_latency_s=None,
+):  # fmt: skip
     """A model for generated topologies (nvlink links) with every parameter explicit."""
     executor = {
         "thread_block_bandwidth_Bps": tb_Bps,
@@ -52,6 +53,8 @@ def make_model(
     }
     if slot_bytes is not None:
         executor["slot_bytes"] = slot_bytes
+    if signal_latency_s is not None:
+        executor["signal_latency_s"] = signal_latency_s
     return model_from_dict(
         {
             "name": "test",
@@ -119,6 +122,52 @@ def test_k_hop_pipeline_of_T_tiles_takes_k_plus_T_minus_1_tile_times(hops, tiles
     result = simulate_program(chain(hops, tile_bytes=tile), m, tiles * tile)
     tile_time = ALPHA_S + tile / rate()
     assert close(result.time_s, LAUNCH_S + (hops + tiles - 1) * tile_time)
+
+
+# -- flags seen a signal latency after they are raised (GC3 Fig. 5's semaphores) --------
+SIGNAL_S = 1.5e-6
+
+
+@pytest.mark.parametrize("hops, tiles", [(1, 1), (2, 4), (3, 7)])
+def test_each_hop_adds_the_signal_latency_once_and_the_tiles_behind_still_pipeline(hops, tiles):
+    """The receiver sees a message's flag a signal latency after the data has
+    arrived; the sender does not wait for it, so the latency shows once a hop
+    (the H100's ring steps, benchmarks/measured/h100-2026-11-26)."""
+    tile = 256 * 1024
+    m = machine(f"line:{hops + 1}", signal_latency_s=SIGNAL_S)
+    result = simulate_program(chain(hops, tile_bytes=tile), m, tiles * tile)
+    tile_time = ALPHA_S + tile / rate()
+    assert close(result.time_s, LAUNCH_S + (hops + tiles - 1) * tile_time + hops * SIGNAL_S)
+
+
+def test_a_dependency_on_another_executor_is_seen_a_signal_latency_after_its_step():
+    coll = custom_collective("local", [[0, 1], []], [[0, 1], []])
+    copy_a = op("copy", ("input", 0), ("output", 0))
+    copy_b = op("copy", ("input", 1), ("output", 1), deps=((0, 0),))
+    prog = program(coll, [[tb(0, copy_a), tb(1, copy_b)], []], {"input": 2, "output": 2})
+    copy_s = MB / TB_BPS
+    without = simulate_program(prog, machine("line:2"), 2 * MB).time_s
+    with_latency = simulate_program(prog, machine("line:2", signal_latency_s=SIGNAL_S), 2 * MB).time_s
+    assert close(without, LAUNCH_S + 2 * copy_s)
+    assert close(with_latency, LAUNCH_S + 2 * copy_s + SIGNAL_S)
+
+
+def test_with_one_slot_every_message_waits_for_both_flags():
+    """One FIFO slot: the receiver sees message j a signal latency after it
+    arrives, and the sender sees the freed slot a signal latency after that."""
+    n_msgs = 4
+    coll = custom_collective("pair", [list(range(n_msgs)), []], [[], list(range(n_msgs))])
+    sender = [op("send", ("input", i)) for i in range(n_msgs)]
+    receiver = [op("recv", dst=("output", i)) for i in range(n_msgs)]
+    m = machine("line:2", slots=1, signal_latency_s=SIGNAL_S)
+    result = simulate_program(pair(*receiver, sender_steps=sender, collective=coll), m, MB)
+    tau = ALPHA_S + MB / n_msgs / rate()
+    assert close(result.time_s, LAUNCH_S + n_msgs * tau + (2 * n_msgs - 1) * SIGNAL_S)
+
+
+def test_the_signal_latency_must_be_a_non_negative_number():
+    with pytest.raises(SimcollError, match="signal_latency_s: must be non-negative"):
+        make_model(signal_latency_s=-1e-6)
 
 
 def test_the_models_slot_size_tiles_when_the_program_gives_none():

@@ -83,6 +83,20 @@ The runtime it models (GC3 §6; NV-Group §4.2.1):
   ranks, ring Allreduce 1 KB–1 GB, ``benchmarks/measured/``): without the
   rule the simulation was 28 % fast from 4 MB up; with it, and the model
   fitted with the receive copy, 5.8 % fast (median |error| 5.8 %).
+- **Signal latency** (``executor.signal_latency_s``, written by ``simcoll
+  gpu calibrate``). Blocks synchronise through flags in memory (GC3 Fig. 5:
+  a message's tail, a freed slot's head, a finished step's semaphore), and
+  another block sees a flag that long after it was raised: a message is
+  received that long after its data has arrived, a freed slot reaches its
+  sender that long after the receive, and a dependency on another executor's
+  step is met that long after the step. The block that raises a flag goes on
+  at once, so a stream of messages shows the latency once and a chain of k
+  dependent hops k times; the completion time is when the last executor
+  finishes, flags still in flight not counted. Host executors pay
+  ``host_signal_s`` instead. Measured on an H100 (run 5 of
+  ``benchmarks/measured/h100-2026-11-26/``): 1.36 µs beside α = 3.88 µs, the
+  ring steps' 5.8 µs where α alone gave 3.9; ring Allreduce median |error|
+  7.0 % → 4.3 %, and 3.2-23.7 % over six schedules the model was not fitted on.
 - **Host executors** (``kind="host"``, NV-Group §4.2.1, §4.4.2): their
   transfers are not capped by a thread block, and every operation that goes
   through the CPU-GPU work queue (signal, wait, put, get, and a load_reduce
@@ -156,6 +170,7 @@ class ProgramCosts:
     hop_latency_s: float = 0.0
     call_s: float = 0.0
     stream_bound: bool = False
+    signal_latency_s: float = 0.0
 
 
 #: Reads plus writes of each element by a thread block running the op under
@@ -190,6 +205,7 @@ def program_costs(program: Program, machine: Machine, protocol: str | None = Non
         hop_latency_s=proto.hop_latency_s if protocol is not None else 0.0,
         call_s=model.call_cost_s(proto.name) if protocol is not None else 0.0,
         stream_bound=bool(ex is not None and ex.stream_bound),
+        signal_latency_s=(ex.signal_latency_s or 0.0) if ex is not None else 0.0,
     )
 
 
@@ -354,9 +370,13 @@ class _Run:
         # of the executors waiting for a (rank, executor, step, tile).
         self.done_tiles: dict[tuple[int, int, int], int] = {}
         self.dep_waiters: dict[tuple[int, int, int, int], simpy.Event] = {}
+        # The steps some other executor depends on: only their flags need the signal latency.
+        self.dep_targets = {(rp.rank, d, s) for rp in program.ranks for e in rp.executors
+                            for ins in e.instructions for d, s in ins.deps if d != e.id}  # fmt: skip
         # What each blocked executor waits on (for the deadlock report).
         self.state: dict[tuple[int, int], str] = {}
         self.finished: dict[tuple[int, int], simpy.Event] = {}
+        self.last_finish_s = 0.0  # when the last executor finished (flags still in flight do not count)
         self.instructions_run = 0
         tb_cap = self.costs.thread_block_bandwidth_Bps
         self.tb_cap = tb_cap * program.instances if tb_cap is not None else math.inf
@@ -428,7 +448,8 @@ class _Run:
                     ins = e.instructions[s]
                     where = f"rank {rank} executor {e.id} step {s} ({ins.op}) tile {t}"
                     for dep_exec, dep_step in ins.deps:
-                        if self.done_tiles[(rank, dep_exec, dep_step)] <= t:
+                        # a block sees its own earlier steps at once (they ran before this one)
+                        if dep_exec != e.id and self.done_tiles[(rank, dep_exec, dep_step)] <= t:
                             waited = f"executor {dep_exec} step {dep_step} of tile {t}"
                             self.state[key] = f"{where} waits for {waited}"
                             begin = self.env.now
@@ -449,10 +470,14 @@ class _Run:
                         label=f"step {s} tile {t}: {labels[s]}",
                     )
                     self.instructions_run += 1
-                    self._advance(rank, e.id, s, t)
+                    if host or self.costs.signal_latency_s <= 0 or (rank, e.id, s) not in self.dep_targets:
+                        self._advance(rank, e.id, s, t)
+                    else:  # the step's flag reaches the executors that poll it a signal latency later
+                        self._later(self.costs.signal_latency_s, self._advance, rank, e.id, s, t)
             done.succeed()
         self.state.pop(key, None)
         self.finished[key].succeed()
+        self.last_finish_s = max(self.last_finish_s, self.env.now)
 
     def _dep_event(self, rank: int, eid: int, step: int, tile: int) -> simpy.Event:
         k = (rank, eid, step, tile)
@@ -460,6 +485,10 @@ class _Run:
         if ev is None:
             ev = self.dep_waiters[k] = self.env.event()
         return ev
+
+    def _later(self, delay_s: float, action: Any, *args: Any) -> None:
+        """Call ``action(*args)`` ``delay_s`` from now, the caller not waiting."""
+        self.env.timeout(delay_s).callbacks.append(lambda _event: action(*args))
 
     def _advance(self, rank: int, eid: int, step: int, tile: int) -> None:
         self.done_tiles[(rank, eid, step)] = tile + 1
@@ -551,7 +580,10 @@ class _Run:
                 yield from self._compute(self.costs.hop_latency_s)
             yield from self._compute(self.machine.model.reduce_time_s(nbytes))
         if incoming is not None:
-            self._release(incoming)
+            if host or self.costs.signal_latency_s <= 0:
+                self._release(incoming)
+            else:  # the freed slot's flag reaches the sender a signal latency later
+                self._later(self.costs.signal_latency_s, self._release, incoming)
 
     def _compute(self, seconds: float) -> Iterator[simpy.Event]:
         if seconds > 0:
@@ -589,6 +621,13 @@ class _Run:
             )
         yield self._transfer(rank, e.send_peer, size, host, f"{where}: to rank {e.send_peer}", cap_Bps)
         yield from self._compute(self.costs.hop_latency_s)  # the protocol's per-hop latency, after α
+        if host or self.costs.signal_latency_s <= 0:
+            self._deliver(conn, size)
+        else:  # the receiver sees the message's flag a signal latency later; this block goes on
+            self._later(self.costs.signal_latency_s, self._deliver, conn, size)
+
+    @staticmethod
+    def _deliver(conn: _Connection, size: float) -> None:
         if conn.message_waiters:
             conn.message_waiters.popleft().succeed()
         else:
@@ -655,7 +694,7 @@ class _Run:
         if unfinished:
             waits = [self.state.get(k, f"rank {k[0]} executor {k[1]} cannot proceed") for k in unfinished]
             raise ProgramDeadlockError(self.program.name, self.env.now, waits)
-        return self.env.now
+        return self.last_finish_s
 
 
 def _owner(rank: int, ref: Ref | None) -> int:

@@ -7,6 +7,7 @@
 # of six schedules it was not fitted on (two to eight ranks, four collectives).
 #
 #     OUT=/tmp/gpu bash benchmarks/gpu_session.sh
+#     SKIP="copy rate,kernel resources" OUT=/tmp/gpu bash benchmarks/gpu_session.sh   # steps by title
 #
 # Works on a machine with no package index: simcoll is copied from this
 # checkout into a temporary folder laid out as pyproject's package-dir says,
@@ -24,6 +25,7 @@ export PYTHONUNBUFFERED=1
 step() {  # step SECONDS TITLE COMMAND...: run with a limit, log, go on
   local limit=$1 title=$2
   shift 2
+  case ",${SKIP:-}," in *",$title,"*) echo "=== $title: skipped (SKIP)" | tee -a "$LOG"; return ;; esac
   echo "=== $title ($(date -u +%H:%M:%S), limit ${limit}s)" | tee -a "$LOG"
   timeout "$limit" "$@" 2>&1 | tee -a "$LOG"
   echo "=== $title: exit ${PIPESTATUS[0]}" | tee -a "$LOG"

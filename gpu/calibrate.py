@@ -35,9 +35,9 @@ message per tile; the simulator's Program mode pays α per message, see
 launch (the run with the smallest copy measures it). ``signal`` is how long a
 flag one block raises takes to reach the block polling it (the model's
 ``executor.signal_latency_s``): a stream of messages shows it once, for the
-last; every one-way trip of the ping-pong pays it after its α. On an H100 it is
-why a chain of dependent steps costs about 5.8 µs a step where α is 3.9 µs
-(``benchmarks/measured/h100-2026-11-26/``).
+last; every one-way trip of the ping-pong pays it after its α. On an H100 it
+is 1.45 µs beside α = 4.18 µs, and without it the small sizes of a ring
+Allreduce simulate 15-20 % fast (``benchmarks/measured/h100-2026-11-26/``).
 """
 
 from __future__ import annotations

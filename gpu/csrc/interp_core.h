@@ -135,11 +135,10 @@ struct ScTable {
 #define SC_TID ((int)threadIdx.x)
 #define SC_NTHREADS ((int)blockDim.x)
 #define SC_BARRIER() __syncthreads()
-__device__ inline sc_u64 sc_load_acquire(sc_u64 *p) {
-  sc_u64 v = *(volatile sc_u64 *)p;
-  __threadfence_system();
-  return v;
-}
+/* A poll spins on plain loads and fences once, when the value it waits for is
+ * there: a fence in every spin kept dozens of polling blocks contending. */
+__device__ inline sc_u64 sc_load_poll(sc_u64 *p) { return *(volatile sc_u64 *)p; }
+__device__ inline void sc_acquire_fence(void) { __threadfence_system(); }
 __device__ inline void sc_store_release(sc_u64 *p, sc_u64 v) {
   __threadfence_system();
   *(volatile sc_u64 *)p = v;
@@ -154,7 +153,9 @@ __device__ inline void sc_store_flag(int *p, int v) { *(volatile int *)p = v; }
 #define SC_TID 0
 #define SC_NTHREADS 1
 #define SC_BARRIER() ((void)0)
-inline sc_u64 sc_load_acquire(sc_u64 *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+/* the polling load is itself the acquire (ThreadSanitizer models acquire loads, not fences) */
+inline sc_u64 sc_load_poll(sc_u64 *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+inline void sc_acquire_fence(void) {}
 inline void sc_store_release(sc_u64 *p, sc_u64 v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
 inline int sc_load_flag(int *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
 inline sc_u64 sc_load_line(const sc_u64 *p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
@@ -433,12 +434,13 @@ SC_HD void sc_set_status(const ScTable *t, int g, int state, int step, int tile,
 SC_HD int sc_wait_at_least(const ScTable *t, sc_u64 *p, sc_u64 target, int *aborted) {
   if (SC_TID == 0 && !*aborted) {
     sc_u64 spins = 0;
-    while (sc_load_acquire(p) < target) {
+    while (sc_load_poll(p) < target) {
       if (SC_POLL(t, &spins)) {
         *aborted = 1;
         break;
       }
     }
+    sc_acquire_fence(); /* orders the block's reads after the flag (its threads wait at the barrier) */
   }
   SC_BARRIER();
   return *aborted;

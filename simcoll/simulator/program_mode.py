@@ -82,7 +82,8 @@ The runtime it models (GC3 §6; NV-Group §4.2.1):
   after its message arrives. Measured on an H100 (2026-11-26, four virtual
   ranks, ring Allreduce 1 KB–1 GB, ``benchmarks/measured/``): without the
   rule the simulation was 28 % fast from 4 MB up; with it, and the model
-  fitted with the receive copy, 5.8 % fast (median |error| 5.8 %).
+  fitted with the receive copy, 5.8 % fast (median |error| 5.8 %; run 6,
+  with the signal latency below: 2 %).
 - **Signal latency** (``executor.signal_latency_s``, written by ``simcoll
   gpu calibrate``). Blocks synchronise through flags in memory (GC3 Fig. 5:
   a message's tail, a freed slot's head, a finished step's semaphore), and
@@ -93,10 +94,10 @@ The runtime it models (GC3 §6; NV-Group §4.2.1):
   at once, so a stream of messages shows the latency once and a chain of k
   dependent hops k times; the completion time is when the last executor
   finishes, flags still in flight not counted. Host executors pay
-  ``host_signal_s`` instead. Measured on an H100 (run 5 of
-  ``benchmarks/measured/h100-2026-11-26/``): 1.36 µs beside α = 3.88 µs, the
-  ring steps' 5.8 µs where α alone gave 3.9; ring Allreduce median |error|
-  7.0 % → 4.3 %, and 3.2-23.7 % over six schedules the model was not fitted on.
+  ``host_signal_s`` instead. Measured on an H100 (run 6 of
+  ``benchmarks/measured/h100-2026-11-26/``): 1.45 µs beside α = 4.18 µs; ring
+  Allreduce median |error| 2.0 % (without it, sizes up to 64 KB are 15-20 %
+  fast), six schedules the model was not fitted on 3.7-7.9 %.
 - **Host executors** (``kind="host"``, NV-Group §4.2.1, §4.4.2): their
   transfers are not capped by a thread block, and every operation that goes
   through the CPU-GPU work queue (signal, wait, put, get, and a load_reduce

@@ -372,8 +372,11 @@ class _Run:
         self.done_tiles: dict[tuple[int, int, int], int] = {}
         self.dep_waiters: dict[tuple[int, int, int, int], simpy.Event] = {}
         # The steps some other executor depends on: only their flags need the signal latency.
-        self.dep_targets = {(rp.rank, d, s) for rp in program.ranks for e in rp.executors
-                            for ins in e.instructions for d, s in ins.deps if d != e.id}  # fmt: skip
+        self.dep_targets = (
+            {(rp.rank, d, s) for rp in program.ranks for e in rp.executors
+             for ins in e.instructions for d, s in ins.deps if d != e.id}
+            if self.costs.signal_latency_s > 0 else set()
+        )  # fmt: skip
         # What each blocked executor waits on (for the deadlock report).
         self.state: dict[tuple[int, int], str] = {}
         self.finished: dict[tuple[int, int], simpy.Event] = {}

@@ -371,7 +371,8 @@ class _Run:
         # of the executors waiting for a (rank, executor, step, tile).
         self.done_tiles: dict[tuple[int, int, int], int] = {}
         self.dep_waiters: dict[tuple[int, int, int, int], simpy.Event] = {}
-        # The steps some other executor depends on: only their flags need the signal latency.
+        # The steps some other executor depends on: only their flags need the signal latency (a block
+        # sees its own steps at once, so they are not among them).
         self.dep_targets = (
             {(rp.rank, d, s) for rp in program.ranks for e in rp.executors
              for ins in e.instructions for d, s in ins.deps if d != e.id}
@@ -452,8 +453,7 @@ class _Run:
                     ins = e.instructions[s]
                     where = f"rank {rank} executor {e.id} step {s} ({ins.op}) tile {t}"
                     for dep_exec, dep_step in ins.deps:
-                        # a block sees its own earlier steps at once (they ran before this one)
-                        if dep_exec != e.id and self.done_tiles[(rank, dep_exec, dep_step)] <= t:
+                        if self.done_tiles[(rank, dep_exec, dep_step)] <= t:
                             waited = f"executor {dep_exec} step {dep_step} of tile {t}"
                             self.state[key] = f"{where} waits for {waited}"
                             begin = self.env.now

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from simcoll.calibration.calibrate import (
@@ -72,6 +73,22 @@ def test_recovers_known_link_parameters_from_a_synthetic_log(tmp_path):
 def test_geometric_mean_error():
     assert geometric_mean_error([1.0, 1.0]) == 0
     assert geometric_mean_error([1.1, 1 / 1.1]) == pytest.approx(0.1)
+
+
+def test_the_fit_judges_an_iterate_by_its_worse_acceptance_band():
+    """An iterate that halves the large sizes' error by tripling the small
+    ones' is worse, as the targets (per band) judge it; sizes between the
+    bands do not count unless there are no others."""
+    from simcoll.calibration.calibrate import _fit_error
+
+    sizes = np.array([1 << 10, 64 << 10, 1 << 24, 64 << 20, 1 << 30])
+    measured = np.ones(5)
+    before = np.array([1.1, 1.1, 2.0, 1.2, 1.2])
+    after = np.array([1.3, 1.3, 1.0, 1.1, 1.1])
+    assert _fit_error(before, measured, sizes) == pytest.approx(0.2)
+    assert _fit_error(after, measured, sizes) == pytest.approx(0.3)
+    middle = np.array([1 << 20, 1 << 24])
+    assert _fit_error(np.array([1.1, 1.3]), np.ones(2), middle) == pytest.approx(geometric_mean_error([1.1, 1.3]))
 
 
 def test_rank_count_must_match_the_topology(tmp_path):
@@ -141,6 +158,18 @@ def test_fit_converges_on_a_real_log_with_coupled_parameters():
     errors = error_summary(validate(log, "dgx1", model))
     assert errors["large"] <= 0.15 and errors["small"] <= 0.25
     assert 0.8 < model.link("nvlink").efficiency < 0.95
+
+
+@pytest.mark.skipif(not MEASUREMENTS.is_dir(), reason="needs ../shared/reference/measurements")
+def test_calibration_never_trades_one_band_past_its_target_for_the_other():
+    """MI250X x 32 all_reduce (RCCL, Frontier): the shipped model is 14.5 % off
+    from 64 MB up and 4.5 % at 64 KB; the fit's lowest mean error over all
+    sizes had been 14.3 % / 27.3 %, a miss at 64 KB. Judged by the worse band,
+    calibration keeps both within the targets."""
+    log = MEASUREMENTS / "mi250x-x8-n4_all_reduce_rccl1490.log"
+    model, _ = calibrate([log], "frontier*4")
+    errors = error_summary(validate(log, "frontier*4", model))
+    assert errors["large"] <= 0.15 and errors["small"] <= 0.25
 
 
 @pytest.mark.parametrize("command", ["validate", "calibrate"])

@@ -25,8 +25,10 @@ linearisation is re-centred there and corrected by Broyden's rank-one update
 (C. G. Broyden, Math. Comp. 19(92), 1965) so that it reproduces the step
 just simulated, and solved again (``outer_iterations``, each one simulation
 of the samples). The iterate whose simulated times are nearest the
-measurements (mean ``|ln(sim / measured)|``) is kept, and the base model if
-none is nearer than it.
+measurements is kept, and the base model if none is nearer than it; nearest
+as the acceptance figures judge: the worse of the geometric-mean errors
+``exp(mean |ln(sim / measured)|) - 1`` of the sizes <= 64 KB and of those
+>= 64 MB (:func:`_fit_error`).
 
 :func:`validate` prints what a user checks: measured against simulated busbw
 per size, their ratio, and the geometric-mean error
@@ -419,6 +421,7 @@ def calibrate(
     fit_samples = _fit_subset(samples, max(max_sizes_per_log, len(paths) + 2))
     report = CalibrationReport([log.path for log in parsed], machine.name, base.name, samples=len(samples))
     measured = np.array([s.time_s for s in fit_samples])
+    sizes = np.array([s.size_bytes for s in fit_samples])
     values = [float(_get(base_dict, p)) for p in paths]
     x0 = np.array([_to_variable(p, v) for p, v in zip(paths, values, strict=True)])
     t0 = simulate_samples(fit_samples, machine, base)
@@ -450,7 +453,7 @@ def calibrate(
     # scale of each variable for the Broyden update (latencies start near 0)
     scale = np.where(np.abs(x_keep) > 0, np.abs(x_keep), 1e-6)
     centre, t_centre = x_keep.copy(), t0
-    best_x, best_t, best_error = x_keep.copy(), t0, _fit_error(t0, measured)
+    best_x, best_t, best_error = x_keep.copy(), t0, _fit_error(t0, measured, sizes)
     result = None
     for _ in range(max(1, outer_iterations)):
         c, tc = centre.copy(), t_centre.copy()
@@ -466,7 +469,7 @@ def calibrate(
         full = x0.copy()
         full[keep] = centre
         t_centre = simulate_samples(fit_samples, machine, _model_at(base_dict, paths, full))
-        error = _fit_error(t_centre, measured)
+        error = _fit_error(t_centre, measured, sizes)
         if error < best_error:
             best_x, best_t, best_error = centre.copy(), t_centre, error
         step = (centre - c) / scale
@@ -482,7 +485,7 @@ def calibrate(
     t_centre = best_t
     residuals = (t_centre - measured) / measured
     base_residuals = (t0 - measured) / measured
-    if best_error >= _fit_error(t0, measured):
+    if best_error >= _fit_error(t0, measured, sizes):
         # no iterate improved on the base model (the bottleneck moved): keep the base
         full, residuals = x0.copy(), base_residuals
         for i in keep:
@@ -567,9 +570,15 @@ def validate(
     return pd.DataFrame(rows)
 
 
-def _fit_error(simulated: np.ndarray, measured: np.ndarray) -> float:
-    """:func:`geometric_mean_error` of simulated against measured times: what the acceptance figures average."""
-    return geometric_mean_error(np.maximum(simulated, 1e-15) / measured)
+def _fit_error(simulated: np.ndarray, measured: np.ndarray, sizes: np.ndarray) -> float:
+    """How far simulated times are from the measured ones, as the acceptance
+    figures judge them: the larger of the :func:`geometric_mean_error` of
+    the sizes <= 64 KB and of those >= 64 MB (either class where the other
+    has no sizes; all sizes where neither has), so that an iterate which
+    gains in one class by losing more in the other is not kept."""
+    ratios = np.maximum(simulated, 1e-15) / measured
+    bands = [ratios[mask] for mask in (sizes <= SMALL_BYTES, sizes >= LARGE_BYTES) if mask.any()]
+    return max(geometric_mean_error(b) for b in bands) if bands else geometric_mean_error(ratios)
 
 
 def geometric_mean_error(ratios: Sequence[float]) -> float:

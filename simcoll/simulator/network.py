@@ -95,7 +95,8 @@ class SwitchPath:
 class Resource:
     """One shared resource: a directed link bundle, a switch port or a host memory."""
 
-    __slots__ = ("id", "key", "name", "kind", "capacity_Bps", "switch", "flows", "rate", "seg_start", "seg_flows")
+    __slots__ = ("id", "key", "name", "kind", "capacity_Bps", "switch", "flows", "rate", "seg_start", "seg_flows",
+                 "_one_flow_Bps")  # fmt: skip
 
     def __init__(
         self,
@@ -116,11 +117,13 @@ class Resource:
         self.rate = 0.0
         self.seg_start = 0.0
         self.seg_flows = 0
+        # asked for at every max-min solve: computed once
+        self._one_flow_Bps = capacity_Bps * (switch.efficiency(1) if switch else 1.0)
 
     def effective_capacity_Bps(self, flows: int) -> float:
         """Capacity with ``flows`` concurrent connections (TACCL Fig. 4)."""
         if self.switch is None or flows <= 1:
-            return self.capacity_Bps * (self.switch.efficiency(1) if self.switch else 1.0)
+            return self._one_flow_Bps
         return self.capacity_Bps * self.switch.efficiency(flows)
 
 

@@ -165,6 +165,24 @@ def test_with_one_slot_every_message_waits_for_both_flags():
     assert close(result.time_s, LAUNCH_S + n_msgs * tau + (2 * n_msgs - 1) * SIGNAL_S)
 
 
+@pytest.mark.parametrize("host_rank", [0, 1])
+def test_flags_a_host_thread_raises_pay_the_work_queue_not_the_signal_latency(host_rank):
+    """Rank 0 signals rank 1: a thread block's flag reaches the host thread a
+    signal latency late; the host thread's request pays host_signal_s alone."""
+    coll = custom_collective("none", [[], []], [[], []])
+    kinds = ["threadblock", "threadblock"]
+    kinds[host_rank] = "host"
+    executors = [[tb(0, op("signal"), send=1, kind=kinds[0])], [tb(0, op("wait"), recv=0, kind=kinds[1])]]
+    signal_s = 5e-6
+    m = machine("line:2", host_signal_s=signal_s, signal_latency_s=SIGNAL_S)
+    result = simulate_program(program(coll, executors, {}), m, MB)
+    if host_rank == 0:
+        expected = max(LAUNCH_S, signal_s + ALPHA_S)
+    else:
+        expected = LAUNCH_S + ALPHA_S + SIGNAL_S + signal_s
+    assert close(result.time_s, expected)
+
+
 def test_the_signal_latency_must_be_a_non_negative_number():
     with pytest.raises(SimcollError, match="signal_latency_s: must be non-negative"):
         make_model(signal_latency_s=-1e-6)

@@ -237,7 +237,8 @@ def predict_times(samples: Sequence[Sample], params: Mapping[str, float] | np.nd
     out = np.full(k.shape, p["launch_s"], dtype=float)
     # the receiver copies each message out of its slot while the next arrives; the last one's copy
     # shows (a stream-bound block, at the executor rate the model is written with)
-    drain = f["last_message"] / np.maximum(p["tb_Bps"], p["link_Bps"])
+    block_Bps = np.maximum(p["tb_Bps"], p["link_Bps"])  # the block rate the model is written with
+    drain = f["last_message"] / block_Bps
     signal = p["signal_latency_s"]  # the last message's flag reaches the receiver
     link = f["messages"] * p["alpha_s"] + b / p["link_Bps"] + signal + drain
     out += np.where(k == KINDS.index("sendrecv"), link, 0.0)
@@ -248,7 +249,7 @@ def predict_times(samples: Sequence[Sample], params: Mapping[str, float] | np.nd
     reduce_t = 2 * b / p["tb_Bps"] + f["tiles"] * p["reduce_launch_s"] + b / p["reduce_Bps"]
     out += np.where(k == KINDS.index("reduce"), reduce_t, 0.0)
     # one signal a trip, after a 4-byte copy at the model's block rate
-    trips = 2 * f["rounds"] * (p["alpha_s"] + signal) + b / np.maximum(p["tb_Bps"], p["link_Bps"])
+    trips = 2 * f["rounds"] * (p["alpha_s"] + signal) + b / block_Bps
     out += np.where(k == KINDS.index("pingpong"), trips, 0.0)
     return out
 

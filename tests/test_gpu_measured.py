@@ -171,7 +171,7 @@ def test_a_stream_bound_receive_copies_its_message_out_of_the_slot():
     out of its slot, b / rate more than where receives cost nothing."""
     program = cal.sendrecv_program()
     model = load_model(str(MEASURED / "calibrated-4.yaml"))
-    loose = dataclasses.replace(model, executor=dataclasses.replace(model.executor, stream_bound=None))
+    loose = without(model, stream_bound=None)
     size = 256 << 10  # one tile
     on = simulate(program, load_machine(load_topology("fully-connected:2"), model), size).time_s
     off = simulate(program, load_machine(load_topology("fully-connected:2"), loose), size).time_s

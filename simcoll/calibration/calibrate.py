@@ -453,7 +453,8 @@ def calibrate(
     # scale of each variable for the Broyden update (latencies start near 0)
     scale = np.where(np.abs(x_keep) > 0, np.abs(x_keep), 1e-6)
     centre, t_centre = x_keep.copy(), t0
-    best_x, best_t, best_error = x_keep.copy(), t0, _fit_error(t0, measured, sizes)
+    base_error = _fit_error(t0, measured, sizes)
+    best_x, best_t, best_error = x_keep.copy(), t0, base_error
     result = None
     for _ in range(max(1, outer_iterations)):
         c, tc = centre.copy(), t_centre.copy()
@@ -485,7 +486,7 @@ def calibrate(
     t_centre = best_t
     residuals = (t_centre - measured) / measured
     base_residuals = (t0 - measured) / measured
-    if best_error >= _fit_error(t0, measured, sizes):
+    if best_error >= base_error:
         # no iterate improved on the base model (the bottleneck moved): keep the base
         full, residuals = x0.copy(), base_residuals
         for i in keep:

@@ -474,10 +474,10 @@ class _Run:
                         label=f"step {s} tile {t}: {labels[s]}",
                     )
                     self.instructions_run += 1
-                    if host or self.costs.signal_latency_s <= 0 or (rank, e.id, s) not in self.dep_targets:
+                    if (rank, e.id, s) in self.dep_targets:  # other executors poll the step's flag
+                        self._raise_flag(host, self._advance, rank, e.id, s, t)
+                    else:
                         self._advance(rank, e.id, s, t)
-                    else:  # the step's flag reaches the executors that poll it a signal latency later
-                        self._later(self.costs.signal_latency_s, self._advance, rank, e.id, s, t)
             done.succeed()
         self.state.pop(key, None)
         self.finished[key].succeed()
@@ -490,9 +490,15 @@ class _Run:
             ev = self.dep_waiters[k] = self.env.event()
         return ev
 
-    def _later(self, delay_s: float, action: Any, *args: Any) -> None:
-        """Call ``action(*args)`` ``delay_s`` from now, the caller not waiting."""
-        self.env.timeout(delay_s).callbacks.append(lambda _event: action(*args))
+    def _raise_flag(self, host: bool, seen: Any, *args: Any) -> None:
+        """An executor raises a flag: ``seen(*args)`` is what its pollers do
+        on seeing it, at once for a host thread's flag or without a signal
+        latency, else that latency from now; the raiser does not wait."""
+        delay_s = self.costs.signal_latency_s
+        if host or delay_s <= 0:
+            seen(*args)
+        else:
+            self.env.timeout(delay_s).callbacks.append(lambda _event: seen(*args))
 
     def _advance(self, rank: int, eid: int, step: int, tile: int) -> None:
         self.done_tiles[(rank, eid, step)] = tile + 1
@@ -584,10 +590,7 @@ class _Run:
                 yield from self._compute(self.costs.hop_latency_s)
             yield from self._compute(self.machine.model.reduce_time_s(nbytes))
         if incoming is not None:
-            if host or self.costs.signal_latency_s <= 0:
-                self._release(incoming)
-            else:  # the freed slot's flag reaches the sender a signal latency later
-                self._later(self.costs.signal_latency_s, self._release, incoming)
+            self._raise_flag(host, self._release, incoming)  # the freed slot, to its sender
 
     def _compute(self, seconds: float) -> Iterator[simpy.Event]:
         if seconds > 0:
@@ -625,10 +628,7 @@ class _Run:
             )
         yield self._transfer(rank, e.send_peer, size, host, f"{where}: to rank {e.send_peer}", cap_Bps)
         yield from self._compute(self.costs.hop_latency_s)  # the protocol's per-hop latency, after α
-        if host or self.costs.signal_latency_s <= 0:
-            self._deliver(conn, size)
-        else:  # the receiver sees the message's flag a signal latency later; this block goes on
-            self._later(self.costs.signal_latency_s, self._deliver, conn, size)
+        self._raise_flag(host, self._deliver, conn, size)  # the message's arrival, to its receiver
 
     @staticmethod
     def _deliver(conn: _Connection, size: float) -> None:

@@ -22,6 +22,7 @@ its numbers come from. YAML schema::
                signal_latency_s: 2e-6, source: "..."}
     network: {host_staging: true, nic_binding: bijective, source: "..."}  # optional
     call: {overhead_s: 10e-6, source: "..."}                              # optional
+    nccl: {algorithms: [Ring, Tree], protocols: [Simple], source: "..."}   # optional
     default_protocol: Simple                                              # optional
     protocols:                          # optional; a protocol not listed costs nothing
       LL:     {efficiency: 0.5, hop_latency_s: 0.6e-6, call_latency_s: 6.6e-6, source: "..."}
@@ -57,6 +58,9 @@ model without them gives the pure α-β times of the closed forms:
   protocol cost applies (:meth:`CostModel.protocol`).
 - ``network.nic_binding``: which NIC carries a GPU's inter-node traffic
   (:class:`NetworkParams`); ``bijective`` on machines with one NIC per GPU.
+- ``nccl``: the NCCL environment the machine's vendor ships
+  (:class:`NcclParams`): the algorithms and protocols NCCL may pick, as
+  NCCL_ALGO / NCCL_PROTO set them, for the ``nccl`` baseline's tuner.
 """
 
 from __future__ import annotations
@@ -240,6 +244,35 @@ class NetworkParams:
     nic_binding: str | None = None
 
 
+#: NCCL's algorithm names as NCCL_ALGO spells them (lower case) -> the tuner's names.
+NCCL_ALGORITHMS = {
+    "tree": "tree",
+    "ring": "ring",
+    "collnetdirect": "collnet_direct",
+    "collnet_direct": "collnet_direct",
+    "collnetchain": "collnet_chain",
+    "collnet_chain": "collnet_chain",
+    "nvls": "nvls",
+    "nvlstree": "nvls_tree",
+    "nvls_tree": "nvls_tree",
+    "pat": "pat",
+}
+
+
+@dataclass(frozen=True)
+class NcclParams:
+    """The NCCL environment a machine runs with (its vendor's profile), as
+    restrictions of NCCL's tuner (:func:`simcoll.nccl.baseline.nccl_choice`):
+    ``algorithms`` as NCCL_ALGO, ``protocols`` as NCCL_PROTO sets them, in the
+    tuner's spelling (``ring``, ``nvls_tree``; ``simple``, ``ll128``); None
+    leaves the tuner free. A log that prints NCCL_ALGO / NCCL_PROTO overrides
+    them."""
+
+    source: str
+    algorithms: tuple[str, ...] | None = None
+    protocols: tuple[str, ...] | None = None
+
+
 @dataclass(frozen=True)
 class CostModel:
     """A validated cost model (module docstring); build it with
@@ -267,6 +300,7 @@ class CostModel:
     protocol_call_latency_s: Mapping[str, float] = field(default_factory=dict)
     default_protocol: str | None = None
     call: CallParams | None = None
+    nccl: NcclParams | None = None
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def link(self, link_type: str) -> LinkParams:
@@ -376,6 +410,7 @@ _TOP = {
     "protocols",
     "default_protocol",
     "call",
+    "nccl",
     "sources",
 }
 
@@ -459,6 +494,7 @@ def model_from_dict(data: Any, where: str = "<model>") -> CostModel:
         protocol_call_latency_s=call_latency,
         default_protocol=default_protocol,
         call=_parse_call(data.get("call"), where),
+        nccl=_parse_nccl(data.get("nccl"), where),
         raw=dict(data),
     )
 
@@ -597,6 +633,35 @@ def _parse_executor(raw: Any, where: str) -> ExecutorParams | None:
     )
 
 
+def _names(entry: Mapping, key: str, known: Mapping[str, str], here: str) -> tuple[str, ...] | None:
+    """A list of NCCL names (any case) in the tuner's spelling, or None when absent."""
+    if key not in entry:
+        return None
+    value = entry[key]
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
+        raise ModelError(f"{here}.{key}: must be a non-empty list of names, got {value!r}")
+    out = []
+    for name in value:
+        if name.lower() not in known:
+            raise ModelError(f"{here}.{key}: unknown name {name!r} (known: {', '.join(sorted(set(known.values())))})")
+        out.append(known[name.lower()])
+    return tuple(dict.fromkeys(out))
+
+
+def _parse_nccl(raw: Any, where: str) -> NcclParams | None:
+    """``nccl``: the algorithms and protocols NCCL may pick on this machine."""
+    if raw is None:
+        return None
+    here = f"{where}: nccl"
+    entry = _entry(raw, {"algorithms", "protocols"}, here)
+    protocols = {p.lower(): p.lower() for p in PROTOCOLS}
+    return NcclParams(
+        source=entry["source"],
+        algorithms=_names(entry, "algorithms", NCCL_ALGORITHMS, here),
+        protocols=_names(entry, "protocols", protocols, here),
+    )
+
+
 def _parse_network(raw: Any, where: str) -> NetworkParams | None:
     """``network``: host staging and NIC binding."""
     if raw is None:
@@ -684,6 +749,8 @@ def model_to_dict(model: CostModel) -> dict[str, Any]:
         out["network"] = _fields(model.network)
     if model.call is not None:
         out["call"] = _fields(model.call)
+    if model.nccl is not None:
+        out["nccl"] = {k: list(v) if isinstance(v, tuple) else v for k, v in _fields(model.nccl).items()}
     if model.default_protocol is not None:
         out["default_protocol"] = model.default_protocol
     protocols = {}

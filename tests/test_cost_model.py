@@ -54,3 +54,30 @@ def test_what_if_changes_one_link_type():
 def test_unknown_model_lists_the_builtins():
     with pytest.raises(ModelError, match="built-ins: .*dgx1"):
         load_model("nope")
+
+
+def test_the_nccl_environment_reads_nccls_own_spellings_and_saves_back(tmp_path):
+    """A model's ``nccl`` section takes NCCL_ALGO / NCCL_PROTO names as NCCL
+    prints them (any case) and keeps them in the tuner's spelling."""
+    from simcoll.cost_model import load_model_file, save_model
+
+    data = {**_model(), "nccl": {"algorithms": ["Ring", "NVLSTree"], "protocols": ["Simple", "LL128"], "source": "s"}}
+    model = model_from_dict(data)
+    assert model.nccl.algorithms == ("ring", "nvls_tree") and model.nccl.protocols == ("simple", "ll128")
+    save_model(model, tmp_path / "m.yaml")
+    assert load_model_file(tmp_path / "m.yaml") == model
+
+
+@pytest.mark.parametrize(
+    "entry, message",
+    [
+        ({"algorithms": ["Ring"]}, "source"),
+        ({"algorithms": ["Butterfly"], "source": "s"}, "unknown name 'Butterfly'"),
+        ({"protocols": "Simple", "source": "s"}, "non-empty list"),
+        ({"protocols": [], "source": "s"}, "non-empty list"),
+        ({"channels": 16, "source": "s"}, "unknown field 'channels'"),
+    ],
+)
+def test_bad_nccl_environments_are_named(entry, message):
+    with pytest.raises(ModelError, match=f"m.yaml: nccl.*{message}"):
+        model_from_dict({**_model(), "nccl": entry}, where="m.yaml")

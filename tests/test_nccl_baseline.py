@@ -53,6 +53,27 @@ def test_algorithm_carries_protocol_and_choice():
     assert nccl_algorithm("dgx-a100", "allreduce", 1 << 29).transfers is a.transfers
 
 
+@pytest.mark.parametrize("size", [8, 64 << 10, 16 << 20, 1 << 30])
+def test_a_machine_whose_nccl_profile_sets_simple_gets_simple_at_every_size(size):
+    """Google Cloud's GPUDirect-TCPXO profile runs NCCL with NCCL_PROTO=Simple
+    and NCCL_ALGO=Ring,Tree (models/a3-mega.yaml ``nccl``): the tuner picks
+    among those only, where on the same NVLink fabric without the profile it
+    would take LL at small sizes and NVLS-tree at large ones."""
+    mega, dgx = nccl_choice("a3-mega*2", "allreduce", size), nccl_choice("dgx-h100*2", "allreduce", size)
+    assert mega.protocol == "simple" and mega.algorithm in ("ring", "tree")
+    assert set(mega.candidates) <= {(a, "simple") for a in ("ring", "tree")}
+    assert len(dgx.candidates) > len(mega.candidates)
+
+
+def test_a_logs_own_nccl_variables_override_the_machines_profile():
+    assert nccl_choice("a3-mega*2", "allreduce", 1024, protocols=["ll"]).protocol == "ll"
+    assert (
+        nccl_algorithm("a3-mega*2", "allreduce", 1024, algorithms=["ring"])
+        .metadata["nccl_choice"]
+        .startswith("ring/Simple/")
+    )
+
+
 def test_compare_has_nccl_row_and_algorithms_filter():
     df, skipped = compare(load_machine("dgx-a100"), "allreduce", [1024, 1 << 26], algorithms=["nccl", "ring"])
     assert set(df.algorithm) == {"nccl", "ring"}

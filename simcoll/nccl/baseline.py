@@ -219,17 +219,43 @@ def nccl_choice(
 
     ``algorithms`` / ``protocols`` restrict the candidates as NCCL_ALGO /
     NCCL_PROTO do (NCCL spelling in lower case: ``ring``, ``tree``, ``nvls``;
-    ``ll``, ``ll128``, ``simple``). ``collnet`` is NCCL_COLLNET_ENABLE: off
+    ``ll``, ``ll128``, ``simple``); where not given, the machine's NCCL
+    environment does (the model's ``nccl`` section, e.g. Simple only on
+    GPUDirect-TCPXO), else nothing. ``collnet`` is NCCL_COLLNET_ENABLE: off
     by default in NCCL (it needs the SHARP plugin), so CollNet is a candidate
     only when asked for and the fabric's switches reduce.
 
     >>> nccl_choice("dgx-a100", "allreduce", 1 << 30).label
     'ring/Simple/24ch'
     """
+    machine = as_machine(machine)
+    algorithms, protocols = environment_restrictions(machine, algorithms, protocols)
     comm = nccl_machine(machine).comm
     if not collnet and comm.collnet:
         comm = replace(comm, collnet=False)
     return choose(comm, collective, int(size_bytes), algorithms=algorithms, protocols=protocols)
+
+
+def environment_restrictions(
+    machine: Machine,
+    algorithms: list[str] | tuple[str, ...] | None = None,
+    protocols: list[str] | tuple[str, ...] | None = None,
+) -> tuple[list[str] | tuple[str, ...] | None, list[str] | tuple[str, ...] | None]:
+    """The tuner's (algorithms, protocols) restrictions: those given, else
+    the machine's NCCL environment (the model's ``nccl`` section,
+    :class:`~simcoll.cost_model.NcclParams`), else None (free).
+
+    >>> environment_restrictions(as_machine("a3-mega*2"))
+    (('ring', 'tree'), ('simple',))
+    >>> environment_restrictions(as_machine("a3-mega*2"), protocols=["ll"])
+    (('ring', 'tree'), ['ll'])
+    """
+    env = machine.model.nccl
+    if env is None:
+        return algorithms, protocols
+    return (algorithms if algorithms is not None else env.algorithms), (
+        protocols if protocols is not None else env.protocols
+    )
 
 
 _CACHE: dict[tuple[Any, ...], tuple[Topology, Algorithm]] = {}
@@ -347,6 +373,7 @@ def nccl_algorithm(
 
     machine = as_machine(machine)
     collective = canonical_name(collective)
+    algorithms, protocols = environment_restrictions(machine, algorithms, protocols)
     if collective not in TUNED_COLLECTIVES:
         raise NotApplicableError(f"nccl: NCCL's tuner has no algorithm choice for {collective}")
     best = nccl_choice(machine, collective, size_bytes, algorithms=algorithms, protocols=protocols, collnet=collnet)
@@ -453,6 +480,7 @@ __all__ = [
     "NcclMachine",
     "choice_label",
     "compute_capability",
+    "environment_restrictions",
     "nccl_algorithm",
     "nccl_choice",
     "nccl_machine",

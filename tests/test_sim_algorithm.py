@@ -248,6 +248,38 @@ def test_private_pairs_give_exactly_what_the_network_gives(monkeypatch, topo, co
     assert fast.utilisation.end_s.is_monotonic_increasing
 
 
+@pytest.mark.parametrize(
+    "topo, coll, name, contention, utilisation",
+    [
+        ("ring:8", "allreduce", "ring", True, True),  # reductions, utilisation intervals
+        ("ring:64", "allgather", "ring", True, False),
+        ("dgx-h100*4", "allreduce", "ring", True, False),  # simulated over one block of nodes
+        ("dgx2", "alltoall", "direct", False, False),  # no contention: every pair private
+        ("fully-connected:16", "allreduce", "recursive-doubling", True, True),
+    ],
+)
+def test_landing_private_messages_a_batch_at_a_time_changes_nothing(
+    monkeypatch, topo, coll, name, contention, utilisation
+):
+    # Large all-private schedules land and start their messages with NumPy, a
+    # batch per completion time; it must give what one message at a time gives,
+    # bit for bit: time, timeline rows (in order), utilisation and events.
+    machine = load_machine(topo)
+    algorithm = applicable(machine, coll)[name]
+
+    def run():
+        return simulate(algorithm, machine, SIZE, contention=contention, record_utilisation=utilisation)
+
+    one_by_one = run()
+    monkeypatch.setattr(algorithm_mode, "BATCH_MIN_MESSAGES", 0)
+    batched = run()
+    assert batched.stats["batched_landings"] and not one_by_one.stats["batched_landings"]
+    assert batched.stats["private_messages"] == batched.transfers > 0
+    assert batched.time_s == one_by_one.time_s and batched.stats["events"] == one_by_one.stats["events"]
+    pd.testing.assert_frame_equal(batched.timeline, one_by_one.timeline, check_exact=True)
+    pd.testing.assert_frame_equal(_canonical(batched.utilisation), _canonical(one_by_one.utilisation), check_exact=True)
+
+
 def test_contiguity_groups_on_private_pairs_match_the_network(monkeypatch):
     machine = load_machine("fully-connected:2")
     algorithm = _timed_algorithm()

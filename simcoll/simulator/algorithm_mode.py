@@ -56,7 +56,11 @@ simulator computes it directly and schedules one SimPy event per distinct
 completion time (a ring step of 1024 ranks is one event). Other pairs go
 through :class:`~.network.FluidNetwork` flows (max-min sharing, two events a
 message). Both give the same times, timeline rows and utilisation intervals
-bit for bit (``tests/test_sim_algorithm.py``).
+bit for bit (``tests/test_sim_algorithm.py``). When every pair is private and
+the schedule is large (:data:`BATCH_MIN_MESSAGES`), the messages completing at
+one time land, release the reads waiting for them and start what became ready
+as NumPy columns, a batch per event (``stats["batched_landings"]``), with the
+same arithmetic and so the same results.
 
 The static part is a :class:`~.plan.Plan`. When no utilisation is recorded
 and the schedule is symmetric under shifting every rank by whole nodes,
@@ -116,6 +120,10 @@ class _Prepared:
 #: exceed :data:`PREPARED_MAX_MESSAGES` (the latest is always kept).
 _PREPARED: dict[int, _Prepared] = {}
 PREPARED_MAX_MESSAGES = 4_000_000
+#: Schedules with at least this many messages, all on private pairs, land
+#: and start their messages a batch at a time with NumPy (:meth:`_Run._land_batch`);
+#: below it the per-message handlers are faster.
+BATCH_MIN_MESSAGES = 20_000
 
 
 def _prepared(algorithm: Algorithm) -> _Prepared:
@@ -207,7 +215,10 @@ class _Run:
         self.msg_wire = array("d", bytes(8 * n_msgs))
         self.landed_count = 0
         self.last_s = 0.0
-        self.landings: dict[float, list[int]] = {}  # private pairs: completion time -> messages
+        self.landings: dict[float, list] = {}  # private pairs: completion time -> messages
+        self.batched = self._batchable()
+        if self.batched:
+            self._batch_columns()
 
     # -- static part ---------------------------------------------------------------------------
     def _make_plan(self) -> Plan:
@@ -293,6 +304,117 @@ class _Run:
         self.q_head = [0] * n_q
         self.q_free = [0.0] * n_q  # private pairs: when the wire is free again
         self.q_busy = bytearray(n_q)  # shared pairs: a message is on the wire
+
+    def _batchable(self) -> bool:
+        """Whether messages can land and start a batch at a time
+        (:meth:`_land_batch`): every pair private, every message one transfer
+        updating one slot, and enough messages for NumPy to pay."""
+        plan = self.plan
+        return (
+            plan.messages >= BATCH_MIN_MESSAGES
+            and all(self.q_fast)
+            and not plan.groups
+            and not self.fanout
+            and all(isinstance(p[0], int) for p in self.pairs)
+        )
+
+    def _batch_columns(self) -> None:
+        """NumPy views and copies of the per-message, per-slot and per-pair
+        columns that the batch handlers read and write (the views write
+        through to the arrays the rest of the run reads)."""
+        plan = self.plan
+        self.b_pending = np.frombuffer(self.pending, dtype=np.int32)
+        self.b_arrived = np.frombuffer(self.arrived, dtype=np.int32)
+        self.b_cursor = np.frombuffer(self.cursor, dtype=np.int64)
+        self.b_slot_end = np.frombuffer(self.slot_end, dtype=np.int64)
+        self.b_w_landed = np.frombuffer(self.w_landed, dtype=np.int32)
+        self.b_w_msg = np.frombuffer(self.w_msg, dtype=np.int64)
+        self.b_msg_slot = np.frombuffer(self.msg_slot, dtype=np.int64)
+        self.b_start = np.frombuffer(self.msg_start, dtype=np.float64)
+        self.b_wire = np.frombuffer(self.msg_wire, dtype=np.float64)
+        self.b_reduce = np.frombuffer(bytes(plan.reduce), dtype=np.uint8).astype(bool)
+        lengths = np.array([len(q) for q in self.q_msgs], dtype=np.int64)
+        self.b_q_first = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+        self.b_q_len = lengths
+        self.b_q_msgs = np.concatenate([np.asarray(q, dtype=np.int64) for q in self.q_msgs]) if self.q_msgs else lengths
+        self.b_q_head = np.zeros(len(lengths), dtype=np.int64)
+        self.b_q_free = np.zeros(len(lengths), dtype=np.float64)
+        self.b_rate = np.array(self.q_good, dtype=np.float64)
+        self.b_rate_reduce = np.array(self.q_good_reduce, dtype=np.float64)
+        self.b_alpha = np.array(self.q_alpha, dtype=np.float64)
+
+    def _start_batch(self, queues: np.ndarray, now: float) -> None:
+        """:meth:`_start_private` for many pairs at once: each sends the ready
+        messages at the head of its queue, one after the other, at its
+        standalone rate (the same arithmetic, so the same times bit for bit)."""
+        pending, reducing = self.b_pending, self.b_reduce
+        while queues.size:
+            head = self.b_q_head[queues]
+            left = head < self.b_q_len[queues]
+            queues, head = queues[left], head[left]
+            m = self.b_q_msgs[self.b_q_first[queues] + head]
+            ready = pending[m] == 0
+            queues, m = queues[ready], m[ready]
+            if not queues.size:
+                return
+            free = self.b_q_free[queues]
+            t0 = np.where(free > now, free, now)
+            red = reducing[m]
+            wire = t0 + self.nbytes / np.where(red, self.b_rate_reduce[queues], self.b_rate[queues])
+            self.b_start[m] = t0
+            self.b_wire[m] = wire
+            self._schedule_landings(m, wire + (self.b_alpha[queues] + np.where(red, self.after_one, 0.0)))
+            self.b_q_head[queues] += 1
+            self.b_q_free[queues] = wire
+
+    def _schedule_landings(self, msgs: np.ndarray, done: np.ndarray) -> None:
+        """Messages ``msgs`` land at ``done``: one SimPy event per new completion time."""
+        order = np.argsort(done, kind="stable")
+        times, first = np.unique(done[order], return_index=True)
+        cuts = np.append(first, len(order))
+        landings, env = self.landings, self.env
+        for k, when in enumerate(times.tolist()):
+            part = msgs[order[cuts[k] : cuts[k + 1]]]
+            batch = landings.get(when)
+            if batch is None:
+                landings[when] = [part]
+                simpy.Timeout(env, _delay_to(env.now, when), when).callbacks.append(self._land_batch)
+            else:
+                batch.append(part)
+
+    def _land_batch(self, event: simpy.Event) -> None:
+        """:meth:`_land_private` for a batch: the messages completing at
+        ``event.value`` update their slots, the reads waiting for those
+        updates are released (as :meth:`_release` does one landing at a
+        time) and the pairs whose messages became ready send."""
+        now = event.value
+        env = self.env
+        if env.now != now:  # the clock stopped an ulp short: wait the exact rest
+            simpy.Timeout(env, now - env.now, now).callbacks.append(self._land_batch)
+            return
+        batch = np.concatenate(self.landings.pop(now))
+        self._landed_at(now, len(batch))
+        slots, counts = np.unique(self.b_msg_slot[batch], return_counts=True)
+        arrived, cursor = self.b_arrived, self.b_cursor
+        arrived[slots] += counts.astype(np.int32)
+        released = []
+        while slots.size:
+            at = cursor[slots]
+            inside = at < self.b_slot_end[slots]
+            slots, at = slots[inside], at[inside]
+            due = self.b_w_landed[at] <= arrived[slots]
+            slots, at = slots[due], at[due]
+            if not slots.size:
+                break
+            released.append(self.b_w_msg[at])
+            cursor[slots] = at + 1
+        if not released:
+            return
+        waiting = np.concatenate(released)
+        np.subtract.at(self.b_pending, waiting, 1)
+        ready = waiting[self.b_pending[waiting] == 0]
+        if ready.size:
+            self._start_batch(np.unique(self.msg_q_np[ready]), now)
 
     # -- event handlers ------------------------------------------------------------------------
     def _payload(self, m: int) -> tuple[float, float]:
@@ -435,7 +557,9 @@ class _Run:
         """Start every pair's queue, run to the end; the number of SimPy events.
         Raises :class:`~simcoll.errors.SimulationError` when messages are left
         or the wall-clock limit (counted from the set-up) is reached."""
-        for qi in range(len(self.pairs)):
+        if self.batched:
+            self._start_batch(np.arange(len(self.pairs), dtype=np.int64), 0.0)
+        for qi in range(0 if self.batched else len(self.pairs)):
             if qi % 1024 == 1023:
                 check_limit(
                     self.started_s, self.time_limit_s, self.what, f"starting queues ({qi} of {len(self.pairs)} pairs)"
@@ -566,6 +690,7 @@ def _simulate_algorithm(
             "call_s": call_s,
             "messages": run.messages,
             "private_messages": int(fast.sum()),
+            "batched_landings": run.batched,
             "node_rotation": 1 if run.rotation is None else run.rotation.order,
             "events": events,
             "plan_s": plan_s,

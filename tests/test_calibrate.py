@@ -158,6 +158,7 @@ def test_fit_converges_on_a_real_log_with_coupled_parameters():
     errors = error_summary(validate(log, "dgx1", model))
     assert errors["large"] <= 0.15 and errors["small"] <= 0.25
     assert 0.8 < model.link("nvlink").efficiency < 0.95
+    assert report.fit["band_refinement_moves"] == 0  # least squares met both targets: nothing to refine
 
 
 @pytest.mark.skipif(not MEASUREMENTS.is_dir(), reason="needs ../shared/reference/measurements")
@@ -252,3 +253,18 @@ def test_the_a3_mega_log_is_simulated_under_its_tcpxo_nccl_profile():
     frame = validate(log, "a3-mega*2")
     assert frame.choice.str.match(r"^(ring|tree)/Simple/").all()
     assert error_summary(frame)["small"] < 0.5
+
+
+@pytest.mark.skipif(not MEASUREMENTS.is_dir(), reason="needs ../shared/reference/measurements")
+def test_a_fit_that_leaves_a_band_outside_its_target_is_refined_on_the_bands():
+    """2-node H100 (NVLS-tree; nccl-tests#309, qoofyk): least squares over all
+    sizes bends the link efficiencies to follow the 1-64 MB NVLS ramp, which
+    the model has no physics for, and its best iterate was 22.2 % off from
+    64 MB up (17.9 % at <= 64 KB). The coordinate search on the two bands
+    moves the same physical parameters until both are within target."""
+    log = MEASUREMENTS / "h100-x8-n2_all_reduce_nccltests309-qoofyk.log"
+    model, report = calibrate([log], "dgx-h100*2")
+    errors = error_summary(validate(log, "dgx-h100*2", model))
+    assert errors["large"] <= 0.15 and errors["small"] <= 0.25
+    assert report.fit["band_refinement_moves"] > 0
+    assert "coordinate-search moves on the two acceptance bands" in model.link("nvlink").source

@@ -30,6 +30,14 @@ as the acceptance figures judge: the worse of the geometric-mean errors
 ``exp(mean |ln(sim / measured)|) - 1`` of the sizes <= 64 KB and of those
 >= 64 MB (:func:`_fit_error`).
 
+Least squares weighs every fitted size alike, the middle ones too, where the
+model lacks some physics (NCCL's ramp between ~1 and 64 MB): on a few logs
+the kept iterate then leaves one band outside its target
+(:data:`BAND_TARGETS`) while parameters that meet both exist. Then the fitted
+parameters are refined by a coordinate search (:func:`_refine_bands`) that
+simulates each trial and keeps a move only when the worse band improves; the
+parameters stay the same physical ones, within the same bounds.
+
 :func:`validate` prints what a user checks: measured against simulated busbw
 per size, their ratio, and the geometric-mean error
 ``exp(mean |ln(sim / measured)|) - 1`` over sizes >= 64 MB and <= 64 KB.
@@ -57,6 +65,12 @@ from ..topology import FABRIC_LINK_TYPES
 from .fit import fit_model
 from .nccl_tests import NcclTestsLog, bus_factor, read_nccl_tests
 
+#: Acceptance targets of the geometric-mean error per band (issue 13):
+#: sizes >= 64 MB within 15 %, sizes <= 64 KB within 25 %.
+BAND_TARGETS = {"large": 0.15, "small": 0.25}
+#: The coordinate search's trial factors on a parameter's value, and its rounds.
+REFINE_FACTORS = (0.7, 0.85, 1.15, 1.4)
+REFINE_ROUNDS = 3
 #: Size classes of the acceptance figures (bytes).
 LARGE_BYTES = 64 << 20
 SMALL_BYTES = 64 << 10
@@ -481,6 +495,11 @@ def calibrate(
         jac_scaled = jac * scale
         jac_scaled += np.outer(t_centre - tc - jac_scaled @ step, step) / float(step @ step)
         jac = jac_scaled / scale
+    refined = 0
+    if _misses_a_target(best_t, measured, sizes) and best_error < base_error:
+        best_x, best_t, best_error, refined = _refine_bands(
+            fit_samples, machine, base_dict, paths, x0, keep, best_x, best_t, best_error, (low, high)
+        )
     full = x0.copy()
     full[keep] = best_x
     t_centre = best_t
@@ -499,12 +518,15 @@ def calibrate(
         "rms_relative_error": rms,
         "samples": len(fit_samples),
         "solver": result.method if result else "",
+        "band_refinement_moves": refined,
     }
     logs_text = ", ".join(Path(p).name for p in report.logs)
     note = (
         f"calibrated by simcoll calibrate against nccl-tests log(s) {logs_text} on {machine.name} "
-        f"(least squares over {len(fit_samples)} sizes, relative residuals: median "
-        f"{report.fit['median_relative_error']:.3f}, max {report.fit['max_relative_error']:.3f}, rms {rms:.3f})"
+        f"(least squares over {len(fit_samples)} sizes"
+        + (f", then {refined} coordinate-search moves on the two acceptance bands" if refined else "")
+        + f", relative residuals: median {report.fit['median_relative_error']:.3f}, "
+        f"max {report.fit['max_relative_error']:.3f}, rms {rms:.3f})"
     )
     data = model_to_dict(_model_at(base_dict, paths, full))
     data["name"] = name or f"{base.name}-calibrated"
@@ -569,6 +591,65 @@ def validate(
             }
         )
     return pd.DataFrame(rows)
+
+
+def _misses_a_target(simulated: np.ndarray, measured: np.ndarray, sizes: np.ndarray) -> bool:
+    """Whether the band of sizes <= 64 KB or of those >= 64 MB is outside its
+    :data:`BAND_TARGETS` figure."""
+    ratios = np.maximum(simulated, 1e-15) / measured
+    for band, mask in (("small", sizes <= SMALL_BYTES), ("large", sizes >= LARGE_BYTES)):
+        if mask.any() and geometric_mean_error(ratios[mask]) > BAND_TARGETS[band]:
+            return True
+    return False
+
+
+def _refine_bands(
+    samples: list[Sample],
+    machine: Machine,
+    base_dict: dict[str, Any],
+    paths: Sequence[tuple[str, ...]],
+    x0: np.ndarray,
+    keep: list[int],
+    x: np.ndarray,
+    times: np.ndarray,
+    error: float,
+    bounds: tuple[np.ndarray, np.ndarray],
+) -> tuple[np.ndarray, np.ndarray, float, int]:
+    """Coordinate search from the fitted variables ``x`` (of the parameters
+    ``keep`` indexes): each parameter's value is tried at each of
+    :data:`REFINE_FACTORS` times it (a latency at 0 at 1 us), within its
+    bounds, by simulating the samples, and a trial is kept when it lowers
+    :func:`_fit_error` (the worse band); up to :data:`REFINE_ROUNDS` rounds,
+    until one keeps nothing. Returns the variables, their simulated times,
+    their error and how many moves were kept."""
+    measured = np.array([s.time_s for s in samples])
+    sizes = np.array([s.size_bytes for s in samples])
+    low, high = bounds
+    moves = 0
+    for _ in range(REFINE_ROUNDS):
+        moved = False
+        for j, i in enumerate(keep):
+            path = paths[i]
+            value = _from_variable(path, x[j])
+            for factor in REFINE_FACTORS:
+                trial_value = value * factor if value > 0 else (1e-6 if factor > 1 else 0.0)
+                if _kind(path) == "efficiency":
+                    trial_value = min(trial_value, 1.0)
+                trial = x.copy()
+                trial[j] = np.clip(_to_variable(path, trial_value) if trial_value > 0 else 0.0, low[j], high[j])
+                if trial[j] == x[j]:
+                    continue
+                full = x0.copy()
+                full[keep] = trial
+                simulated = simulate_samples(samples, machine, _model_at(base_dict, paths, full))
+                trial_error = _fit_error(simulated, measured, sizes)
+                if trial_error < error - 1e-4:
+                    x, times, error, moved = trial, simulated, trial_error, True
+                    moves += 1
+                    value = _from_variable(path, x[j])
+        if not moved:
+            break
+    return x, times, error, moves
 
 
 def _fit_error(simulated: np.ndarray, measured: np.ndarray, sizes: np.ndarray) -> float:

@@ -57,7 +57,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..cost_model import CostModel, model_from_dict, model_to_dict
+from ..cost_model import NCCL_ALGORITHMS, CostModel, model_from_dict, model_to_dict
 from ..errors import SimcollError
 from ..files import save_figure
 from ..machines import Machine, as_machine
@@ -167,16 +167,13 @@ def measured_times(log: NcclTestsLog) -> pd.DataFrame:
     return per_size[["size_bytes", "time_s", "busbw_GBps"]]
 
 
-_NCCL_SPELLING = {"nvlstree": "nvls_tree", "collnetdirect": "collnet_direct", "collnetchain": "collnet_chain"}
-
-
 def _nccl_restrictions(log: NcclTestsLog) -> dict[str, list[str] | None]:
     """NCCL_ALGO / NCCL_PROTO of the log as tuner restrictions (None: free)."""
     out: dict[str, list[str] | None] = {"algorithms": None, "protocols": None}
     for key, value in (("algorithms", log.algo), ("protocols", log.proto)):
         if value and not value.startswith("^"):
             names = [v.strip().lower() for v in value.split(",") if v.strip()]
-            out[key] = [_NCCL_SPELLING.get(v, v) for v in names]
+            out[key] = [NCCL_ALGORITHMS.get(v, v) for v in names]
     return out
 
 

@@ -336,7 +336,7 @@ class _Run:
         lengths = np.array([len(q) for q in self.q_msgs], dtype=np.int64)
         self.b_q_first = np.concatenate(([0], np.cumsum(lengths)[:-1]))
         self.b_q_len = lengths
-        self.b_q_msgs = np.concatenate([np.asarray(q, dtype=np.int64) for q in self.q_msgs]) if self.q_msgs else lengths
+        self.b_q_msgs = np.concatenate([np.asarray(q, dtype=np.int64) for q in self.q_msgs] or [lengths])
         self.b_q_head = np.zeros(len(lengths), dtype=np.int64)
         self.b_q_free = np.zeros(len(lengths), dtype=np.float64)
         self.b_rate = np.array(self.q_good, dtype=np.float64)

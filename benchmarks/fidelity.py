@@ -14,7 +14,10 @@ to ``--validate-max-ranks`` they get the shipped model and that cross-check.
 Logs without a matching topology are listed with the reason.
 
 Usage: ``python benchmarks/fidelity.py [--measurements DIR] [--max-ranks N]
-[--validate-max-ranks N] [--only SUBSTRING]``.
+[--validate-max-ranks N] [--only SUBSTRING] [--shard K/N]``. ``--shard K/N``
+runs the K-th of N disjoint parts (all logs of one node kind in one part, so
+that the one-node model cross-check still runs), e.g. ``0/2`` and ``1/2`` in
+two processes on a 2-core machine.
 """
 
 from __future__ import annotations
@@ -84,6 +87,14 @@ def topology_for(path: Path) -> tuple[str | None, str]:
     return f"{node}*{nodes}" + ("/fat-tree:sharp=on" if "_sharp" in path.name else ""), ""
 
 
+def _shard_of(path: Path, parts: int) -> int:
+    """The part (of ``parts``) a log runs in: by its node kind, so that a
+    multi-node log meets its node's one-node logs; stable across runs."""
+    spec, _ = topology_for(path)
+    node = (spec or path.name).split("*")[0]
+    return sum(node.encode()) % parts
+
+
 def _pct(x: float) -> str:
     return "    -" if x is None or math.isnan(x) else f"{100 * x:5.1f}"
 
@@ -96,11 +107,20 @@ def main(argv: list[str] | None = None) -> int:
         "--validate-max-ranks", type=int, default=64, help="larger machines: shipped model and cross-check only"
     )
     parser.add_argument("--only", help="only logs whose name contains this")
+    parser.add_argument("--shard", help="K/N: only the K-th of N parts (whole node kinds), 0 <= K < N")
     args = parser.parse_args(argv)
     if not args.measurements.is_dir():
         print(f"no measurements at {args.measurements}")
         return 0
     logs = sorted(p for p in args.measurements.glob("*.log") if not args.only or args.only in p.name)
+    if args.shard:
+        try:
+            k, n = (int(v) for v in args.shard.split("/"))
+            if not 0 <= k < n:
+                raise ValueError
+        except ValueError:
+            parser.error(f"--shard: expected K/N with 0 <= K < N, got {args.shard!r}")
+        logs = [p for p in logs if _shard_of(p, n) == k]
     one_node_logs: dict[str, list[Path]] = {}
     one_node_models: dict[str, object] = {}
     print(f"{'log':<58} {'topology':<12} {'base>=64MB':>10} {'base<=64KB':>10} {'cal>=64MB':>9} {'cal<=64KB':>9}")

@@ -35,10 +35,10 @@ model lacks some physics (NCCL's ramp between ~1 and 64 MB): on a few logs
 the kept iterate then leaves one band outside its target
 (:data:`BAND_TARGETS`) while parameters that meet both exist. Then the fitted
 parameters are refined by a coordinate search (:func:`_refine_bands`) that
-simulates each trial and keeps a move only when it brings the bands nearer
-their targets (:func:`_target_excess`: a band within its target may move
-inside it, not out of it); the result replaces the least-squares iterate only
-where it meets both targets. The parameters stay the same physical ones,
+simulates each trial and keeps a move only when it lowers the bands' excess
+over their targets (:func:`_target_excess`: how far each is outside its
+target, summed); the result replaces the least-squares iterate only where it
+meets both targets. The parameters stay the same physical ones,
 within the same bounds.
 
 :func:`validate` prints what a user checks: measured against simulated busbw

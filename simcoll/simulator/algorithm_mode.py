@@ -559,15 +559,19 @@ class _Run:
         or the wall-clock limit (counted from the set-up) is reached."""
         if self.batched:
             self._start_batch(np.arange(len(self.pairs), dtype=np.int64), 0.0)
-        for qi in range(0 if self.batched else len(self.pairs)):
-            if qi % 1024 == 1023:
-                check_limit(
-                    self.started_s, self.time_limit_s, self.what, f"starting queues ({qi} of {len(self.pairs)} pairs)"
-                )
-            if self.q_fast[qi]:
-                self._start_private(qi, 0.0)
-            else:
-                self._start_shared(qi)
+        else:
+            for qi in range(len(self.pairs)):
+                if qi % 1024 == 1023:
+                    check_limit(
+                        self.started_s,
+                        self.time_limit_s,
+                        self.what,
+                        f"starting queues ({qi} of {len(self.pairs)} pairs)",
+                    )
+                if self.q_fast[qi]:
+                    self._start_private(qi, 0.0)
+                else:
+                    self._start_shared(qi)
         events = run_with_limit(self.env, self.time_limit_s, what=self.what, started_s=self.started_s)
         n_msgs = self.plan.messages
         if self.landed_count != n_msgs:

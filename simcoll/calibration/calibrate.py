@@ -642,11 +642,11 @@ def _refine_bands(
     for _ in range(REFINE_ROUNDS):
         moved = False
         for j, i in enumerate(keep):
-            if excess == 0 or trials >= REFINE_MAX_TRIALS:
-                break
             path = paths[i]
-            value = _from_variable(path, x[j])
             for factor in REFINE_FACTORS:
+                if excess == 0 or trials >= REFINE_MAX_TRIALS:
+                    return x, times, _fit_error(times, measured, sizes), moves
+                value = _from_variable(path, x[j])
                 trial_value = value * factor if value > 0 else (1e-6 if factor > 1 else 0.0)
                 if _kind(path) == "efficiency":
                     trial_value = min(trial_value, 1.0)
@@ -654,8 +654,6 @@ def _refine_bands(
                 trial[j] = np.clip(_to_variable(path, trial_value) if trial_value > 0 else 0.0, low[j], high[j])
                 if trial[j] == x[j]:
                     continue
-                if trials >= REFINE_MAX_TRIALS or excess == 0:
-                    break
                 trials += 1
                 full = x0.copy()
                 full[keep] = trial
@@ -664,8 +662,7 @@ def _refine_bands(
                 if trial_excess < excess - 1e-4:
                     x, times, excess, moved = trial, simulated, trial_excess, True
                     moves += 1
-                    value = _from_variable(path, x[j])
-        if not moved or excess == 0 or trials >= REFINE_MAX_TRIALS:
+        if not moved:
             break
     return x, times, _fit_error(times, measured, sizes), moves
 

@@ -310,13 +310,8 @@ class _Run:
         (:meth:`_land_batch`): every pair private, every message one transfer
         updating one slot, and enough messages for NumPy to pay."""
         plan = self.plan
-        return (
-            plan.messages >= BATCH_MIN_MESSAGES
-            and all(self.q_fast)
-            and not plan.groups
-            and not self.fanout
-            and all(isinstance(p[0], int) for p in self.pairs)
-        )
+        # switch reductions always fan out, so without fan-out every queue is a rank pair's
+        return plan.messages >= BATCH_MIN_MESSAGES and all(self.q_fast) and not plan.groups and not self.fanout
 
     def _batch_columns(self) -> None:
         """NumPy views and copies of the per-message, per-slot and per-pair

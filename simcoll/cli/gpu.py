@@ -4,7 +4,7 @@
     simcoll gpu source [FILE] -o kernel.cu                               # self-contained CUDA source
     simcoll gpu run FILE --size S [--devices 0,1] [--iters N] [--json]   # needs CuPy and a GPU (else exit 2)
     simcoll gpu calibrate -o models/NAME.yaml [--devices 0,1] [--base-model M] [--samples F]     # needs a GPU
-    simcoll gpu calibrate -o models/NAME.yaml --from-samples F       # an earlier run's samples fitted again, no GPU
+    simcoll gpu calibrate -o models/NAME.yaml --from-samples F [F ...]   # earlier runs' samples fitted (together), no GPU
     simcoll gpu validate FILE (--size S | --sizes 1KB:1GB) [--model M] [--csv F] [--plot F]      # needs a GPU
     simcoll gpu validate FILE --measured sweep.csv [--model M]      # an earlier sweep simulated again, no GPU
 
@@ -118,8 +118,13 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from simcoll.machines import load_model
 
     base = load_model(args.base_model) if args.base_model else None
-    if args.from_samples is not None:  # an earlier run's samples, fitted again: no GPU needed
-        samples, run = calibrate.read_samples(args.from_samples)
+    if args.from_samples:  # earlier runs' samples, fitted again (several: together): no GPU needed
+        samples, runs = [], []
+        for path in args.from_samples:
+            file_samples, file_runs = calibrate.read_samples(path)
+            samples += file_samples
+            runs += [r for r in file_runs.split("; ") if r not in runs]
+        run = "; ".join(runs)
     else:
         if not cuda_available():
             print(f"simcoll gpu calibrate: {NO_GPU}")
@@ -237,7 +242,8 @@ def register(subparsers, add_command=None) -> argparse.ArgumentParser:
     p.add_argument("--sizes", default="1KB:1GB", help="sweep sizes (factor 4), default 1KB:1GB")
     p.add_argument("--iters", type=positive_int, default=20)
     p.add_argument("--samples", default=None, help="also write the measured samples as CSV (to fit them again later)")
-    p.add_argument("--from-samples", default=None, help="fit the samples of an earlier run's CSV (no GPU needed)")
+    p.add_argument("--from-samples", nargs="+", default=None,
+                   help="fit the samples of earlier runs' CSVs, several together (no GPU needed)")  # fmt: skip
     p.set_defaults(func=cmd_calibrate)
     p = sub.add_parser("validate", help="run FILE on the GPU and in the simulator, side by side (needs CuPy)")
     p.add_argument("file")

@@ -4,7 +4,9 @@ dense flow × resource matrix form it replaces.
 Claim: on random components (hundreds of flows over shared resources, with
 repeated and fractional weights, bounds that bind and resources that fill)
 ``_max_min_numpy`` gives exactly the rates of the dense reference below, and
-the pure-Python ``_max_min`` agrees with both to rounding.
+the pure-Python ``_max_min`` agrees with both to rounding. A network gathers a
+component's entries from its table of routes (``_UsesTable``, grown as routes
+appear): the same entries as from the flows' own arrays.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import random
 import numpy as np
 import pytest
 
-from simcoll.simulator.network import _REL_TOL, Flow, Resource, _max_min, _max_min_numpy, _Uses
+from simcoll.simulator.network import _REL_TOL, Flow, Resource, _max_min, _max_min_numpy, _Sparse, _Uses, _UsesTable
 
 
 def _dense_reference(flows, resources):
@@ -77,3 +79,25 @@ def test_sparse_max_min_is_bit_identical_to_dense(seed):
     python = _max_min(flows, resources)
     assert python.keys() == dense.keys()
     assert all(abs(python[k] - dense[k]) <= 1e-9 * max(1.0, dense[k]) for k in dense)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_entries_gathered_from_the_route_table_are_the_flows_own(seed):
+    """Routes added one by one (the table grows past its first capacity),
+    shared by several flows, and a component of some of the flows in another
+    order: the sparse entries and rates are those built from each flow's arrays."""
+    flows, resources = _component(seed, num_flows=300, num_resources=40)
+    table = _UsesTable()
+    routes = [table.add(f.uses) for f in flows.values()]
+    assert table.count == 300 and [u.index for u in routes] == list(range(300))
+    rng = random.Random(seed)
+    for f in flows.values():  # flows of one rank pair share its route
+        f.uses = rng.choice(routes[:60])
+        f.res = [(resources[rid], w) for rid, w in zip(f.uses.ids.tolist(), f.uses.weights.tolist(), strict=True)]
+    picked = rng.sample(list(flows.values()), 150)
+    component = {f.id: f for f in picked}
+    own, gathered = _Sparse(component, resources), _Sparse(component, resources, table)
+    for a, b in ((own.entry_flow, gathered.entry_flow), (own.entry_res, gathered.entry_res),
+                 (own.values, gathered.values)):  # fmt: skip
+        assert np.array_equal(a, b)
+    assert np.array_equal(own.max_min(), gathered.max_min())

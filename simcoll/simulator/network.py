@@ -131,9 +131,10 @@ class _Uses:
     """A route's resources as the max-min solvers read them: by id (the
     component search), and their ids and weights as arrays."""
 
-    __slots__ = ("by_id", "ids", "weights")
+    __slots__ = ("by_id", "ids", "weights", "index")
 
     def __init__(self, resources: Sequence[tuple[Resource, float]]):
+        self.index = -1  # its place in the network's _UsesTable, once added
         merged: dict[int, list] = {}
         for r, w in resources:  # a resource listed twice carries both weights (added in order)
             if r.id in merged:
@@ -143,6 +144,40 @@ class _Uses:
         self.by_id = {rid: r for rid, (r, _) in merged.items()}
         self.ids = np.array(list(merged), dtype=np.int64)
         self.weights = np.array([w for _, w in merged.values()], dtype=float)
+
+
+class _UsesTable:
+    """Every route's resource ids and weights of one network end to end, with
+    each route's offset and length (compressed sparse rows): a component's
+    (flow, resource) entries are then gathered by NumPy indexing
+    (:class:`_Sparse`) rather than one small array per flow, which dominated
+    components of thousands of flows (HiCCL). Arrays grow by doubling."""
+
+    __slots__ = ("count", "offsets", "lengths", "ids", "weights", "_entries")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._entries = 0
+        self.offsets = np.zeros(64, dtype=np.int64)
+        self.lengths = np.zeros(64, dtype=np.int64)
+        self.ids = np.zeros(256, dtype=np.int64)
+        self.weights = np.zeros(256, dtype=float)
+
+    def add(self, uses: _Uses) -> _Uses:
+        n, start = len(uses.ids), self._entries
+        if self.count == len(self.offsets):
+            self.offsets = np.resize(self.offsets, 2 * self.count)
+            self.lengths = np.resize(self.lengths, 2 * self.count)
+        if start + n > len(self.ids):
+            grown = max(2 * len(self.ids), start + n)
+            self.ids, self.weights = np.resize(self.ids, grown), np.resize(self.weights, grown)
+        self.ids[start : start + n] = uses.ids
+        self.weights[start : start + n] = uses.weights
+        self.offsets[self.count], self.lengths[self.count] = start, n
+        uses.index = self.count
+        self.count += 1
+        self._entries += n
+        return uses
 
 
 class Flow:
@@ -236,6 +271,7 @@ class FluidNetwork:
         self._routes: dict[tuple[int, int], tuple[float, float, tuple[tuple[Resource, float], ...]]] = {}
         # per rank pair: α, bandwidth, resources, rate alone, and the resources as the max-min reads them
         self._fast: dict[tuple[int, int], tuple[float, float, tuple[tuple[Resource, float], ...], float, _Uses]] = {}
+        self._uses_table = _UsesTable()
         # Routes depend on the machine and on ``contention`` alone: each is worked out once per machine
         # (:meth:`route`), and another network of the machine replays the resources it creates.
         self._recipes: dict = machine.derived.setdefault((_ROUTES_KEY, contention), {})
@@ -774,7 +810,7 @@ class FluidNetwork:
         info = self._fast.get((src, dst))
         if info is None:
             alpha, bandwidth, resources = self.route(src, dst)
-            uses = _Uses(resources)
+            uses = self._uses_table.add(_Uses(resources))
             info = self._fast[(src, dst)] = (alpha, bandwidth, resources, alone_rate_Bps(bandwidth, resources), uses)
         alpha, bandwidth, resources, alone, uses = info
         now = self.env.now
@@ -963,7 +999,7 @@ class FluidNetwork:
             (f,) = flows.values()
             rates = (alone_rate_Bps(f.bound, f.res),)
         elif len(flows) > _REMEMBER_UP_TO:
-            sparse = _Sparse(flows, seen)
+            sparse = _Sparse(flows, seen, self._uses_table)
             rates = sparse.max_min().tolist()
         else:
             # Pipelined schedules meet the same sharing pattern again and again: the rates are a function
@@ -977,7 +1013,7 @@ class FluidNetwork:
                     new = _max_min(flows, seen)
                     rates = tuple([new[fid] for fid in flows])
                 else:
-                    sparse = _Sparse(flows, seen)
+                    sparse = _Sparse(flows, seen, self._uses_table)
                     rates = tuple(sparse.max_min().tolist())
                 self._solved_flows += len(flows)
                 if self._solved_flows > _SOLVED_MAX_FLOWS:  # memory stays bounded: forget, start again
@@ -1000,7 +1036,7 @@ class FluidNetwork:
                     self._account(r, totals[rid], now)
             else:
                 if sparse is None:
-                    sparse = _Sparse(flows, seen)
+                    sparse = _Sparse(flows, seen, self._uses_table)
                 for r, total in zip(seen.values(), sparse.totals(rates), strict=True):
                     self._account(r, total, now)
 
@@ -1200,20 +1236,28 @@ class _Sparse:
 
     __slots__ = ("flows", "resources", "entry_flow", "entry_res", "values")
 
-    def __init__(self, flows: dict[int, Flow], resources: dict[int, Resource]):
+    def __init__(self, flows: dict[int, Flow], resources: dict[int, Resource], table: _UsesTable | None = None):
         self.flows = flow_list = list(flows.values())
         self.resources = resources
         nf, nr = len(flow_list), len(resources)
         rids = np.fromiter(resources, dtype=np.int64, count=nr)
         local = np.empty(int(rids.max()) + 1, dtype=np.int64)
         local[rids] = np.arange(nr)
-        uses = [f.uses for f in flow_list]
-        lengths = np.fromiter((len(u.ids) for u in uses), dtype=np.int64, count=nf)
+        if table is None:  # routes outside a network's table
+            uses = [f.uses for f in flow_list]
+            lengths = np.fromiter((len(u.ids) for u in uses), dtype=np.int64, count=nf)
+            ids = np.concatenate([u.ids for u in uses])
+            weights = np.concatenate([u.weights for u in uses])
+        else:  # the same entries in the same order, gathered from the table
+            routes = np.fromiter([f.uses.index for f in flow_list], dtype=np.int64, count=nf)
+            lengths = table.lengths[routes]
+            ends = np.cumsum(lengths)
+            at = np.arange(int(ends[-1]), dtype=np.int64) + np.repeat(table.offsets[routes] - (ends - lengths), lengths)
+            ids, weights = table.ids[at], table.weights[at]
         rows = np.repeat(np.arange(nf, dtype=np.int64), lengths)
-        cols = local[np.concatenate([u.ids for u in uses])]
-        keys = rows * nr + cols
+        keys = rows * nr + local[ids]
         order = np.argsort(keys, kind="stable")
-        self.values = np.concatenate([u.weights for u in uses])[order]
+        self.values = weights[order]
         self.entry_flow, self.entry_res = np.divmod(keys[order], nr)
 
     def max_min(self) -> np.ndarray:

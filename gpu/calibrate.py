@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -472,6 +473,39 @@ def read_samples(path: str) -> tuple[list[Sample], str]:
     if not samples:
         raise ModelError(f"{path}: no samples")
     return samples, "; ".join(sorted(runs))
+
+
+def read_sample_files(paths: Sequence[str]) -> tuple[list[Sample], str]:
+    """The samples of several runs (:func:`read_samples` per file) to fit
+    together, and the runs they name. Repeated runs of one machine average
+    out what varies between runs (on an H200, small sizes by up to 24 %:
+    ``benchmarks/measured/h200-2026-11-26/``).
+
+    Raises
+    ------
+    ModelError
+        When no file is given, a file cannot be read (:func:`read_samples`),
+        or the runs name different GPUs (:func:`run_label`'s ``(NAME)``): one
+        model of two machines describes neither.
+    """
+    if not paths:
+        raise ModelError("no samples file given")
+    samples: list[Sample] = []
+    runs: dict[str, str] = {}  # run -> file
+    for path in paths:
+        file_samples, file_runs = read_samples(path)
+        samples += file_samples
+        for run in file_runs.split("; "):
+            runs.setdefault(run, path)
+    gpus = {m.group(1): path for run, path in runs.items() if (m := _GPU_IN_LABEL.search(run))}
+    if len(gpus) > 1:
+        named = ", ".join(f"{gpu} ({path})" for gpu, path in gpus.items())
+        raise ModelError(f"samples of different GPUs: {named}; fit each GPU's runs on their own")
+    return samples, "; ".join(runs)
+
+
+#: The GPU a :func:`run_label` names: ``devices 0 (NAME), 2026-...``.
+_GPU_IN_LABEL = re.compile(r"^devices [0-9,]+ \((.+)\), \d{4}-")
 
 
 def write_calibration(

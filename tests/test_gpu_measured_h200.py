@@ -16,6 +16,7 @@ from simcoll.gpu import validate as val
 from simcoll.algorithms import applicable
 from simcoll.compiler import lower_algorithm
 from simcoll.cost_model import CostModel
+from simcoll.errors import ModelError
 from simcoll.machines import load_machine, load_model, load_topology
 from tests.test_gpu_cli_and_kernel import main
 
@@ -121,3 +122,16 @@ def test_from_samples_refuses_a_missing_second_file(tmp_path, capsys):
     assert main(["gpu", "calibrate", "-o", str(tmp_path / "m.yaml"), "--from-samples", first, missing]) == 2
     assert "nope.csv" in capsys.readouterr().err
     assert not (tmp_path / "m.yaml").exists()
+
+
+def test_samples_of_two_gpus_are_not_fitted_together(tmp_path, capsys):
+    """An H100 run and an H200 run pooled would describe neither GPU."""
+    h100 = str(MEASURED.parent / "h100-2026-11-26" / "calibrate-samples-6.csv")
+    h200 = str(MEASURED / "calibrate-samples-1.csv")
+    with pytest.raises(ModelError, match=r"samples of different GPUs: NVIDIA H100 80GB HBM3 .*NVIDIA H200"):
+        cal.read_sample_files([h100, h200])
+    assert main(["gpu", "calibrate", "-o", str(tmp_path / "m.yaml"), "--from-samples", h100, h200]) == 2
+    assert "fit each GPU's runs on their own" in capsys.readouterr().err
+    assert not (tmp_path / "m.yaml").exists()
+    samples, runs = cal.read_sample_files([h200, h200])  # one run twice: named once
+    assert len(samples) == 138 and runs.count("NVIDIA H200") == 1

@@ -119,12 +119,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
     base = load_model(args.base_model) if args.base_model else None
     if args.from_samples:  # earlier runs' samples, fitted again (several: together): no GPU needed
-        samples, runs = [], []
-        for path in args.from_samples:
-            file_samples, file_runs = calibrate.read_samples(path)
-            samples += file_samples
-            runs += [r for r in file_runs.split("; ") if r not in runs]
-        run = "; ".join(runs)
+        samples, run = calibrate.read_sample_files(args.from_samples)
     else:
         if not cuda_available():
             print(f"simcoll gpu calibrate: {NO_GPU}")

@@ -183,7 +183,12 @@ class ExecutorParams:
       memory (a message's arrival, a freed FIFO slot, a finished step) another
       block sees it: the semaphores and FIFO flags of GC3 §6.2, Fig. 5, polled
       through memory. The raising block does not wait for it (written by
-      ``simcoll gpu calibrate`` from its flag ping-pong). ``None``: 0.
+      ``simcoll gpu calibrate`` from its flag ping-pong). ``None``: 0;
+    - ``write_share``: under ``stream_bound``, the share of a one-block copy's
+      time its writes take (its reads take the rest), so that an op making
+      ``r`` reads and ``w`` writes per element keeps the block
+      ``r·(1 - share) + w·share`` copies' time. ``None``: reads and writes
+      cost alike (0.5).
     """
 
     thread_block_bandwidth_Bps: float
@@ -194,6 +199,7 @@ class ExecutorParams:
     host_signal_s: float | None = None
     stream_bound: bool | None = None
     signal_latency_s: float | None = None
+    write_share: float | None = None
 
 
 NIC_BINDINGS = ("packed", "round-robin", "bijective")
@@ -612,6 +618,7 @@ def _parse_executor(raw: Any, where: str) -> ExecutorParams | None:
             "host_signal_s",
             "stream_bound",
             "signal_latency_s",
+            "write_share",
         },
         here,
     )
@@ -621,6 +628,9 @@ def _parse_executor(raw: Any, where: str) -> ExecutorParams | None:
     stream_bound = entry.get("stream_bound")
     if stream_bound is not None and not isinstance(stream_bound, bool):
         raise ModelError(f"{here}.stream_bound: must be true or false, got {stream_bound!r}")
+    share = _number(entry, "write_share", here, required=False, positive=True)
+    if share is not None and share >= 1:
+        raise ModelError(f"{here}.write_share: must lie in (0, 1), got {entry['write_share']!r}")
     return ExecutorParams(
         thread_block_bandwidth_Bps=_number(entry, "thread_block_bandwidth_Bps", here, positive=True),
         kernel_launch_s=_number(entry, "kernel_launch_s", here),
@@ -630,6 +640,7 @@ def _parse_executor(raw: Any, where: str) -> ExecutorParams | None:
         host_signal_s=_number(entry, "host_signal_s", here, required=False),
         stream_bound=stream_bound or None,
         signal_latency_s=_number(entry, "signal_latency_s", here, required=False),
+        write_share=share,
     )
 
 

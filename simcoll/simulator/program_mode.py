@@ -75,15 +75,25 @@ The runtime it models (GC3 §6; NV-Group §4.2.1):
   ``simcoll gpu calibrate``). In an interpreter whose block copies every
   received tile out of its FIFO slot (simcoll's, ``gpu/csrc/interp_core.h``),
   the block's rate bounds all it reads and writes: an op making ``s`` reads
-  and writes per element (:data:`STREAMS`: send and recv 2, rcs / rrc / rrs 3,
-  rrcs 4) keeps the block busy ``s · b / (2 · thread_block_bandwidth_Bps)``
-  (a copy, one read and one write, is the rate itself). So the send of a
+  and writes per element (:data:`READS_WRITES`: send and recv 2, rcs / rrc /
+  rrs 3, rrcs 4) keeps the block busy ``s · b / (2 · thread_block_bandwidth_Bps)``
+  (a copy, one read and one write, is the rate itself); with
+  ``executor.write_share`` a write weighs that share of a copy and a read the
+  rest (:func:`streams_of`). So the send of a
   fused op is capped at ``2 · rate / s``, and a recv or rrc costs that time
   after its message arrives. Measured on an H100 (2026-11-26, four virtual
   ranks, ring Allreduce 1 KB–1 GB, ``benchmarks/measured/``): without the
   rule the simulation was 28 % fast from 4 MB up; with it, and the model
   fitted with the receive copy, 5.8 % fast (median |error| 5.8 %; run 6,
   with the signal latency below: 2 %).
+- **Write share** (``executor.write_share``, optional): a stream-bound
+  block's writes may cost more than its reads. Measured sweeps say they do:
+  0.78 of a copy's time for the write, fitted to the seven H100 sweeps of
+  run 6 from 4 MB up, takes their rms ln error from 8.0 to 4.2 % and that of
+  an H200's sweeps, not fitted, from 9.0 / 7.6 to 4.5 / 3.4 % (Broadcast and
+  Allgather forward with rcs, one read and two writes, and were 6-15 % slow).
+  No calibration benchmark measures it yet, so calibrated models leave it
+  out (reads and writes alike) until one does.
 - **Signal latency** (``executor.signal_latency_s``, written by ``simcoll
   gpu calibrate``). Blocks synchronise through flags in memory (GC3 Fig. 5:
   a message's tail, a freed slot's head, a finished step's semaphore), and
@@ -172,13 +182,28 @@ class ProgramCosts:
     call_s: float = 0.0
     stream_bound: bool = False
     signal_latency_s: float = 0.0
+    write_share: float = 0.5
 
 
-#: Reads plus writes of each element by a thread block running the op under
-#: a ``stream_bound`` model: its source or in-slot (read), the reduced operand
-#: (read), its destination and/or out-slot (written). A copy is 2 (one read, one
-#: write), the rate ``thread_block_bandwidth_Bps`` counts it at.
-STREAMS = {"send": 2, "recv": 2, "rcs": 3, "rrc": 3, "rrs": 3, "rrcs": 4}
+#: Reads and writes of each element by a thread block running the op under a
+#: ``stream_bound`` model: its source or in-slot and the reduced operand
+#: (read), its destination and/or out-slot (written). A copy is one of each,
+#: the rate ``thread_block_bandwidth_Bps`` counts it at.
+READS_WRITES = {"send": (1, 1), "recv": (1, 1), "rcs": (1, 2), "rrc": (2, 1), "rrs": (2, 1), "rrcs": (2, 2)}
+
+
+def streams_of(op: str, write_share: float = 0.5) -> float:
+    """Twice the copies' time a stream-bound block spends per element of
+    ``op`` (0 for ops it does not stream): reads weigh ``1 - write_share``,
+    writes ``write_share`` (``executor.write_share``). At 0.5, reads plus writes.
+
+    >>> streams_of("rcs"), streams_of("rrs"), streams_of("rcs", 0.78), streams_of("copy")
+    (3.0, 3.0, 3.56, 0)
+    """
+    if op not in READS_WRITES:
+        return 0
+    reads, writes = READS_WRITES[op]
+    return 2 * (reads * (1 - write_share) + writes * write_share)
 
 
 def program_costs(program: Program, machine: Machine, protocol: str | None = None) -> ProgramCosts:
@@ -207,6 +232,7 @@ def program_costs(program: Program, machine: Machine, protocol: str | None = Non
         call_s=model.call_cost_s(proto.name) if protocol is not None else 0.0,
         stream_bound=bool(ex is not None and ex.stream_bound),
         signal_latency_s=(ex.signal_latency_s or 0.0) if ex is not None else 0.0,
+        write_share=ex.write_share if ex is not None and ex.write_share is not None else 0.5,
     )
 
 
@@ -559,7 +585,7 @@ class _Run:
                 yield from self._compute(self.machine.model.reduce_after_s(nbytes))
         # stream-bound blocks: the block's rate over its reads and writes bounds a fused op's send, and a
         # receive without a send copies out of the slot at that rate (module docstring)
-        streams = STREAMS.get(op, 0) if self.costs.stream_bound and not host else 0
+        streams = streams_of(op, self.costs.write_share) if self.costs.stream_bound and not host else 0
         if op in SENDS:
             if op == "signal" and signal_s > 0:
                 yield self.env.timeout(signal_s)

@@ -23,7 +23,16 @@ reduce     copy, then reduce rank 1's chunk into it        launch + 2·bytes / t
                                                            + bytes / reduce_bw
 pingpong   R signal / wait round trips between the ranks   launch + 2·R·(α + signal)
                                                            + bytes / max(tb_bw, link_bw)
+relay      rank 0 sends a chunk to rank 1, which keeps a   launch + messages·α + bytes·(1 + w) / block
+           copy and sends it back (``rcs``: one read, two  + α + first / link_bw + 2·signal
+           writes per element) to rank 0                   + last / block; fitted after the others
 ========== =============================================== ===========================================
+
+The relay gives ``executor.write_share`` ``w`` (:func:`fit_write_share`):
+the share of a copy's time a block's write takes, its read the rest. On the
+committed H100 and H200 sweeps writes weigh about 0.78 (Broadcast and
+Allgather, which forward with ``rcs``, were 6-15 % slower than simulated with
+reads and writes alike); samples measured before the relay leave it out.
 
 ``last`` is the last message's bytes: the receiving block copies each message
 out of its FIFO slot while the next arrives, and the last copy shows (the
@@ -59,7 +68,11 @@ from simcoll.program import Executor, Instruction, Program, RankProgram, Ref
 
 from .table import default_limits
 
-KINDS = ("sendrecv", "ll", "copy", "reduce", "pingpong")
+KINDS = ("sendrecv", "ll", "copy", "reduce", "pingpong", "relay")
+#: Kinds the joint fit needs; the relay (for ``executor.write_share``) is fitted after it when measured.
+JOINT_KINDS = KINDS[:-1]
+#: The relay's sizes from which its time per byte is its block's rate (:func:`fit_write_share`).
+RELAY_FROM_BYTES = 4 << 20
 #: Parameters of the fit, in the order of the vector ``predict_times`` takes.
 PARAMS = ("launch_s", "alpha_s", "link_Bps", "tb_Bps", "reduce_launch_s", "reduce_Bps", "ll_efficiency",
           "signal_latency_s")  # fmt: skip
@@ -168,6 +181,19 @@ def pingpong_program(rounds: int, *, tile_bytes: int | None = None) -> Program:
                       tile_bytes=tile_bytes)  # fmt: skip
 
 
+def relay_program(*, tile_bytes: int | None = None) -> Program:
+    """Rank 0 sends its chunk to rank 1, whose one executor keeps a copy and
+    sends it back (``rcs``: one read, two writes per element) to rank 0's
+    output: the relaying block is the bottleneck, and its time per byte
+    against the copy's weighs a write against a read
+    (``executor.write_share``, :func:`fit_write_share`)."""
+    coll = custom_collective("relay", [[0], []], [[0], [0]])
+    rank0 = (Executor(0, (_ins("send", ("input", 0)),), send_peer=1),
+             Executor(1, (_ins("recv", dst=("output", 0)),), recv_peer=1))  # fmt: skip
+    rank1 = Executor(0, (_ins("rcs", dst=("output", 0)),), send_peer=0, recv_peer=0)
+    return _two_ranks("relay", coll, rank0, rank1, [{"input": 1, "output": 1}, {"output": 1}], tile_bytes=tile_bytes)
+
+
 def size_sweep(low: int = 1 << 10, high: int = 1 << 30, factor: int = 4) -> tuple[int, ...]:
     """Sizes ``low, low·factor, ...`` up to ``high`` (bytes)."""
     out, s = [], low
@@ -197,6 +223,7 @@ def microbenchmarks(
         Microbenchmark("ll", "ll", sendrecv_program(protocol="LL", tile_bytes=tile), sweep, 1),
         Microbenchmark("copy", "copy", copy_program(tile_bytes=tile), sweep),
         Microbenchmark("reduce", "reduce", reduce_program(tile_bytes=tile), sweep),
+        Microbenchmark("relay", "relay", relay_program(tile_bytes=tile), sweep, 1),
     ]
     out += [
         Microbenchmark(f"pingpong-{r}", "pingpong", pingpong_program(r, tile_bytes=tile), (4,), rounds=r)
@@ -215,8 +242,9 @@ def _features(samples: Sequence[Sample]) -> dict[str, np.ndarray]:
     chunk = np.array([s.benchmark.chunk_bytes(s.size_bytes) for s in samples], float)
     last_tile = chunk - (tiles - 1) * np.array([_tile_bytes(s.benchmark) for s in samples], float)
     moved = np.array([_moved_chunks(s.benchmark) for s in samples], float)
+    first_tile = np.minimum(chunk, np.array([_tile_bytes(s.benchmark) for s in samples], float))
     return {"kind": kinds, "bytes": chunk * moved, "tiles": tiles, "messages": messages, "rounds": rounds,
-            "last_message": moved / per_tile * last_tile}  # fmt: skip
+            "last_message": moved / per_tile * last_tile, "first_message": first_tile}  # fmt: skip
 
 
 def _tile_bytes(bench: Microbenchmark) -> int:
@@ -226,7 +254,7 @@ def _tile_bytes(bench: Microbenchmark) -> int:
 def _moved_chunks(bench: Microbenchmark) -> int:
     """Chunks the benchmark's measured operation moves (the sendrecv Programs
     move every chunk of the collective; copy and reduce move one)."""
-    return bench.program.collective.size_chunks if bench.kind in ("sendrecv", "ll") else 1
+    return bench.program.collective.size_chunks if bench.kind in ("sendrecv", "ll", "relay") else 1
 
 
 def predict_times(samples: Sequence[Sample], params: Mapping[str, float] | np.ndarray) -> np.ndarray:
@@ -252,6 +280,12 @@ def predict_times(samples: Sequence[Sample], params: Mapping[str, float] | np.nd
     # one signal a trip, after a 4-byte copy at the model's block rate
     trips = 2 * f["rounds"] * (p["alpha_s"] + signal) + b / block_Bps
     out += np.where(k == KINDS.index("pingpong"), trips, 0.0)
+    # the relaying block streams every tile at (1 + write share) copies' time after its α; before it, the
+    # first tile's first hop; after it, the last tile's copy out of rank 0's slot
+    share = p.get("write_share", 0.5)
+    relay = (f["messages"] * p["alpha_s"] + b * (1 + share) / block_Bps + p["alpha_s"] + f["first_message"] / p["link_Bps"]
+             + 2 * signal + drain)  # fmt: skip
+    out += np.where(k == KINDS.index("relay"), relay, 0.0)
     return out
 
 
@@ -263,6 +297,8 @@ class CalibrationFit:
     fit: FitResult
     linear: Mapping[str, FitResult]
     samples: tuple[Sample, ...] = field(repr=False)
+    write_share: float | None = None  # from the relay, when measured (:func:`fit_write_share`)
+    write_share_note: str = ""
 
     @property
     def params(self) -> Mapping[str, float]:
@@ -287,8 +323,9 @@ def fit_calibration(samples: Sequence[Sample]) -> CalibrationFit:
         When a benchmark kind has no samples or its samples do not determine
         its parameters.
     """
-    samples = tuple(samples)
-    missing = [k for k in KINDS if not any(s.benchmark.kind == k for s in samples)]
+    relays = tuple(s for s in samples if s.benchmark.kind == "relay")
+    samples = tuple(s for s in samples if s.benchmark.kind != "relay")
+    missing = [k for k in JOINT_KINDS if not any(s.benchmark.kind == k for s in samples)]
     if missing:
         raise ModelError(f"calibration needs samples of every benchmark kind; none of: {', '.join(missing)}")
     f = _features(samples)
@@ -326,7 +363,29 @@ def fit_calibration(samples: Sequence[Sample]) -> CalibrationFit:
     }  # fmt: skip
     x0 = [min(max(guess[n], _BOUNDS[n][0]), _BOUNDS[n][1]) for n in PARAMS]
     joint = fit_model(lambda x: predict_times(samples, x), t, PARAMS, x0, [_BOUNDS[n] for n in PARAMS])
-    return CalibrationFit(joint, lin, samples)
+    share, note = fit_write_share(relays, joint.params) if relays else (None, "no relay samples")
+    return CalibrationFit(joint, lin, samples, share, note)
+
+
+def fit_write_share(relays: Sequence[Sample], params: Mapping[str, float]) -> tuple[float | None, str]:
+    """``executor.write_share`` from the relay's samples (:func:`relay_program`)
+    and the joint fit's ``params``: from :data:`RELAY_FROM_BYTES` up the
+    relaying block sets the pace, each tile costing α plus ``(1 + share)``
+    copies' time at the model's block rate, so the share is the measured time
+    per byte, less α per tile, in copies, less one. ``None`` (with the reason)
+    when fewer than two sizes reach that far or the share falls outside
+    (0, 1), which the model cannot express."""
+    large = [s for s in relays if s.benchmark.chunk_bytes(s.size_bytes) >= RELAY_FROM_BYTES]
+    if len({s.size_bytes for s in large}) < 2:
+        return None, f"fewer than two relay sizes from {RELAY_FROM_BYTES >> 20} MiB"
+    per_byte = np.polyfit([float(s.benchmark.chunk_bytes(s.size_bytes)) for s in large],
+                          [s.time_s for s in large], 1)[0]  # fmt: skip
+    block_Bps = max(params["tb_Bps"], params["link_Bps"])
+    share = (per_byte - params["alpha_s"] / _tile_bytes(large[0].benchmark)) * block_Bps - 1
+    note = f"relay from {RELAY_FROM_BYTES >> 20} MiB: {per_byte * block_Bps:.3f} copies' time per byte"
+    if not 0 < share < 1:
+        return None, f"{note}, a write share of {share:.3f} the model cannot take; left out"
+    return float(share), note
 
 
 def calibrated_model(
@@ -368,6 +427,7 @@ def calibrated_model(
         or (base.executor.slot_bytes if base and base.executor else None)
         or default_limits().default_tile_bytes
     )
+    share = "left out" if result.write_share is None else f"{result.write_share:.3f}"
     executor = ExecutorParams(
         thread_block_bandwidth_Bps=max(p["tb_Bps"], p["link_Bps"]),
         kernel_launch_s=p["launch_s"],
@@ -376,11 +436,12 @@ def calibrated_model(
         host_signal_s=base.executor.host_signal_s if base and base.executor else None,
         stream_bound=True,
         signal_latency_s=p["signal_latency_s"],
+        write_share=result.write_share,
         source=f"simcoll gpu calibrate, {run}: one-thread-block copy {p['tb_Bps'] / 1e9:.2f} GB/s (residual "
         f"{med('copy')}), taken as max(copy, send rate); launch {p['launch_s'] * 1e6:.2f} us; fifo_slots, slot_bytes: "
         f"the runner's table (gpu/limits.yaml); stream_bound: the interpreter's blocks copy every received tile out "
         f"of its slot (gpu/csrc/interp_core.h); signal latency {p['signal_latency_s'] * 1e6:.3f} us: flag ping-pong "
-        f"(residual {med('pingpong')}) less α; {resid}",
+        f"(residual {med('pingpong')}) less α; write share {share}: {result.write_share_note}; {resid}",
     )
     compute = ComputeParams(
         reduce_bandwidth_Bps=p["reduce_Bps"],

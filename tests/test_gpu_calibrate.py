@@ -5,6 +5,8 @@ residuals, loads, and simulates the benchmarks at the fitted times."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import simcoll.gpu
@@ -13,6 +15,7 @@ from simcoll.gpu import host
 from simcoll.gpu.table import to_table
 
 from simcoll import load_machine, load_model, simulate
+from simcoll.cost_model import LinkParams
 from simcoll.errors import ModelError
 from simcoll.machines import load_topology
 from simcoll.verify import check
@@ -128,3 +131,35 @@ def test_calibrate_command_exits_2_in_one_line_without_a_gpu(tmp_path, capsys):
     assert main(["gpu", "calibrate", "-o", str(out)]) == 2
     text = capsys.readouterr().out
     assert text.count("\n") == 1 and "no CUDA GPU" in text and not out.exists()
+
+
+def test_the_relay_gives_the_write_share_and_the_model_carries_it(tmp_path):
+    """A relaying block writes twice what it reads: its time per byte from
+    4 MiB, in copies, is 1 + the write share (0.7 here, in noisy timings)."""
+    result = cal.fit_calibration(synthetic(write_share=0.7))
+    assert result.write_share == pytest.approx(0.7, abs=0.05)
+    _, model = cal.write_calibration(synthetic(write_share=0.7), str(tmp_path / "m.yaml"), link_type="nvlink",
+                                     run="devices 0 (test GPU), 2026-01-01T00:00Z")  # fmt: skip
+    assert model.executor.write_share == pytest.approx(0.7, abs=0.05)
+    assert "write share 0.6" in model.executor.source and "relay from 4 MiB" in model.executor.source
+    # samples without the relay (runs before it) fit as before and leave the share out
+    older = cal.fit_calibration([s for s in synthetic() if s.benchmark.kind != "relay"])
+    assert older.write_share is None and older.write_share_note == "no relay samples"
+    small = [s for s in synthetic(write_share=0.7) if s.size_bytes < 4 << 20]
+    assert cal.fit_calibration(small).write_share is None
+
+
+@pytest.mark.parametrize("share", [0.5, 0.78])
+def test_the_write_share_estimate_reads_program_modes_relay_back(share):
+    """The relay simulated in Program mode with a model's write share gives
+    that share back: the estimate and the simulator count the same costs."""
+    fitted = {"launch_s": 5e-6, "alpha_s": 2e-6, "link_Bps": 40e9, "tb_Bps": 40e9, "signal_latency_s": 1e-6}
+    model = cal.calibrated_model(cal.fit_calibration(synthetic()), name="m", link_type="nvlink", run="r")
+    ex = dataclasses.replace(model.executor, thread_block_bandwidth_Bps=fitted["tb_Bps"], write_share=share,
+                             kernel_launch_s=fitted["launch_s"], signal_latency_s=fitted["signal_latency_s"])  # fmt: skip
+    links = {**model.links, "nvlink": LinkParams(fitted["alpha_s"], fitted["link_Bps"], "test")}
+    machine = load_machine(load_topology("fully-connected:2"), dataclasses.replace(model, executor=ex, links=links))
+    relay = next(b for b in cal.microbenchmarks() if b.kind == "relay")
+    samples = [cal.Sample(relay, size, simulate(relay.program, machine, size).time_s) for size in (16 << 20, 64 << 20)]
+    estimate, _ = cal.fit_write_share(samples, fitted)
+    assert estimate == pytest.approx(share, abs=1e-9)

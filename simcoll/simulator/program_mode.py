@@ -92,8 +92,10 @@ The runtime it models (GC3 §6; NV-Group §4.2.1):
   run 6 from 4 MB up, takes their rms ln error from 8.0 to 4.2 % and that of
   an H200's sweeps, not fitted, from 9.0 / 7.6 to 4.5 / 3.4 % (Broadcast and
   Allgather forward with rcs, one read and two writes, and were 6-15 % slow).
-  No calibration benchmark measures it yet, so calibrated models leave it
-  out (reads and writes alike) until one does.
+  ``simcoll gpu calibrate`` measures it with a relay Program (one read, two
+  writes per element: :func:`simcoll.gpu.calibrate.fit_write_share`);
+  models fitted from samples taken before it leave it out (reads and writes
+  alike).
 - **Signal latency** (``executor.signal_latency_s``, written by ``simcoll
   gpu calibrate``). Blocks synchronise through flags in memory (GC3 Fig. 5:
   a message's tail, a freed slot's head, a finished step's semaphore), and

@@ -77,11 +77,11 @@ The runtime it models (GC3 §6; NV-Group §4.2.1):
   the block's rate bounds all it reads and writes: an op making ``s`` reads
   and writes per element (:data:`READS_WRITES`: send and recv 2, rcs / rrc /
   rrs 3, rrcs 4) keeps the block busy ``s · b / (2 · thread_block_bandwidth_Bps)``
-  (a copy, one read and one write, is the rate itself); with
+  (a copy, one read and one write, is the rate itself; with
   ``executor.write_share`` a write weighs that share of a copy and a read the
-  rest (:func:`streams_of`). So the send of a
-  fused op is capped at ``2 · rate / s``, and a recv or rrc costs that time
-  after its message arrives. Measured on an H100 (2026-11-26, four virtual
+  rest: :func:`streams_of`). So the send of a fused op is capped at
+  ``2 · rate / s``, and a recv or rrc costs that time after its message
+  arrives. Measured on an H100 (2026-11-26, four virtual
   ranks, ring Allreduce 1 KB–1 GB, ``benchmarks/measured/``): without the
   rule the simulation was 28 % fast from 4 MB up; with it, and the model
   fitted with the receive copy, 5.8 % fast (median |error| 5.8 %; run 6,

@@ -375,6 +375,9 @@ def _execute(batches: list[Batch], study: str, workers: int | None, scheduler: s
                     threads_per_worker=1,
                     processes=True,
                     dashboard_address=None,
+                    # the scheduler serves HTTP routes without a dashboard too: on any free port, not 8787,
+                    # so that two sweeps (or test workers) on one machine do not contend for it
+                    scheduler_kwargs={"dashboard_address": ":0"},
                     silence_logs=logging.ERROR,
                 )
                 client = Client(cluster)

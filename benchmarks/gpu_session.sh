@@ -9,8 +9,8 @@
 #     OUT=/tmp/gpu bash benchmarks/gpu_session.sh
 #     SKIP="copy rate,kernel resources" OUT=/tmp/gpu bash benchmarks/gpu_session.sh   # steps by title
 #
-# Time: the H200 run of 2026-11-26 took 7 min 5 s with one calibration pass (1 min 53 s of it), so
-# about 9 min with two; SKIP="copy rate,kernel resources,ring 256MB" saves about 1 min where a
+# Time: the H200 run of 2026-11-26 took 7 min 15 s with one calibration pass (1 min 53 s of it), so
+# about 9 min 10 s with two; SKIP="copy rate,kernel resources,ring 256MB" saves about 1 min where a
 # lent machine's call is limited to 10 min.
 #
 # Works on a machine with no package index: simcoll is copied from this

@@ -328,7 +328,10 @@ def cluster(node: Topology, num_nodes: int, fabric: str | FabricSpec = "fat-tree
         f"{node.name}*{num_nodes}{spec.suffix()}",
         components,
         links,
-        description=f"{num_nodes} x {node.name} joined by a {spec.kind} {wire} fabric{spec.suffix()}",
+        # the node's description names its GPUs (NCCL's tuner reads the GPU generation from it)
+        description=f"{num_nodes} x {node.name}"
+        + (f" ({node.description})" if node.description else "")
+        + f" joined by a {spec.kind} {wire} fabric{spec.suffix()}",
         sources=node.sources,
         default_model=node.default_model,
         network_link=node.network_link,

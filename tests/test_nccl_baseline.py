@@ -7,7 +7,7 @@ import pytest
 
 from simcoll.compare import compare
 from simcoll.errors import SimcollError
-from simcoll.machines import load_machine
+from simcoll.machines import load_machine, load_topology
 from simcoll.nccl import Comm, Graph, choose
 from simcoll.nccl.baseline import nccl_algorithm, nccl_choice, nccl_machine
 
@@ -249,3 +249,14 @@ def test_rings_cross_nodes_only_from_gpus_next_to_a_nic():
         for u, v in zip(ring, ring[1:] + ring[:1], strict=True):
             if topology.node_of(u) != topology.node_of(v):
                 assert u % 8 in with_nic and v % 8 in with_nic and machine.route(u, v) is not None
+
+
+def test_a_cluster_knows_its_gpus_from_its_nodes_description():
+    """`a3-mega` names no GPU but its description does (8x H100): a cluster of
+    it is tuned as Hopper, like the node, not as the default SM80."""
+    from simcoll.nccl.baseline import nccl_machine
+
+    assert nccl_machine("a3-mega").compute_capability == 90
+    cluster = nccl_machine("a3-mega*2")
+    assert cluster.compute_capability == 90 and "assumed" not in cluster.gpu_source
+    assert "8x H100 SXM" in load_topology("a3-mega*2").description

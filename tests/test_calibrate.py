@@ -248,11 +248,15 @@ def test_the_a3_mega_log_is_simulated_under_its_tcpxo_nccl_profile():
     Google's GPUDirect-TCPXO profile (NCCL_PROTO=Simple, NCCL_ALGO=Ring,Tree),
     which the shipped model carries. Every size is simulated as NCCL ran it,
     with Simple, and the shipped model's ~120 us floor error falls from 192 %
-    (with the LL the free tuner picked) to under 50 %."""
+    (with the LL the free tuner picked) to under 50 %. NCCL's tree moves each
+    channel's share in 1 MiB buffer steps at a thread block's rate
+    (``simcoll.nccl.pipeline.tree_pipeline``): with that pipeline the shipped
+    model meets both targets without calibration (30.5 / 42.4 % before it)."""
     log = MEASUREMENTS / "h100-80gb-x8-n2_all_reduce_a3mega.log"
     frame = validate(log, "a3-mega*2")
     assert frame.choice.str.match(r"^(ring|tree)/Simple/").all()
-    assert error_summary(frame)["small"] < 0.5
+    errors = error_summary(frame)
+    assert errors["large"] == pytest.approx(0.027, abs=0.002) and errors["small"] == pytest.approx(0.188, abs=0.002)
 
 
 @pytest.mark.skipif(not MEASUREMENTS.is_dir(), reason="needs ../shared/reference/measurements")

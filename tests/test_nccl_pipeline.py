@@ -112,3 +112,28 @@ def test_the_pipeline_time_does_not_depend_on_running_the_schedule():
     assert quiet.time_s == ran.time_s
     assert ran.stats["step_pipeline"]["schedule_s"] > 0 and len(ran.timeline) > 0
     assert quiet.stats["step_pipeline"]["schedule_s"] is None
+
+
+@pytest.mark.parametrize("size", [4 << 20, 32 << 20, 1 << 30])
+def test_nccls_tree_is_the_pipeline_of_its_buffer_steps_at_a_channels_rate(size):
+    """NCCL's tree with Simple on 2 A3 Mega nodes (TCPXO profile: 1 MiB
+    buffer steps): its time is the closed form of ``_pipelined_time`` - the
+    call with the protocol's latency, the stream, one latency per step and
+    stage, and a fill of 14 hops at a channel's rate (20.7 GB/s, NCCL's
+    per-channel tree rate on 2 Hopper nodes) plus one network hop at the
+    bottleneck."""
+    machine = as_machine("a3-mega*2")
+    algorithm = nccl_algorithm(machine, "allreduce", size)
+    table = algorithm.metadata["step_pipeline"]
+    assert algorithm.metadata["nccl_choice"].startswith("tree/Simple/")
+    channels = table["channels"]
+    assert (table["stages"], table["network_stages"], table["step_bytes"]) == (16, 2, [[0, channels << 20]])
+    assert table["channel_Bps"] == pytest.approx(20.7e9)
+    result = simulate(algorithm, machine, size, verify=False, record_timeline=False, record_utilisation=False)
+    got = result.stats["step_pipeline"]
+    step = min(channels << 20, size)
+    stream = max(got["stream_s"], size / (channels * table["channel_Bps"]))
+    fill = 14 * step / channels / table["channel_Bps"] + stream * step / size
+    expected = result.stats["call_s"] + stream + (got["steps"] + 15) * got["step_latency_s"] + fill
+    assert result.time_s == pytest.approx(expected, rel=1e-12)
+    assert result.stats["call_s"] == machine.model.call_cost_s("Simple") > machine.model.call_overhead_s

@@ -41,7 +41,7 @@ import math
 from typing import Any
 
 from ..errors import SimcollError
-from .constants import TunerConstants, load_constants
+from .constants import TunerConstants, generation, load_constants
 
 #: NCCL algorithms that move the buffer in NVLS steps.
 PIPELINED_ALGORITHMS = ("nvls", "nvls_tree")
@@ -141,4 +141,46 @@ def pipeline(
     return {"stages": stages(algorithm, num_nodes), "step_bytes": rows}
 
 
-__all__ = ["NODE_STAGES", "PIPELINED_ALGORITHMS", "chunk_bytes", "pipeline", "step_bytes", "stages"]
+def tree_pipeline(
+    *,
+    channels: int,
+    chunk_bytes: int,
+    gpus_per_node: int,
+    num_nodes: int,
+    compute_capability: int,
+    constants: TunerConstants | None = None,
+) -> dict[str, Any]:
+    """The pipeline of NCCL's tree with the Simple protocol, for
+    ``metadata["step_pipeline"]``. Each channel moves its share in chunks of
+    one buffer step (``chunk_bytes``: enqueue.cc gives the tree with Simple
+    ``buffSize / NCCL_STEPS`` and no smaller), up the tree and down again: a
+    chunk crosses ``2 x depth`` hops, NCCL's tree depth being ``GPUs per
+    node - 1 + log2(nodes)`` (graph/connect.cc), and ``2 x log2(nodes)`` of
+    them cross the network. A channel is one thread block, moving at most
+    NCCL's own per-channel tree rate (``per_channel_max_tree_bw``, tuning.cc,
+    a bus bandwidth: half of it for an Allreduce's algorithm bandwidth).
+    :func:`simcoll.simulator.algorithm_mode` times it: the network hops at the
+    schedule's bottleneck, the others at a channel's rate.
+
+    >>> t = tree_pipeline(channels=16, chunk_bytes=1 << 20, gpus_per_node=8, num_nodes=2, compute_capability=90)
+    >>> t["stages"], t["network_stages"], t["step_bytes"], round(t["channel_Bps"] / 1e9, 1)
+    (16, 2, [[0, 16777216]], 20.7)
+    """
+    if min(channels, chunk_bytes, gpus_per_node, num_nodes) < 1:
+        raise SimcollError(
+            f"NCCL tree pipeline: channels, chunk, GPUs per node and nodes must be at least 1, got "
+            f"{channels}, {chunk_bytes}, {gpus_per_node}, {num_nodes}"
+        )
+    constants = constants or load_constants()
+    network = math.ceil(math.log2(num_nodes)) if num_nodes > 1 else 0
+    per_channel_GBps = constants.per_generation("per_channel_max_tree_bw", generation(compute_capability), num_nodes)
+    return {
+        "stages": 2 * (gpus_per_node - 1 + network),
+        "step_bytes": [[0, channels * chunk_bytes]],
+        "channels": channels,
+        "channel_Bps": per_channel_GBps * 1e9 * float(constants["tree_collnet_algbw_fraction"]),
+        "network_stages": 2 * network,
+    }
+
+
+__all__ = ["NODE_STAGES", "PIPELINED_ALGORITHMS", "chunk_bytes", "pipeline", "step_bytes", "stages", "tree_pipeline"]

@@ -1,4 +1,5 @@
-"""NCCL's step pipeline for its NVLink SHARP algorithms (NVLS, NVLSTree).
+"""NCCL's step pipelines: its NVLink SHARP algorithms (NVLS, NVLSTree) and,
+at the end (:func:`tree_pipeline`), its tree with the Simple protocol.
 
 NCCL moves a buffer through NVLS in *steps*. In one step each of its
 ``nChannels`` channels moves one chunk per NVLS head (``nHeads``: the node's

@@ -240,9 +240,10 @@ def _features(samples: Sequence[Sample]) -> dict[str, np.ndarray]:
     rounds = np.array([s.benchmark.rounds for s in samples], float)
     # the last message's bytes: the chunks one send moves, each its last (maybe shorter) tile
     chunk = np.array([s.benchmark.chunk_bytes(s.size_bytes) for s in samples], float)
-    last_tile = chunk - (tiles - 1) * np.array([_tile_bytes(s.benchmark) for s in samples], float)
+    tile = np.array([_tile_bytes(s.benchmark) for s in samples], float)
+    last_tile = chunk - (tiles - 1) * tile
     moved = np.array([_moved_chunks(s.benchmark) for s in samples], float)
-    first_tile = np.minimum(chunk, np.array([_tile_bytes(s.benchmark) for s in samples], float))
+    first_tile = np.minimum(chunk, tile)
     return {"kind": kinds, "bytes": chunk * moved, "tiles": tiles, "messages": messages, "rounds": rounds,
             "last_message": moved / per_tile * last_tile, "first_message": first_tile}  # fmt: skip
 
@@ -510,6 +511,12 @@ def read_samples(path: str) -> tuple[list[Sample], str]:
         suite does not have, or holds a row that is not a positive size and
         time (naming the line).
     """
+    samples, runs = _samples_and_runs(path)
+    return samples, "; ".join(runs)
+
+
+def _samples_and_runs(path: str) -> tuple[list[Sample], list[str]]:
+    """:func:`read_samples`, with the runs as a sorted list."""
     from simcoll.files import read_csv_rows
 
     suites: dict[int, dict[str, Microbenchmark]] = {}
@@ -533,7 +540,7 @@ def read_samples(path: str) -> tuple[list[Sample], str]:
         samples.append(Sample(suite[name], size, seconds))
     if not samples:
         raise ModelError(f"{path}: no samples")
-    return samples, "; ".join(sorted(runs))
+    return samples, sorted(runs)
 
 
 def read_sample_files(paths: Sequence[str]) -> tuple[list[Sample], str]:
@@ -554,9 +561,9 @@ def read_sample_files(paths: Sequence[str]) -> tuple[list[Sample], str]:
     samples: list[Sample] = []
     runs: dict[str, str] = {}  # run -> file
     for path in paths:
-        file_samples, file_runs = read_samples(path)
+        file_samples, file_runs = _samples_and_runs(path)
         samples += file_samples
-        for run in file_runs.split("; "):
+        for run in file_runs:
             runs.setdefault(run, path)
     gpus = {m.group(1): path for run, path in runs.items() if (m := _GPU_IN_LABEL.search(run))}
     if len(gpus) > 1:

@@ -53,7 +53,6 @@ from ..algorithm import Algorithm
 from ..errors import ModelError, NotApplicableError, SimcollError
 from ..machines import Machine, as_machine
 from ..topology import FABRIC_LINK_TYPES, Topology
-from .constants import load_constants
 from .pipeline import PIPELINED_ALGORITHMS, pipeline, tree_pipeline
 from .tuner import PROTOCOL_NAMES, TUNED_COLLECTIVES, Choice, Comm, Graph, choose
 
@@ -423,13 +422,9 @@ def nccl_algorithm(
     elif choice.algorithm == "tree" and choice.protocol == "simple":
         described = nccl_machine(machine)
         executor = machine.model.executor
-        slot = (
-            executor.slot_bytes
-            if executor is not None and executor.slot_bytes
-            else load_constants()["simple_step_bytes"]
-        )
+        slot = executor.slot_bytes if executor is not None else None  # NCCL_BUFFSIZE / 8; None: NCCL's default
         metadata["step_pipeline"] = tree_pipeline(
-            channels=channels, chunk_bytes=int(slot), gpus_per_node=described.gpus_per_node,
+            channels=channels, chunk_bytes=int(slot) if slot else None, gpus_per_node=described.gpus_per_node,
             num_nodes=described.num_nodes, compute_capability=described.compute_capability,
         )  # fmt: skip
     metadata.update(

@@ -145,7 +145,7 @@ def pipeline(
 def tree_pipeline(
     *,
     channels: int,
-    chunk_bytes: int,
+    chunk_bytes: int | None = None,
     gpus_per_node: int,
     num_nodes: int,
     compute_capability: int,
@@ -154,7 +154,8 @@ def tree_pipeline(
     """The pipeline of NCCL's tree with the Simple protocol, for
     ``metadata["step_pipeline"]``. Each channel moves its share in chunks of
     one buffer step (``chunk_bytes``: enqueue.cc gives the tree with Simple
-    ``buffSize / NCCL_STEPS`` and no smaller), up the tree and down again: a
+    ``buffSize / NCCL_STEPS`` and no smaller; None: NCCL's default buffer's,
+    ``simple_step_bytes``), up the tree and down again: a
     chunk crosses ``2 x depth`` hops, NCCL's tree depth being ``GPUs per
     node - 1 + log2(nodes)`` (graph/connect.cc), and ``2 x log2(nodes)`` of
     them cross the network. A channel is one thread block, moving at most
@@ -167,12 +168,13 @@ def tree_pipeline(
     >>> t["stages"], t["network_stages"], t["step_bytes"], round(t["channel_Bps"] / 1e9, 1)
     (16, 2, [[0, 16777216]], 20.7)
     """
+    constants = constants or load_constants()
+    chunk_bytes = int(constants["simple_step_bytes"]) if chunk_bytes is None else chunk_bytes
     if min(channels, chunk_bytes, gpus_per_node, num_nodes) < 1:
         raise SimcollError(
             f"NCCL tree pipeline: channels, chunk, GPUs per node and nodes must be at least 1, got "
             f"{channels}, {chunk_bytes}, {gpus_per_node}, {num_nodes}"
         )
-    constants = constants or load_constants()
     network = math.ceil(math.log2(num_nodes)) if num_nodes > 1 else 0
     per_channel_GBps = constants.per_generation("per_channel_max_tree_bw", generation(compute_capability), num_nodes)
     return {

@@ -171,6 +171,22 @@ def test_tree_pipelines_each_channel_in_fifo_slot_pieces():
     assert busbw > 4 * 25.0  # beyond any ring's reach: four 200 Gb/s NICs carry 100 GB/s per node
 
 
+def test_a_step_pipelined_algorithm_is_built_once_for_every_size():
+    """NVLS-tree is timed as NCCL's step pipeline, which reads only its
+    schedule's loads: every size gets the same schedule, of at least
+    PIPELINED_SCHEDULE_CHUNKS chunks, so that its chunks dealt over each
+    node's four NVSwitches (5/4/4/5 links) load them in proportion."""
+    from simcoll.nccl.baseline import PIPELINED_SCHEDULE_CHUNKS, pipeline_pieces
+
+    machine = load_machine("dgx-h100*2")
+    pieces = {pipeline_pieces(machine, "allreduce", s, 16, "nvls_tree") for s in (1 << 20, 64 << 20, 8 << 30)}
+    assert pieces == {PIPELINED_SCHEDULE_CHUNKS // 16}
+    small, large = (nccl_algorithm(machine, "allreduce", s) for s in (64 << 20, 1 << 30))
+    assert small.metadata["nccl_choice"] == large.metadata["nccl_choice"] == "nvls_tree/Simple/16ch"
+    assert small.chunks == large.chunks == PIPELINED_SCHEDULE_CHUNKS
+    assert small.transfers is large.transfers
+
+
 def test_rings_on_a_mesh_are_duplicated_as_found_and_spread_over_the_links():
     """On a full mesh of 8 GPUs (AMD MI300X platform) the ring search finds 3
     rings and their reverses, not one per link, and NCCL duplicates what it

@@ -1,4 +1,4 @@
-"""NCCL's NVLS step pipeline: the chunk rule read from enqueue.cc, and the
+"""NCCL's step pipelines (NVLS, NVLSTree, CollNet Direct, the tree): the chunk rules read from enqueue.cc, and the
 simulator's pipeline time for Algorithms that carry ``metadata["step_pipeline"]``."""
 
 from dataclasses import replace
@@ -36,20 +36,42 @@ def test_nvls_tree_chunk_is_capped_at_64_KiB_from_four_nodes():
     assert four == [32 * KiB, 64 * KiB, 64 * KiB, 64 * KiB]
 
 
-@pytest.mark.parametrize("algorithm, nodes", [("nvls", 1), ("nvls_tree", 2), ("nvls_tree", 4)])
+@pytest.mark.parametrize(
+    "size, chunk",
+    # 24 channels x 8 heads = 192 concurrent chunks, depth 2: from the 512 KiB buffer step, halved while the
+    # buffer holds fewer than 128 steps down to 128 KiB (256 KiB below 128 x 192 x 512 KiB = 12 GiB, 128 KiB
+    # below 6 GiB), then fewer than 16 steps down to 64 KiB (below 16 x 192 x 128 KiB = 384 MiB) and 32 KiB
+    # (below 192 MiB)
+    [(16 * GiB, 512 * KiB), (12 * GiB, 512 * KiB), (12 * GiB - 1, 256 * KiB), (GiB, 128 * KiB), (384 * MiB, 128 * KiB), (384 * MiB - 1, 64 * KiB), (192 * MiB - 1, 32 * KiB), (MiB, 32 * KiB)],
+)  # fmt: skip
+def test_collnet_direct_chunk_is_the_buffer_step_halved_as_nccl_does(size, chunk):
+    assert chunk_bytes("collnet_direct", size, channels=24, heads=8, num_nodes=4, gpus_per_node=8) == chunk
+
+
+def test_collnet_direct_starts_from_the_models_buffer_step_and_has_depth_one_with_one_gpu_per_node():
+    # NCCL_BUFFSIZE of 8 MiB: 1 MiB steps, the first halving at 128 x 16 x 1 MiB = 2 GiB
+    assert chunk_bytes("collnet_direct", 2 * GiB, channels=2, heads=8, num_nodes=4, buffer_step_bytes=MiB) == MiB
+    # one GPU per node (no peers): depth 1, so a buffer holding 64 steps keeps the full chunk
+    one = chunk_bytes("collnet_direct", 64 * 16 * 512 * KiB, channels=16, heads=1, num_nodes=4, gpus_per_node=1)
+    two = chunk_bytes("collnet_direct", 64 * 16 * 512 * KiB, channels=16, heads=1, num_nodes=4, gpus_per_node=8)
+    assert (one, two) == (512 * KiB, 256 * KiB)
+
+
+@pytest.mark.parametrize("algorithm, nodes", [("nvls", 1), ("nvls_tree", 2), ("nvls_tree", 4), ("collnet_direct", 4)])
 @pytest.mark.parametrize("channels", [16, 24])
 def test_the_table_an_algorithm_carries_gives_the_rules_step_for_every_size(algorithm, nodes, channels):
     table = pipeline(algorithm, channels=channels, heads=8, num_nodes=nodes)
-    sizes = [1, 1000, *(s + d for p in range(10, 35) for s in [1 << p] for d in (-1, 0, 1)), 3 * 10**9]
+    sizes = [1, 1000, *(s + d for p in range(10, 36) for s in [1 << p] for d in (-1, 0, 1)), 3 * 10**9, 12 * GiB - 1]
     for size in sizes:
         assert _step_and_stages(table, size)[0] == step_bytes(
             algorithm, size, channels=channels, heads=8, num_nodes=nodes
         )
 
 
-def test_a_step_passes_the_three_node_stages_and_one_more_per_tree_level():
+def test_a_step_passes_the_three_node_stages_and_one_more_per_tree_level_or_for_the_sharp_network():
     assert stages("nvls", 1) == 3
     assert [stages("nvls_tree", n) for n in (2, 4, 8, 16)] == [4, 5, 6, 7]
+    assert [stages("collnet_direct", n) for n in (2, 4, 16)] == [4, 4, 4]
 
 
 def test_the_rule_refuses_what_nccl_does_not_pipeline_in_nvls_steps():
@@ -137,3 +159,27 @@ def test_nccls_tree_is_the_pipeline_of_its_buffer_steps_at_a_channels_rate(size)
     expected = result.stats["call_s"] + stream + (got["steps"] + 15) * got["step_latency_s"] + fill
     assert result.time_s == pytest.approx(expected, rel=1e-12)
     assert result.stats["call_s"] == machine.model.call_cost_s("Simple") > machine.model.call_overhead_s
+
+
+def test_collnet_direct_is_the_pipeline_of_its_buffer_steps_so_busbw_ramps_as_the_sharp_log_does():
+    """CollNet Direct on 4 DGX A100 over SHARP: a step is 24 channels x 8
+    heads (a GPU with its own NIC each) x NCCL's chunk, through the node's
+    three stages and the network's one; the fill of its large steps keeps
+    busbw at 64 MiB well below the 8 GiB plateau, as the published CoreWeave
+    SHARP log shows (93 against 116 GB/s), where the bare schedule is at
+    its plateau by 16 MiB."""
+    machine = as_machine("dgx-a100*4/fat-tree:sharp=on")
+    busbw, bare = {}, {}
+    for size in (16 * MiB, 64 * MiB, 8 * GiB):
+        algorithm = nccl_algorithm(machine, "allreduce", size, collnet=True)
+        assert algorithm.metadata["nccl_choice"] == "collnet_direct/Simple/24ch"
+        table = algorithm.metadata["step_pipeline"]
+        assert table["stages"] == 4
+        assert _step_and_stages(table, size)[0] == 24 * 8 * chunk_bytes(
+            "collnet_direct", size, channels=24, heads=8, num_nodes=4, gpus_per_node=8
+        )
+        plain = replace(algorithm, metadata={k: v for k, v in algorithm.metadata.items() if k != "step_pipeline"})
+        busbw[size] = simulate(algorithm, machine, size, record_timeline=False).busbw_GBps
+        bare[size] = simulate(plain, machine, size, record_timeline=False).busbw_GBps
+    assert busbw[64 * MiB] < 0.8 * busbw[8 * GiB]
+    assert bare[16 * MiB] > 0.8 * bare[8 * GiB]

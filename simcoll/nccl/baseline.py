@@ -88,7 +88,8 @@ class NcclMachine:
     """What NCCL's tuner is told about a machine (module docstring).
 
     ``gpu_source`` says how the compute capability was found (the matched
-    pattern, or that the default was assumed).
+    pattern, or that the default was assumed); ``nics_per_node`` counts the
+    NICs of the first node.
     """
 
     comm: Comm
@@ -99,6 +100,7 @@ class NcclMachine:
     intra: str
     intra_GBps: float
     nic_GBps: float
+    nics_per_node: int = 0
 
 
 def compute_capability(topology: Topology) -> tuple[int, str]:
@@ -202,7 +204,7 @@ def nccl_machine(machine: Machine | str) -> NcclMachine:
         collnet=collnet,
         nvswitch=bool(switches),
     )
-    return NcclMachine(comm, cc, gpu_source, num_nodes, gpus, intra, intra_GBps, nic_GBps)
+    return NcclMachine(comm, cc, gpu_source, num_nodes, gpus, intra, intra_GBps, nic_GBps, len(nics))
 
 
 def nccl_choice(
@@ -272,6 +274,12 @@ TREE_ALGORITHMS = ("tree",)
 #: at least :data:`MIN_STAGED_PIECES` per rank so that the stages overlap.
 STAGED_ALGORITHMS = ("nvls_tree", "collnet_direct", "collnet_chain")
 MIN_STAGED_PIECES = 4
+#: Fewest chunks in the schedule of an algorithm timed as NCCL's step pipeline
+#: (:data:`~simcoll.nccl.pipeline.PIPELINED_ALGORITHMS`): only its loads count,
+#: so it is built once per machine and channel count, not per size, with
+#: enough chunks that those dealt over a node's NVSwitches (5/4/4/5 of 18 on
+#: a DGX H100) balance within 1 %.
+PIPELINED_SCHEDULE_CHUNKS = 512
 #: Most pipeline pieces per channel simulated: with P ranks a chain of k pieces
 #: runs at k / (k + P - 2) of its link rate, 32 / 38 = 84 % at P = 8, within
 #: a few per cent of deeper pipelines once per-piece latencies are counted,
@@ -287,7 +295,10 @@ def pipeline_pieces(
     slots, GC3 §6.1), between 1 and :data:`MAX_PIPELINE_PIECES`; 1 for ring
     collectives that are not chains (the ring's blocks already pipeline).
     For the staged in-network algorithms (:data:`STAGED_ALGORITHMS`) the
-    same count per rank, at least :data:`MIN_STAGED_PIECES`; NCCL's tree
+    same count per rank, at least :data:`MIN_STAGED_PIECES`, except for those
+    timed as NCCL's step pipeline, whose schedule gives only its loads: a
+    count independent of the size (:data:`PIPELINED_SCHEDULE_CHUNKS`), so that
+    one schedule serves every size. NCCL's tree
     (:data:`TREE_ALGORITHMS`) pipelines every channel's share like a chain.
 
     >>> pipeline_pieces(as_machine("dgx-a100"), "broadcast", 1 << 30, 24)
@@ -299,6 +310,8 @@ def pipeline_pieces(
     """
     executor = machine.model.executor
     slot = executor.slot_bytes if executor is not None and executor.slot_bytes else None
+    if nccl_algo in STAGED_ALGORITHMS and nccl_algo in PIPELINED_ALGORITHMS:
+        return max(MIN_STAGED_PIECES, math.ceil(PIPELINED_SCHEDULE_CHUNKS / machine.num_ranks))
     if nccl_algo in STAGED_ALGORITHMS:
         if slot is None:
             return MIN_STAGED_PIECES
@@ -414,15 +427,21 @@ def nccl_algorithm(
             machine, collective, "ring", channels, pipeline_pieces(machine, collective, size_bytes, channels)
         )
     metadata = dict(algorithm.metadata)
+    executor = machine.model.executor
+    slot = executor.slot_bytes if executor is not None else None  # NCCL_BUFFSIZE / 8; None: NCCL's default
     if choice.algorithm in PIPELINED_ALGORITHMS:
         described = nccl_machine(machine)
+        heads = described.gpus_per_node
+        if choice.algorithm == "collnet_direct":
+            # a CollNet Direct head is a GPU reaching the network through a NIC of its own (the channels of
+            # NCCL's CollNet Direct graph, search.cc, at most one per GPU)
+            heads = max(1, min(heads, described.nics_per_node))
         metadata["step_pipeline"] = pipeline(
-            choice.algorithm, channels=channels, heads=described.gpus_per_node, num_nodes=described.num_nodes
-        )
+            choice.algorithm, channels=channels, heads=heads, num_nodes=described.num_nodes,
+            gpus_per_node=described.gpus_per_node, buffer_step_bytes=int(slot) if slot else None,
+        )  # fmt: skip
     elif choice.algorithm == "tree" and choice.protocol == "simple":
         described = nccl_machine(machine)
-        executor = machine.model.executor
-        slot = executor.slot_bytes if executor is not None else None  # NCCL_BUFFSIZE / 8; None: NCCL's default
         metadata["step_pipeline"] = tree_pipeline(
             channels=channels, chunk_bytes=int(slot) if slot else None, gpus_per_node=described.gpus_per_node,
             num_nodes=described.num_nodes, compute_capability=described.compute_capability,

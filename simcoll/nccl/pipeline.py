@@ -1,5 +1,6 @@
-"""NCCL's step pipelines: its NVLink SHARP algorithms (NVLS, NVLSTree) and,
-at the end (:func:`tree_pipeline`), its tree with the Simple protocol.
+"""NCCL's step pipelines: its NVLink SHARP algorithms (NVLS, NVLSTree), its
+IB SHARP one (CollNet Direct) and, at the end (:func:`tree_pipeline`), its
+tree with the Simple protocol.
 
 NCCL moves a buffer through NVLS in *steps*. In one step each of its
 ``nChannels`` channels moves one chunk per NVLS head (``nHeads``: the node's
@@ -28,6 +29,21 @@ NVLSTree tuning (nvls.cc ``ncclNvlsTreeSm100Tuning``, which may change the
 channels and chunks) and NCCL_NVLS_CHUNKSIZE / NCCL_NVLSTREE_MAX_CHUNKSIZE
 set by the user.
 
+CollNet Direct moves its buffer the same way (enqueue.cc: a step is
+``nChannels x nHeads`` chunks, a head being a GPU with a NIC of its own), with
+chunks of one Simple buffer step (512 KiB) halved as the buffer shrinks,
+through its kernel's scatter, reduce and gather stages and one network stage
+(the IB switches reduce the step and return the sum). With 24 channels x 8
+heads a step is 6 MiB for buffers up to 192 MiB and 24 MiB from 384 MiB, so
+the fill keeps busbw well below its plateau up to hundreds of MiB, as the
+published CoreWeave SHARP log (4 x 8 A100) shows (93 GB/s at 64 MiB, 116 at
+8 GiB): ``T0 + S / B + (N + D - 1) o + (D - 1) step / B`` with NCCL's steps
+and ``D = 4`` fits its 31 sizes within 8 % at >= 64 MiB and 14 % at <= 64 KiB
+(three free parameters, ``T0``, ``B`` and ``o``; ``D = 3`` would fit within 3
+and 15 %), and ``simcoll calibrate`` on it now gives 12.6 and 3.1 % (42.3 and
+7.4 % with the schedule's own pieces). CollNet Chain keeps the schedule's own
+pieces (not modelled as a step pipeline).
+
 >>> step_bytes("nvls", 8 << 30, channels=16, heads=8, num_nodes=1)  # 128 KiB chunks
 16777216
 >>> step_bytes("nvls", 2 << 20, channels=16, heads=8, num_nodes=1)  # 16 KiB chunks
@@ -44,8 +60,8 @@ from typing import Any
 from ..errors import SimcollError
 from .constants import TunerConstants, generation, load_constants
 
-#: NCCL algorithms that move the buffer in NVLS steps.
-PIPELINED_ALGORITHMS = ("nvls", "nvls_tree")
+#: NCCL algorithms that move the buffer in steps of ``nChannels x nHeads`` chunks.
+PIPELINED_ALGORITHMS = ("nvls", "nvls_tree", "collnet_direct")
 #: Stages of NCCL's NVLS kernel a step passes through inside a node: scatter,
 #: reduce + multicast, gather (device/all_reduce.h warp groups).
 NODE_STAGES = 3
@@ -72,6 +88,17 @@ def _check(algorithm: str, channels: int, heads: int, num_nodes: int) -> None:
         )
 
 
+def _collnet_chunk(size_bytes: float, concurrent: int, depth: int, start: int, constants: TunerConstants) -> int:
+    """CollNet Direct's chunk: ``start`` halved while the buffer holds fewer
+    than ``k x depth`` steps of it and it is above ``floor``, for each
+    ``[k, floor]`` of ``collnet_direct_chunk_halvings`` in order."""
+    chunk = start
+    for k, floor in constants["collnet_direct_chunk_halvings"]:
+        while size_bytes < int(k) * depth * concurrent * chunk and chunk > int(floor):
+            chunk //= 2
+    return chunk
+
+
 def chunk_bytes(
     algorithm: str,
     size_bytes: float,
@@ -79,15 +106,24 @@ def chunk_bytes(
     channels: int,
     heads: int,
     num_nodes: int,
+    gpus_per_node: int | None = None,
+    buffer_step_bytes: int | None = None,
     constants: TunerConstants | None = None,
 ) -> int:
-    """NCCL's chunk for ``size_bytes`` (enqueue.cc ``calcCollChunking``, NVLS
-    and NVLSTree branches): the largest chunk, cut in order by each
-    ``[k, c]`` of the constants while the buffer is below ``k`` steps of the
-    current chunk."""
+    """NCCL's chunk for ``size_bytes`` (enqueue.cc ``calcCollChunking``).
+    NVLS and NVLSTree: the largest chunk, cut in order by each ``[k, c]`` of
+    the constants while the buffer is below ``k`` steps of the current chunk.
+    CollNet Direct: one Simple buffer step (``buffer_step_bytes``, NCCL_BUFFSIZE
+    / 8; None: NCCL's default buffer's), halved while the buffer holds too few
+    steps (:func:`_collnet_chunk`), the pipeline's depth being 2 where a node
+    has more than one GPU (``gpus_per_node``, None: ``heads``)."""
     _check(algorithm, channels, heads, num_nodes)
     constants = constants or load_constants()
     concurrent = channels * heads
+    if algorithm == "collnet_direct":
+        start = int(constants["simple_step_bytes"]) if buffer_step_bytes is None else int(buffer_step_bytes)
+        depth = 2 if (heads if gpus_per_node is None else gpus_per_node) > 1 else 1
+        return _collnet_chunk(size_bytes, concurrent, depth, start, constants)
     chunk = _max_chunk_bytes(algorithm, num_nodes, constants)
     for k, c in _cuts(algorithm, constants):
         if size_bytes < k * concurrent * chunk and chunk > c:
@@ -95,17 +131,10 @@ def chunk_bytes(
     return chunk
 
 
-def step_bytes(
-    algorithm: str,
-    size_bytes: float,
-    *,
-    channels: int,
-    heads: int,
-    num_nodes: int,
-    constants: TunerConstants | None = None,
-) -> int:
-    """Bytes one NCCL step moves: ``channels x heads x`` :func:`chunk_bytes`."""
-    chunk = chunk_bytes(algorithm, size_bytes, channels=channels, heads=heads, num_nodes=num_nodes, constants=constants)
+def step_bytes(algorithm: str, size_bytes: float, *, channels: int, heads: int, num_nodes: int, **options: Any) -> int:
+    """Bytes one NCCL step moves: ``channels x heads x`` :func:`chunk_bytes`
+    (``options`` are its keywords)."""
+    chunk = chunk_bytes(algorithm, size_bytes, channels=channels, heads=heads, num_nodes=num_nodes, **options)
     return channels * heads * chunk
 
 
@@ -113,30 +142,61 @@ def stages(algorithm: str, num_nodes: int) -> int:
     """Pipeline stages a step passes through: :data:`NODE_STAGES` inside a
     node, plus one per level of NVLSTree's inter-node tree
     (``ceil(log2(nodes))``; fitted: 1, 2 and 3 more stages give the 2-, 4- and
-    8-node nccl-tests#309 logs' latency within 5 %)."""
+    8-node nccl-tests#309 logs' latency within 5 %), or one for CollNet
+    Direct's network (its kernel's scatter, reduce and gather warps inside the
+    node; between reduce and gather the proxy posts the step to the IB
+    switches, which reduce it and return the sum: one stage however many
+    switch levels, as a stream through them)."""
     if algorithm == "nvls_tree" and num_nodes > 1:
         return NODE_STAGES + math.ceil(math.log2(num_nodes))
+    if algorithm == "collnet_direct":
+        return NODE_STAGES + 1
     return NODE_STAGES
 
 
+def _chunks_possible(algorithm: str, num_nodes: int, start: int, constants: TunerConstants) -> set[int]:
+    if algorithm == "collnet_direct":
+        floor = min(int(f) for _, f in constants["collnet_direct_chunk_halvings"])
+        return {start >> i for i in range(64) if (start >> i) >= floor // 2 and start >> i > 0}
+    return {_max_chunk_bytes(algorithm, num_nodes, constants)} | {c for _, c in _cuts(algorithm, constants)}
+
+
 def pipeline(
-    algorithm: str, *, channels: int, heads: int, num_nodes: int, constants: TunerConstants | None = None
+    algorithm: str,
+    *,
+    channels: int,
+    heads: int,
+    num_nodes: int,
+    gpus_per_node: int | None = None,
+    buffer_step_bytes: int | None = None,
+    constants: TunerConstants | None = None,
 ) -> dict[str, Any]:
     """The pipeline an Algorithm carries in ``metadata["step_pipeline"]``:
     ``stages`` (:func:`stages`) and ``step_bytes``, a table of
     ``[from_size_bytes, step_bytes]`` rows in increasing size (a buffer of
     ``size_bytes`` uses the last row whose first entry is at most it), so
     that the simulator needs no NCCL rule to time any size.
+    ``gpus_per_node`` and ``buffer_step_bytes`` are :func:`chunk_bytes`'s.
+
+    >>> pipeline("collnet_direct", channels=2, heads=8, num_nodes=4, gpus_per_node=8)["step_bytes"][-2:]
+    [[536870912, 4194304], [1073741824, 8388608]]
     """
     _check(algorithm, channels, heads, num_nodes)
     constants = constants or load_constants()
+    options = {"gpus_per_node": gpus_per_node, "buffer_step_bytes": buffer_step_bytes, "constants": constants}
     concurrent = channels * heads
+    start = int(constants["simple_step_bytes"]) if buffer_step_bytes is None else int(buffer_step_bytes)
+    if algorithm == "collnet_direct":
+        depth = 2 if (heads if gpus_per_node is None else gpus_per_node) > 1 else 1
+        ks = [int(k) * depth for k, _ in constants["collnet_direct_chunk_halvings"]]
+    else:
+        ks = [int(k) for k, _ in _cuts(algorithm, constants)]
     # the chunk changes only where the buffer crosses k x concurrent x (a chunk it can have)
-    chunks = {_max_chunk_bytes(algorithm, num_nodes, constants)} | {c for _, c in _cuts(algorithm, constants)}
-    edges = sorted({0} | {k * concurrent * c for k, _ in _cuts(algorithm, constants) for c in chunks})
+    chunks = _chunks_possible(algorithm, num_nodes, start, constants)
+    edges = sorted({0} | {k * concurrent * c for k in ks for c in chunks})
     rows: list[list[int]] = []
     for edge in edges:
-        step = step_bytes(algorithm, edge, channels=channels, heads=heads, num_nodes=num_nodes, constants=constants)
+        step = step_bytes(algorithm, edge, channels=channels, heads=heads, num_nodes=num_nodes, **options)
         if not rows or rows[-1][1] != step:
             rows.append([edge, step])
     return {"stages": stages(algorithm, num_nodes), "step_bytes": rows}

@@ -756,7 +756,7 @@ def _pipelined_time(run: _Run, table: dict, size_bytes: float, schedule_s: float
     ``T = call + S / B + (N + D - 1) o + (D - 1) min(step, S) / B``, the
     pipeline time of ``N + D - 1`` steps. The call pays the runtime's overhead
     (``call.overhead_s``) but not the protocol's call latency, which prices a
-    ring's or tree's start (NCCL gives NVLS no base latency: tuning.cc,
+    ring's or tree's start (NCCL gives NVLS and CollNet no base latency: tuning.cc,
     ``nccl_2_30.yaml``): the steps and stages are that start.
 
     NCCL's tree (a table with ``channel_Bps``: its ``channels`` move at most

@@ -88,6 +88,12 @@ def _check(algorithm: str, channels: int, heads: int, num_nodes: int) -> None:
         )
 
 
+def _collnet_depth(heads: int, gpus_per_node: int | None) -> int:
+    """CollNet Direct's ``depth`` (graph/connect.cc): 1 where a node's one
+    GPU has no peers to scatter to or gather from, else 2."""
+    return 2 if (heads if gpus_per_node is None else gpus_per_node) > 1 else 1
+
+
 def _collnet_chunk(size_bytes: float, concurrent: int, depth: int, start: int, constants: TunerConstants) -> int:
     """CollNet Direct's chunk: ``start`` halved while the buffer holds fewer
     than ``k x depth`` steps of it and it is above ``floor``, for each
@@ -122,8 +128,7 @@ def chunk_bytes(
     concurrent = channels * heads
     if algorithm == "collnet_direct":
         start = int(constants["simple_step_bytes"]) if buffer_step_bytes is None else int(buffer_step_bytes)
-        depth = 2 if (heads if gpus_per_node is None else gpus_per_node) > 1 else 1
-        return _collnet_chunk(size_bytes, concurrent, depth, start, constants)
+        return _collnet_chunk(size_bytes, concurrent, _collnet_depth(heads, gpus_per_node), start, constants)
     chunk = _max_chunk_bytes(algorithm, num_nodes, constants)
     for k, c in _cuts(algorithm, constants):
         if size_bytes < k * concurrent * chunk and chunk > c:
@@ -143,10 +148,10 @@ def stages(algorithm: str, num_nodes: int) -> int:
     node, plus one per level of NVLSTree's inter-node tree
     (``ceil(log2(nodes))``; fitted: 1, 2 and 3 more stages give the 2-, 4- and
     8-node nccl-tests#309 logs' latency within 5 %), or one for CollNet
-    Direct's network (its kernel's scatter, reduce and gather warps inside the
-    node; between reduce and gather the proxy posts the step to the IB
-    switches, which reduce it and return the sum: one stage however many
-    switch levels, as a stream through them)."""
+    Direct's network (inside the node its kernel scatters a step to the
+    heads, reduces it there and spreads the sum back, as NVLS does; between
+    the two the proxy posts the step to the IB switches, which reduce it and
+    return the sum: one stage however many switch levels, as a stream)."""
     if algorithm == "nvls_tree" and num_nodes > 1:
         return NODE_STAGES + math.ceil(math.log2(num_nodes))
     if algorithm == "collnet_direct":
@@ -155,6 +160,7 @@ def stages(algorithm: str, num_nodes: int) -> int:
 
 
 def _chunks_possible(algorithm: str, num_nodes: int, start: int, constants: TunerConstants) -> set[int]:
+    """Every chunk the rule can give (CollNet Direct: ``start`` halved)."""
     if algorithm == "collnet_direct":
         floor = min(int(f) for _, f in constants["collnet_direct_chunk_halvings"])
         return {start >> i for i in range(64) if (start >> i) >= floor // 2 and start >> i > 0}
@@ -187,7 +193,7 @@ def pipeline(
     concurrent = channels * heads
     start = int(constants["simple_step_bytes"]) if buffer_step_bytes is None else int(buffer_step_bytes)
     if algorithm == "collnet_direct":
-        depth = 2 if (heads if gpus_per_node is None else gpus_per_node) > 1 else 1
+        depth = _collnet_depth(heads, gpus_per_node)
         ks = [int(k) * depth for k, _ in constants["collnet_direct_chunk_halvings"]]
     else:
         ks = [int(k) for k, _ in _cuts(algorithm, constants)]

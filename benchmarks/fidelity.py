@@ -9,14 +9,17 @@ error ``exp(mean |ln(sim / measured)|) - 1`` of busbw for sizes >= 64 MB and
 <= 64 KB, before (shipped model) and after calibration. For a multi-node log
 it also applies the model calibrated on the same GPUs' one-node allreduce logs
 (all of them, fitted together). Logs on more than ``--max-ranks`` ranks
-(default 32: the 8-node runs of 64 ranks) are too slow to calibrate here: up
-to ``--validate-max-ranks`` they get the shipped model and that cross-check.
+(default 80: every log here; on the 2-core machine the 8-node H100 runs, 64
+ranks, calibrate in 25-45 s, NVLS-tree being timed without running its
+schedule, and the 10-node ones, 80 ranks, in 15 s to 5 min) are too slow to
+calibrate: up to ``--validate-max-ranks`` they get the shipped model and that
+cross-check.
 Logs without a matching topology are listed with the reason.
 
 Usage: ``python benchmarks/fidelity.py [--measurements DIR] [--max-ranks N]
 [--validate-max-ranks N] [--only SUBSTRING] [--shard K/N]``. ``--shard K/N``
 runs the K-th of N disjoint parts (all logs of one node kind in one part, so
-that the one-node model cross-check still runs), e.g. ``0/2`` and ``1/2`` in
+that each one-node model is fitted in one part only), e.g. ``0/2`` and ``1/2`` in
 two processes on a 2-core machine.
 """
 
@@ -87,9 +90,26 @@ def topology_for(path: Path) -> tuple[str | None, str]:
     return f"{node}*{nodes}" + ("/fat-tree:sharp=on" if "_sharp" in path.name else ""), ""
 
 
+def _healthy(path: Path) -> bool:
+    return not any(u in path.name for u in UNHEALTHY) and path.name not in UNHEALTHY_FILES
+
+
+def one_node_allreduce_logs(directory: Path) -> dict[str, list[Path]]:
+    """Every healthy one-node allreduce log in ``directory``, by its node's
+    topology spec: what a node's one-node model is fitted on, the same
+    whichever logs a run validates (``--only``, ``--shard``) and in whatever
+    order."""
+    logs: dict[str, list[Path]] = {}
+    for path in sorted(directory.glob("*.log")):
+        spec, _ = topology_for(path)
+        if spec is not None and "*" not in spec and "_all_reduce" in path.name and _healthy(path):
+            logs.setdefault(spec, []).append(path)
+    return logs
+
+
 def _shard_of(path: Path, parts: int) -> int:
     """The part (of ``parts``) a log runs in: by its node kind, so that a
-    multi-node log meets its node's one-node logs; stable across runs."""
+    node's one-node model is fitted in one part only; stable across runs."""
     spec, _ = topology_for(path)
     node = (spec or path.name).split("*")[0]
     return sum(node.encode()) % parts
@@ -102,9 +122,9 @@ def _pct(x: float) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--measurements", type=Path, default=DEFAULT_DIR)
-    parser.add_argument("--max-ranks", type=int, default=32, help="calibrate on machines up to this size")
+    parser.add_argument("--max-ranks", type=int, default=80, help="calibrate on machines up to this size")
     parser.add_argument(
-        "--validate-max-ranks", type=int, default=64, help="larger machines: shipped model and cross-check only"
+        "--validate-max-ranks", type=int, default=80, help="larger machines: shipped model and cross-check only"
     )
     parser.add_argument("--only", help="only logs whose name contains this")
     parser.add_argument("--shard", help="K/N: only the K-th of N parts (whole node kinds), 0 <= K < N")
@@ -121,12 +141,12 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError:
             parser.error(f"--shard: expected K/N with 0 <= K < N, got {args.shard!r}")
         logs = [p for p in logs if _shard_of(p, n) == k]
-    one_node_logs: dict[str, list[Path]] = {}
+    one_node_logs = one_node_allreduce_logs(args.measurements)
     one_node_models: dict[str, object] = {}
     print(f"{'log':<58} {'topology':<12} {'base>=64MB':>10} {'base<=64KB':>10} {'cal>=64MB':>9} {'cal<=64KB':>9}")
     unmatched = []
     for path in logs:
-        if any(u in path.name for u in UNHEALTHY) or path.name in UNHEALTHY_FILES:
+        if not _healthy(path):
             unmatched.append((path.name, "not an accuracy target (measurements README)"))
             continue
         spec, why = topology_for(path)
@@ -150,8 +170,6 @@ def main(argv: list[str] | None = None) -> int:
         except (CalibrationError, SimcollError) as exc:
             unmatched.append((path.name, str(exc)))
             continue
-        if "*" not in spec and "_all_reduce" in path.name:
-            one_node_logs.setdefault(spec, []).append(path)
         if rows:
             print(f"  ({path.name}: rows {rows[0] or 0} B and up, as its header says)")
         print(

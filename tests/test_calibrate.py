@@ -278,7 +278,7 @@ def test_a_fit_that_leaves_a_band_outside_its_target_is_refined_on_the_bands():
 def test_the_sharp_log_calibrates_within_the_targets_with_collnet_timed_as_nccls_steps():
     """4 x 8 A100 over IB SHARP (CoreWeave, NCCL_COLLNET_ENABLE=1): busbw ramps
     from 55 GB/s at 8 MB to 93 at 64 MB and 116 at 8 GB. CollNet Direct timed
-    with NCCL's steps (24 channels x 8 heads x a chunk of 32-512 KiB, through
+    with NCCL's steps (24 channels x 8 heads x a chunk of 32-256 KiB, through
     four stages) has that ramp; with the schedule's own pieces, saturated by
     32 MB, the fit had stayed 42 % off from 64 MB up."""
     log = MEASUREMENTS / "a100-sxm4-80gb-x8-n4_all_reduce_sharp_coreweave.log"

@@ -90,6 +90,12 @@ def _check(algorithm: str, channels: int, heads: int, num_nodes: int) -> None:
         )
 
 
+def _buffer_step(buffer_step_bytes: int | None, constants: TunerConstants) -> int:
+    """One Simple buffer step: ``buffer_step_bytes`` (NCCL_BUFFSIZE / 8), or
+    NCCL's default buffer's (``simple_step_bytes``) where it is None."""
+    return int(constants["simple_step_bytes"]) if buffer_step_bytes is None else int(buffer_step_bytes)
+
+
 def _collnet_depth(heads: int, gpus_per_node: int | None) -> int:
     """CollNet Direct's ``depth`` (graph/connect.cc): 1 where a node's one
     GPU has no peers to scatter to or gather from, else 2."""
@@ -129,7 +135,7 @@ def chunk_bytes(
     constants = constants or load_constants()
     concurrent = channels * heads
     if algorithm == "collnet_direct":
-        start = int(constants["simple_step_bytes"]) if buffer_step_bytes is None else int(buffer_step_bytes)
+        start = _buffer_step(buffer_step_bytes, constants)
         return _collnet_chunk(size_bytes, concurrent, _collnet_depth(heads, gpus_per_node), start, constants)
     chunk = _max_chunk_bytes(algorithm, num_nodes, constants)
     for k, c in _cuts(algorithm, constants):
@@ -162,10 +168,15 @@ def stages(algorithm: str, num_nodes: int) -> int:
 
 
 def _chunks_possible(algorithm: str, num_nodes: int, start: int, constants: TunerConstants) -> set[int]:
-    """Every chunk the rule can give (CollNet Direct: ``start`` halved)."""
+    """Every chunk the rule can give (CollNet Direct: ``start``, halved while
+    above the smallest floor)."""
     if algorithm == "collnet_direct":
         floor = min(int(f) for _, f in constants["collnet_direct_chunk_halvings"])
-        return {start >> i for i in range(64) if (start >> i) >= floor // 2 and start >> i > 0}
+        chunks, chunk = {start}, start
+        while chunk > floor:
+            chunk //= 2
+            chunks.add(chunk)
+        return chunks
     return {_max_chunk_bytes(algorithm, num_nodes, constants)} | {c for _, c in _cuts(algorithm, constants)}
 
 
@@ -193,14 +204,13 @@ def pipeline(
     constants = constants or load_constants()
     options = {"gpus_per_node": gpus_per_node, "buffer_step_bytes": buffer_step_bytes, "constants": constants}
     concurrent = channels * heads
-    start = int(constants["simple_step_bytes"]) if buffer_step_bytes is None else int(buffer_step_bytes)
     if algorithm == "collnet_direct":
         depth = _collnet_depth(heads, gpus_per_node)
         ks = [int(k) * depth for k, _ in constants["collnet_direct_chunk_halvings"]]
     else:
         ks = [int(k) for k, _ in _cuts(algorithm, constants)]
     # the chunk changes only where the buffer crosses k x concurrent x (a chunk it can have)
-    chunks = _chunks_possible(algorithm, num_nodes, start, constants)
+    chunks = _chunks_possible(algorithm, num_nodes, _buffer_step(buffer_step_bytes, constants), constants)
     edges = sorted({0} | {k * concurrent * c for k in ks for c in chunks})
     rows: list[list[int]] = []
     for edge in edges:
@@ -237,7 +247,7 @@ def tree_pipeline(
     (16, 2, [[0, 16777216]], 20.7)
     """
     constants = constants or load_constants()
-    chunk_bytes = int(constants["simple_step_bytes"]) if chunk_bytes is None else chunk_bytes
+    chunk_bytes = _buffer_step(chunk_bytes, constants)
     if min(channels, chunk_bytes, gpus_per_node, num_nodes) < 1:
         raise SimcollError(
             f"NCCL tree pipeline: channels, chunk, GPUs per node and nodes must be at least 1, got "

@@ -54,6 +54,8 @@ NODE_TOPOLOGIES = {
     ("mi300x", 8): "mi300x",  # AMD MI300X platform: Infinity Fabric full mesh, a NIC per GPU
     ("mi300x-vf", 8): "mi300x",  # the same platform's GPUs as SR-IOV virtual functions
     ("l40s", 4): "l40s-pcie",  # PCIe only
+    ("l40s", 2): "l40s-pcie[0,1]",  # two of the same node's GPUs (NODE[...] keeps those GPUs)
+    ("a100-sxm-64gb", 2): "perlmutter[0,1]",  # two of a 4-GPU A100 board's, 4 NVLink3 links per pair
     ("v100-pcie-32gb", 4): "v100-pcie",
     ("rtx5090", 8): "rtx5090-pcie",
     ("mi250x", 8): "frontier",  # HPE Cray EX235a blade: 4 MI250X = 8 GCDs, 4 Slingshot-11 NICs

@@ -242,6 +242,7 @@ COLLECTIVES = (
     "reducescatter",
     "allreduce",
     "alltonext",
+    "sendrecv",
 )
 COMBINING = frozenset({"reduce", "reducescatter", "allreduce"})
 ROOTED = frozenset({"broadcast", "gather", "scatter", "reduce"})
@@ -256,6 +257,7 @@ _ALIASES = {
     "all-reduce": "allreduce",
     "bcast": "broadcast",
     "all_to_next": "alltonext",
+    "send_recv": "sendrecv",
 }
 
 
@@ -280,7 +282,7 @@ def make_collective(
     name : str
         A collective name or alias (``allgather``, ``allreduce``,
         ``reducescatter``, ``alltoall``, ``broadcast``, ``reduce``, ``gather``,
-        ``scatter``, ``alltonext``).
+        ``scatter``, ``alltonext``, ``sendrecv``).
     num_ranks : int
         P, the number of ranks.
     chunk_factor : int
@@ -308,6 +310,8 @@ def make_collective(
     .. [2] Cowan et al., "GC3: An Optimizing Compiler for GPU Collective
        Communication", arXiv:2201.11840, 2022, §7.4 (AllToNext: rank i sends
        its buffer to rank i+1, the last rank sends nothing).
+    .. [3] NVIDIA nccl-tests, ``src/sendrecv.cu`` (SendRecv: every rank
+       sends its buffer to rank r+1 and receives rank r-1's, cyclically).
 
     Examples
     --------
@@ -318,7 +322,7 @@ def make_collective(
     True
     """
     key = canonical_name(name)
-    _check_int("num_ranks", num_ranks, 1 if key != "alltonext" else 2)
+    _check_int("num_ranks", num_ranks, 2 if key in ("alltonext", "sendrecv") else 1)
     _check_int("chunk_factor", chunk_factor, 1)
     p, c = num_ranks, chunk_factor
     slots = p * p * c if key == "alltoall" else p * c
@@ -363,6 +367,10 @@ def make_collective(
         g, inputs, outputs = p * c, [rank_major] * p, [scattered(n) for n in range(p)]
     elif key == "allreduce":
         g, inputs, outputs = c, [everything] * p, [everything] * p
+    elif key == "sendrecv":  # a cyclic shift: rank n's buffer ends on rank n+1
+        g = p * c
+        inputs = [tuple(n * c + i for i in range(c)) for n in range(p)]
+        outputs = [tuple(((n - 1) % p) * c + i for i in range(c)) for n in range(p)]
     else:  # alltonext
         g = (p - 1) * c
         inputs = [tuple(n * c + i for i in range(c)) if n < p - 1 else none for n in range(p)]

@@ -280,7 +280,7 @@ def _in_parallel(
     not depend on which task ends first."""
     from concurrent.futures import ProcessPoolExecutor
 
-    from .nccl.tuner import TUNED_COLLECTIVES
+    from .nccl.baseline import BASELINE_COLLECTIVES
 
     names = _generator_names(collective, wanted)
     with ProcessPoolExecutor(max_workers=jobs) as pool:
@@ -293,7 +293,7 @@ def _in_parallel(
                 size: pool.submit(_nccl_task, machine, collective, size, method, contention, time_limit_s)
                 for size in sizes
             }
-            if with_nccl and collective in TUNED_COLLECTIVES
+            if with_nccl and collective in BASELINE_COLLECTIVES
             else {}
         )
         candidates: dict[str, Algorithm | str] = {}
@@ -392,10 +392,10 @@ def _wanted_rows(algorithms: list[str] | tuple[str, ...] | str | None) -> set[st
 
 
 def _nccl_applies(collective: str, skipped: dict[str, str]) -> bool:
-    from .nccl.tuner import TUNED_COLLECTIVES
+    from .nccl.baseline import BASELINE_COLLECTIVES
 
-    if collective not in TUNED_COLLECTIVES:
-        skipped[NCCL_ROW] = f"NCCL's tuner has no algorithm choice for {collective}"
+    if collective not in BASELINE_COLLECTIVES:
+        skipped[NCCL_ROW] = f"NCCL has no algorithm for {collective}"
         return False
     return True
 

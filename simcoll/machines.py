@@ -10,6 +10,9 @@ Topology specs accepted everywhere (CLI ``--topology`` included):
   e.g. ``dgx-a100*4``, ``ndv2*2``; ``NODE*N/clos:radix=R,oversub=F`` (two-tier
   leaf-spine), options ``nics=K``, ``gdr=on|off`` (see
   :func:`simcoll.topology_generators.parse_fabric`);
+- some of a node's GPUs: ``NODE[i,j,...]`` keeps GPUs ``i, j, ...`` ranked in
+  that order, as ``CUDA_VISIBLE_DEVICES`` does (``l40s-pcie[0,1]``,
+  ``dgx-h100[0,1]*2``; :func:`simcoll.topology_generators.gpu_subset`);
 - a path to a YAML file.
 """
 
@@ -27,9 +30,12 @@ from .cost_model import CostModel, load_model_file
 from .errors import ModelError, TopologyError
 from .routes import Routes, route_shape, shape_flow_graph
 from .topology import Topology, load_topology_file
-from .topology_generators import TOPOLOGY_GENERATORS, cluster, generate_topology
+from .topology_generators import TOPOLOGY_GENERATORS, cluster, generate_topology, gpu_subset
 
-_CLUSTER_RE = re.compile(r"^(?P<node>[A-Za-z0-9_.-]+)\*(?P<count>\d+)(?:/(?P<fabric>[a-z][a-z0-9=.,:-]*))?$")
+_CLUSTER_RE = re.compile(
+    r"^(?P<node>[A-Za-z0-9_.-]+(?:\[[0-9, ]*\])?)\*(?P<count>\d+)(?:/(?P<fabric>[a-z][a-z0-9=.,:-]*))?$"
+)
+_SUBSET_RE = re.compile(r"^(?P<node>[A-Za-z0-9_.:-]+)\[(?P<gpus>[0-9, ]*)\]$")
 
 
 def _data_dir(package: str) -> Path:
@@ -113,6 +119,10 @@ def _load_named_topology(spec: str) -> Topology:
     if match:
         node = load_topology(match["node"])
         return cluster(node, int(match["count"]), match["fabric"] or "fat-tree")
+    match = _SUBSET_RE.match(spec)
+    if match:
+        gpus = [int(g) for g in match["gpus"].replace(" ", "").split(",") if g]
+        return gpu_subset(load_topology(match["node"]), gpus)
     if ":" in spec:
         return generate_topology(spec)
     path = _data_dir("simcoll.topologies") / f"{spec}.yaml"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from .errors import TopologyError
@@ -244,6 +244,44 @@ def _select_nics(node: Topology, spec: FabricSpec) -> Topology:
         components,
         links,
         description=node.description,
+        sources=node.sources,
+        default_model=node.default_model,
+        network_link=node.network_link,
+    )
+
+
+def gpu_subset(node: Topology, gpus: Sequence[int]) -> Topology:
+    """``node`` with only the GPUs of ranks ``gpus``, ranked 0.. in the order
+    given, as ``CUDA_VISIBLE_DEVICES`` leaves a job a node's GPUs (e.g. a
+    2-GPU nccl-tests run on a 4-GPU board). Switches, CPUs and NICs stay (a
+    NIC keeps its PCIe or switch path; ``NODE*N/fat-tree:nics=K`` keeps fewer
+    in a cluster); links to the GPUs left out go, and so does a component no
+    link reaches any more.
+
+    >>> from simcoll.machines import load_topology
+    >>> t = gpu_subset(load_topology("l40s-pcie"), [2, 0])
+    >>> t.name, t.num_ranks, [g.name for g in t.gpus]
+    ('l40s-pcie[2,0]', 2, ['gpu2', 'gpu0'])
+    """
+    name = f"{node.name}[{','.join(str(g) for g in gpus)}]"
+    by_rank = {c.rank: c for c in node.components if c.kind == "gpu"}
+    bad = [g for g in gpus if g not in by_rank]
+    if not gpus or bad or len(set(gpus)) != len(gpus):
+        why = "no GPU" if not gpus else f"{bad[0]} is not a rank" if bad else "a rank listed twice"
+        raise TopologyError(f"{name}: {why}; list distinct GPU ranks of {node.name}, 0..{node.num_ranks - 1}")
+    rank_of = {by_rank[g].name: i for i, g in enumerate(gpus)}
+    kept = [c for c in node.components if c.kind != "gpu" or c.name in rank_of]
+    names = {c.name for c in kept}
+    links = [lk for lk in node.links if lk.src in names and lk.dst in names]
+    linked = {lk.src for lk in links} | {lk.dst for lk in links}
+    gpu_first = [by_rank[g] for g in gpus] + [c for c in kept if c.kind != "gpu" and c.name in linked]
+    components = [Component(**{**vars(c), "rank": rank_of[c.name]}) if c.kind == "gpu" else c for c in gpu_first]
+    return build_topology(
+        name,
+        components,
+        links,
+        description=f"GPUs {', '.join(str(g) for g in gpus)} of {node.name}"
+        + (f" ({node.description})" if node.description else ""),
         sources=node.sources,
         default_model=node.default_model,
         network_link=node.network_link,

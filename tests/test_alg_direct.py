@@ -58,6 +58,8 @@ def _steps_needed(coll: str, dist: dict[int, dict[int, int]], root: int | None) 
         return max(dist[s][root] for s in range(p))
     if coll == "alltonext":
         return max(dist[i][i + 1] for i in range(p - 1))
+    if coll == "sendrecv":  # the cyclic shift: the last rank sends to rank 0 too
+        return max(dist[i][(i + 1) % p] for i in range(p))
     diameter = max(max(d.values()) for d in dist.values())
     return 2 * diameter if coll == "allreduce" else diameter
 

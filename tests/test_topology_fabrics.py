@@ -87,3 +87,47 @@ def test_oversubscribed_clos_is_slower_and_fewer_nics_are_slower():
     assert thin > full
     eight, one = _times("dgx-a100*2", "dgx-a100*2/fat-tree:nics=1", algorithm="nccl-ring")
     assert one > 2 * eight
+
+
+def test_a_gpu_subset_keeps_those_gpus_ranked_as_listed():
+    """NODE[i,j]: the GPUs CUDA_VISIBLE_DEVICES=i,j leaves a job, ranked in that order."""
+    topo = load_topology("dgx-h100[3,1]")
+    assert topo.name == "dgx-h100[3,1]" and topo.num_ranks == 2
+    assert [(g.name, g.rank) for g in topo.gpus] == [("gpu3", 0), ("gpu1", 1)]
+    assert topo.default_model == "dgx-h100"  # the node's model prices the subset
+    full = load_topology("dgx-h100")
+    assert {c.name for c in _kinds(topo, "nvswitch")} == {c.name for c in _kinds(full, "nvswitch")}
+    assert not any({lk.src, lk.dst} & {"gpu0", "gpu2"} for lk in topo.links)
+
+
+def test_a_gpu_subset_drops_what_only_the_gpus_left_out_reached():
+    from simcoll.topology import Component, Link, build_topology
+    from simcoll.topology_generators import gpu_subset
+
+    node = build_topology(
+        "pair",
+        [Component("gpu0", "gpu"), Component("gpu1", "gpu"), Component("nic1", "nic")],
+        [Link("gpu0", "gpu1", "nvlink"), Link("nic1", "gpu1", "pcie")],
+    )
+    topo = gpu_subset(node, [0])
+    assert [c.name for c in topo.components] == ["gpu0"] and topo.links == ()
+    assert load_topology("fully-connected:4[0,2]").num_ranks == 2  # a generator's node too
+
+
+def test_a_cluster_of_gpu_subsets_is_a_cluster_of_the_smaller_node():
+    topo = load_topology("dgx-h100[0,1]*2")
+    assert topo.num_ranks == 4 and len(_kinds(topo, "nic")) == 16  # the NICs stay (nics=K keeps fewer)
+    assert len(_kinds(load_topology("dgx-h100[0,1]*2/fat-tree:nics=1"), "nic")) == 2
+
+
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("l40s-pcie[]", "no GPU"),
+        ("l40s-pcie[1,1]", "a rank listed twice"),
+        ("l40s-pcie[4]", "4 is not a rank"),
+    ],
+)
+def test_a_bad_gpu_subset_names_the_problem(spec, message):
+    with pytest.raises(TopologyError, match=message):
+        load_topology(spec)

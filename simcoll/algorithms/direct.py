@@ -32,6 +32,7 @@ COLLECTIVES = (
     "scatter",
     "alltoall",
     "alltonext",
+    "sendrecv",
 )
 
 
@@ -190,6 +191,8 @@ def direct(topology: Topology, collective: Collective) -> Algorithm:
       buffer): ``α + M/(P·B)``.
     - AllToNext (GC3 §7.4's baseline): rank i sends its buffer to rank i+1:
       ``α + M/B``.
+    - SendRecv (nccl-tests): as AllToNext, the last rank sending to rank 0:
+      ``α + M/B``.
 
     On topologies without a route between some pair, chunks are forwarded
     along shortest-path trees (module docstring), one step per hop, so a
@@ -233,7 +236,7 @@ def direct(topology: Topology, collective: Collective) -> Algorithm:
             (c, _path(parent, root, d)[::-1]) for d in parent for c in collective.output_layout[d]
         )
     else:
-        # alltoall and alltonext: each chunk leaves the one rank holding it for
+        # alltoall, alltonext and sendrecv: each chunk leaves the one rank holding it for
         # the one rank needing it, along the sender's out-tree.
         senders = [s for s in range(collective.num_ranks) if collective.input_layout[s]]
         trees = shortest_path_trees(topology, routes, roots=senders)

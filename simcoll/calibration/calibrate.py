@@ -137,7 +137,7 @@ def load_log(
     """Read ``log`` (if a path) and check it against ``machine``: a collective
     NCCL's tuner models, the machine's rank count, at least one nonzero size
     (in ``size_range``, bytes, both ends included, when given)."""
-    from ..nccl.tuner import TUNED_COLLECTIVES
+    from ..nccl.baseline import BASELINE_COLLECTIVES
 
     if not isinstance(log, NcclTestsLog):
         log = read_nccl_tests(log)
@@ -145,10 +145,10 @@ def load_log(
         if not isinstance(size_range, tuple | list) or len(size_range) != 2:
             raise CalibrationError(f"size_range must be (min_bytes, max_bytes), either None, got {size_range!r}")
         log = log.within(*size_range)
-    if log.collective not in TUNED_COLLECTIVES:
+    if log.collective not in BASELINE_COLLECTIVES:
         raise CalibrationError(
-            f"{log.path}: {log.collective} has no NCCL algorithm choice to simulate "
-            f"(calibration uses {', '.join(TUNED_COLLECTIVES)})"
+            f"{log.path}: {log.collective} has no NCCL algorithm to simulate "
+            f"(calibration uses {', '.join(BASELINE_COLLECTIVES)})"
         )
     if log.num_ranks is not None and log.num_ranks != machine.num_ranks:
         raise CalibrationError(

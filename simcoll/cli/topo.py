@@ -25,6 +25,7 @@ def cmd_list(args: argparse.Namespace) -> int:
                 "builtins": rows,
                 "generators": [u for _, u in TOPOLOGY_GENERATORS.values()],
                 "clusters": ["NODE*N (fat tree)", "NODE*N/rail (per-rail switches)"],
+                "subsets": ["NODE[i,j,...] (those GPUs of NODE, ranked in that order)"],
                 "models": builtin_models(),
             }
         )
@@ -33,6 +34,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         print(f"{row['name']:<12} {row['ranks']:>3} GPUs  {row['description']}")
     print("generators: " + ", ".join(u for _, u in TOPOLOGY_GENERATORS.values()))
     print("clusters:   NODE*N (fat tree), NODE*N/rail (per-rail switches), e.g. dgx-a100*4")
+    print("subsets:    NODE[i,j,...] keeps those GPUs of NODE, ranked in that order, e.g. l40s-pcie[0,1]")
     print("models:     " + ", ".join(builtin_models()))
     return 0
 

@@ -53,6 +53,7 @@ from ..algorithm import Algorithm
 from ..errors import ModelError, NotApplicableError, SimcollError
 from ..machines import Machine, as_machine
 from ..topology import FABRIC_LINK_TYPES, Topology
+from .p2p import P2P_COLLECTIVES, nccl_p2p_algorithm, p2p_peer_bytes, p2p_protocol
 from .pipeline import PIPELINED_ALGORITHMS, pipeline, tree_pipeline
 from .tuner import PROTOCOL_NAMES, TUNED_COLLECTIVES, Choice, Comm, Graph, choose
 
@@ -67,6 +68,9 @@ GENERATOR_OF = {
     "collnet_direct": "collnet",
     "collnet_chain": "collnet",
 }
+#: Collectives the ``nccl`` row has an Algorithm for: those NCCL's tuner
+#: chooses for, and nccl-tests' point-to-point ones (:mod:`simcoll.nccl.p2p`).
+BASELINE_COLLECTIVES = (*TUNED_COLLECTIVES, *P2P_COLLECTIVES)
 #: simcoll protocol names (cost model spelling) of NCCL's protocols.
 PROTOCOL_OF = {"ll": "LL", "ll128": "LL128", "simple": "Simple"}
 
@@ -372,10 +376,15 @@ def nccl_algorithm(
     NCCL_PROTO do, ``collnet`` enables CollNet as NCCL_COLLNET_ENABLE=1
     does (:func:`nccl_choice`).
 
+    nccl-tests' point-to-point operations (Alltoall, SendRecv) have no
+    tuner choice: they get NCCL's point-to-point schedule
+    (:func:`simcoll.nccl.p2p.nccl_p2p_algorithm`; ``algorithms`` and
+    ``collnet`` do not apply).
+
     Raises
     ------
     NotApplicableError
-        When NCCL's tuner has no model for ``collective`` (e.g. alltoall) or no
+        When NCCL has no model for ``collective`` (e.g. gather) or no
         chosen algorithm can be built on this machine.
 
     >>> a = nccl_algorithm("dgx-a100", "allreduce", 1 << 30)
@@ -387,6 +396,8 @@ def nccl_algorithm(
     machine = as_machine(machine)
     collective = canonical_name(collective)
     algorithms, protocols = environment_restrictions(machine, algorithms, protocols)
+    if collective in P2P_COLLECTIVES:
+        return nccl_p2p_algorithm(machine, collective, size_bytes, protocols=protocols)
     if collective not in TUNED_COLLECTIVES:
         raise NotApplicableError(f"nccl: NCCL's tuner has no algorithm choice for {collective}")
     best = nccl_choice(machine, collective, size_bytes, algorithms=algorithms, protocols=protocols, collnet=collnet)
@@ -461,8 +472,9 @@ def protocol_for(schedule: Any, machine: Machine | str, size_bytes: float) -> st
     """The protocol to time ``schedule`` with beside the ``nccl`` row, so that
     a comparison differs in the schedule only: its own
     (``metadata["protocol"]``, a Program's ``protocol``) if it has one; else
-    the one NCCL's tuner picks for that collective and size (Simple where the
-    tuner has no choice, e.g. Alltoall). None - a bare α-β schedule, as the
+    the one NCCL's tuner picks for that collective and size, or NCCL's
+    point-to-point protocol for Alltoall (:func:`~simcoll.nccl.p2p.p2p_protocol`;
+    Simple for other collectives the tuner has no choice for). None - a bare α-β schedule, as the
     papers' closed forms cost it - on a model without protocol or call costs,
     or with a ``default_protocol`` of its own (:meth:`CostModel.protocol`).
 
@@ -481,8 +493,11 @@ def protocol_for(schedule: Any, machine: Machine | str, size_bytes: float) -> st
         return own
     if model.default_protocol is not None or not (model.call_overhead_s or model.protocol_call_latency_s):
         return None
+    name = schedule.collective.name
+    if name in P2P_COLLECTIVES:
+        return PROTOCOL_OF[p2p_protocol(p2p_peer_bytes(name, machine.num_ranks, size_bytes))]
     try:
-        choice = nccl_choice(machine, schedule.collective.name, int(size_bytes))
+        choice = nccl_choice(machine, name, int(size_bytes))
     except SimcollError:
         return "Simple"
     return PROTOCOL_OF[choice.protocol]
@@ -502,6 +517,7 @@ def choice_label(algorithm: Algorithm) -> str:
 
 
 __all__ = [
+    "BASELINE_COLLECTIVES",
     "GENERATOR_OF",
     "PROTOCOL_NAMES",
     "NcclMachine",

@@ -1,0 +1,113 @@
+"""NCCL's point-to-point path as the baseline: what ``alltoall_perf`` and
+``sendrecv_perf`` of nccl-tests run, as an Algorithm.
+
+Neither is a collective NCCL's tuner chooses for: nccl-tests posts, between
+``ncclGroupStart`` and ``ncclGroupEnd``, one ``ncclSend`` and one
+``ncclRecv`` per peer (Alltoall: every rank, itself included, a block of
+``size / P`` bytes; SendRecv: the whole buffer to rank ``r + 1`` and from
+rank ``r - 1``, cyclically). NCCL puts every peer's operations into one
+kernel, each on channels of its own (``ncclP2pChannelBaseForRound``,
+``src/include/channel.h``), so a rank's transfers to all its peers run at
+once and share its links; that is the ``direct`` schedule (Alltoall) and the
+cyclic shift (SendRecv), which the simulator times with the model's costs.
+
+The protocol is NCCL's per-peer choice (``addP2pToPlan``,
+``src/enqueue.cc``): LL where a peer's bytes are at most ``nChannels x
+NCCL_P2P_LL_THRESHOLD`` (16 KiB; ``p2p_ll_threshold_bytes`` in
+``nccl_2_30.yaml``), else Simple. A peer's channel count there is
+``ceil(bytes / minPartSize)`` for small transfers, ``minPartSize`` being an
+eighth (one node) or half (several) of the p2p chunk, at least 64 KiB with
+NCCL's default chunk sizes (``NCCL_P2P_NVL_CHUNKSIZE`` 512 KiB,
+``NCCL_P2P_NET_CHUNKSIZE`` and ``NCCL_P2P_PCI_CHUNKSIZE`` 128 KiB), so one
+channel up to the threshold: LL exactly when a peer gets at most 16 KiB. A
+log's ``NCCL_PROTO`` without LL leaves Simple (NCCL allocates no LL buffers
+then).
+
+Not modelled: the PXN relay (a rank reaching a remote peer through the
+NVLink peer next to the peer's rail), the order of rounds inside a channel
+and the p2p chunk pipeline; the measured ramp of Alltoall between 1 and
+256 MB is slower than this schedule's (``README.md``, "How accurate is it?").
+"""
+
+from __future__ import annotations
+
+from ..algorithm import Algorithm
+from ..errors import NotApplicableError
+from ..machines import Machine, as_machine
+from .constants import load_constants
+
+#: nccl-tests' point-to-point tests, by simcoll collective name.
+P2P_COLLECTIVES = ("alltoall", "sendrecv")
+#: The schedule per (topology, ranks, collective): the same at every size, so
+#: that the simulator's plan kept with it serves them all.
+_SCHEDULES: dict[tuple[str, int, str], tuple[object, Algorithm]] = {}
+
+
+def p2p_peer_bytes(collective: str, num_ranks: int, size_bytes: float) -> float:
+    """Bytes one rank sends one peer in nccl-tests' ``size`` column: a
+    block of the buffer for Alltoall, the whole buffer for SendRecv.
+
+    >>> p2p_peer_bytes("alltoall", 8, 1 << 20), p2p_peer_bytes("sendrecv", 2, 1 << 20)
+    (131072.0, 1048576.0)
+    """
+    return float(size_bytes) / num_ranks if collective == "alltoall" else float(size_bytes)
+
+
+def p2p_protocol(peer_bytes: float, protocols: list[str] | tuple[str, ...] | None = None) -> str:
+    """NCCL's protocol for a point-to-point transfer of ``peer_bytes``
+    (module docstring): ``"ll"`` up to ``p2p_ll_threshold_bytes``, else
+    ``"simple"``; ``"simple"`` wherever ``protocols`` (NCCL_PROTO, NCCL
+    spelling in lower case) leaves LL out.
+
+    >>> p2p_protocol(16384), p2p_protocol(16385), p2p_protocol(64, ["simple"])
+    ('ll', 'simple', 'simple')
+    """
+    allowed = protocols is None or "ll" in protocols
+    threshold = float(load_constants()["p2p_ll_threshold_bytes"])
+    return "ll" if allowed and peer_bytes <= threshold else "simple"
+
+
+def nccl_p2p_algorithm(
+    machine: Machine | str,
+    collective: str,
+    size_bytes: int,
+    *,
+    protocols: list[str] | tuple[str, ...] | None = None,
+) -> Algorithm:
+    """The Algorithm NCCL runs for nccl-tests' point-to-point ``collective``
+    (``alltoall`` or ``sendrecv``) on ``size_bytes`` bytes: every peer's
+    transfer at once, with NCCL's per-peer protocol in
+    ``metadata["protocol"]`` and the label (``p2p/LL``, ``p2p/Simple``) in
+    ``metadata["nccl_choice"]``.
+
+    >>> a = nccl_p2p_algorithm("dgx-a100", "alltoall", 1 << 30)
+    >>> a.metadata["nccl_choice"], a.metadata["protocol"], a.name
+    ('p2p/Simple', 'Simple', 'nccl')
+    >>> nccl_p2p_algorithm("dgx-a100", "alltoall", 8 << 10).metadata["nccl_choice"]
+    'p2p/LL'
+    """
+    from ..algorithms import generate
+    from .baseline import PROTOCOL_OF
+    from .tuner import PROTOCOL_NAMES
+
+    machine = as_machine(machine)
+    if collective not in P2P_COLLECTIVES:
+        raise NotApplicableError(f"nccl: {collective} is not one of NCCL's point-to-point operations")
+    protocol = p2p_protocol(p2p_peer_bytes(collective, machine.num_ranks, size_bytes), protocols)
+    key = (machine.topology.name, machine.num_ranks, collective)
+    cached = _SCHEDULES.get(key)
+    if cached is None or cached[0] is not machine.topology:
+        if len(_SCHEDULES) > 64:
+            _SCHEDULES.clear()
+        cached = _SCHEDULES[key] = (machine.topology, generate("direct", machine, collective))
+    algorithm = cached[1]
+    metadata = dict(algorithm.metadata)
+    metadata.update(
+        protocol=PROTOCOL_OF[protocol],
+        nccl_choice=f"p2p/{PROTOCOL_NAMES[protocol]}",
+        nccl_reason="point-to-point: every peer's send and receive at once (NCCL has no algorithm choice)",
+    )
+    return algorithm.relabelled("nccl", metadata)
+
+
+__all__ = ["P2P_COLLECTIVES", "nccl_p2p_algorithm", "p2p_peer_bytes", "p2p_protocol"]

@@ -62,7 +62,10 @@ NODE_TOPOLOGIES = {
 }
 #: Not accuracy targets (measurements README).
 #: Logs whose machine is not the one their GPU and count name (the per-file header says which).
-FILE_TOPOLOGIES = {"h100-80gb-x8-n2_all_reduce_a3mega.log": "a3-mega*2"}  # Google Cloud A3 Mega, TCPXO NICs
+FILE_TOPOLOGIES = {
+    "h100-80gb-x8-n2_all_reduce_a3mega.log": "a3-mega*2",  # Google Cloud A3 Mega, TCPXO NICs
+    "l40s-x1-n2_all_reduce_socket_nvidiatools.log": "l40s-socket*2",  # NCCL's TCP socket transport
+}
 UNHEALTHY = ("_degraded", "_incomplete", "nvls-inactive", "_bad_", "a100-sxm4-40gb-x8_all_reduce_cs244c", "kalavai")
 UNHEALTHY_FILES = ("a100-sxm4-80gb-x8-n16_all_reduce_coreweave.log",)
 #: Rows a log's own header marks as the usable ones (bytes, ends included; None: open), e.g.

@@ -42,6 +42,7 @@ EXPECTED_TOPOLOGIES = {
     "h100-nic",
     "mi300x",
     "l40s-pcie",
+    "l40s-socket",
     "v100-pcie",
     "rtx5090-pcie",
     "a3-mega",

@@ -288,3 +288,18 @@ def test_the_sharp_log_calibrates_within_the_targets_with_collnet_timed_as_nccls
     assert frame[frame.size_bytes >= 64 << 10].choice.str.startswith("collnet_direct/Simple/").all()
     errors = error_summary(frame)
     assert errors["large"] <= 0.15 and errors["small"] <= 0.25
+
+
+@pytest.mark.skipif(not MEASUREMENTS.is_dir(), reason="needs ../shared/reference/measurements")
+@pytest.mark.parametrize(
+    "name, topology",
+    [
+        ("l40s-x2_all_reduce_ring_cs244c.log", "l40s-pcie[0,1]"),  # two GPUs of the 4-GPU node
+        ("l40s-x1-n2_all_reduce_socket_nvidiatools.log", "l40s-socket*2"),  # NCCL's TCP sockets
+    ],
+)
+def test_l40s_logs_on_two_gpus_and_over_sockets_calibrate_within_the_targets(name, topology):
+    log = MEASUREMENTS / name
+    model, _ = calibrate([log], topology)
+    errors = error_summary(validate(log, topology, model))
+    assert errors["large"] <= 0.15 and errors["small"] <= 0.25

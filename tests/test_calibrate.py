@@ -303,3 +303,17 @@ def test_l40s_logs_on_two_gpus_and_over_sockets_calibrate_within_the_targets(nam
     model, _ = calibrate([log], topology)
     errors = error_summary(validate(log, topology, model))
     assert errors["large"] <= 0.15 and errors["small"] <= 0.25
+
+
+@pytest.mark.skipif(not MEASUREMENTS.is_dir(), reason="needs ../shared/reference/measurements")
+def test_a_log_run_with_nccl_min_ctas_runs_nvls_tree_on_that_many_channels():
+    """nccl-tests#309's 8-node run with NCCL_MIN_CTAS=24: NCCL clamps its 16
+    NVLS channels up to 24 (transport/nvls.cc), and so does the baseline
+    simulated for the log."""
+    from simcoll.calibration.calibrate import load_log, samples_of
+    from simcoll.machines import as_machine
+
+    machine = as_machine("dgx-h100*8")
+    log = load_log(MEASUREMENTS / "h100-x8-n8_all_reduce_minctas24_nccltests309-gjaion.log", machine)
+    choices = {s.size_bytes: s.choice for s in samples_of(log, machine)}
+    assert choices[1 << 30] == "nvls_tree/Simple/24ch"

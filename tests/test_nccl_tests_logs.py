@@ -193,6 +193,20 @@ def test_collnet_enabled_by_the_environment_is_read():
     assert not parse_nccl_tests(table, path="all_reduce_perf.log", num_ranks=8).collnet
 
 
+def test_channel_counts_set_by_the_environment_are_read():
+    table = (
+        "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n"
+        "     1048576        262144     float     sum      -1    100.0   10.49   18.35      0    100.0   10.49   18.35      0\n"
+    )
+    env = (
+        "# Env: NCCL_MIN_CTAS=24 NCCL_IB_QPS_PER_CONNECTION=2\n"
+        "node-a:1001:1001 [0] NCCL INFO NCCL_MAX_NRINGS set by environment to 8.\n"
+    )
+    log = parse_nccl_tests(env + table, path="all_reduce_perf.log", num_ranks=8)
+    assert log.channel_limits == {"min_ctas": 24, "max_channels": 8}
+    assert parse_nccl_tests(table, path="all_reduce_perf.log", num_ranks=8).channel_limits == {}
+
+
 @needs_logs
 def test_the_published_sharp_run_enables_collnet():
     assert read_nccl_tests(MEASUREMENTS / "a100-sxm4-80gb-x8-n4_all_reduce_sharp_coreweave.log").collnet

@@ -7,6 +7,7 @@ import pytest
 
 from simcoll.errors import SimcollError
 from simcoll.nccl import (
+    ChannelLimits,
     Comm,
     Graph,
     algorithm_bandwidth,
@@ -108,6 +109,27 @@ def test_channels_drop_for_small_messages():
     # Simple ring: nc drops while nbytes < nc x 512 threads x 64
     assert channels_for(comm, "ring", "simple", 24 * 512 * 64)[0] == 24
     assert channels_for(comm, "ring", "simple", 24 * 512 * 64 - 1)[0] == 23
+
+
+def test_channel_limits_set_what_nccl_launches_not_what_it_predicts():
+    """NCCL_MIN_CTAS / NCCL_MAX_CTAS: rings copied up to the minimum or cut
+    to the maximum (graph/connect.cc), NVLS's 16 channels clamped to both
+    (transport/nvls.cc ncclNvlsTuning); the tuner's bandwidths keep the
+    search's channel count (tuning.cc), so the predicted times stay."""
+    from dataclasses import replace
+
+    free = h100_nodes(8)
+    more = replace(free, limits=ChannelLimits(min_ctas=24))
+    fewer = replace(free, limits=ChannelLimits(max_ctas=8))
+    big = 1 << 30
+    assert (choose(free, "allreduce", big).n_channels, choose(more, "allreduce", big).n_channels) == (16, 24)
+    assert choose(fewer, "allreduce", big).n_channels == 8
+    assert channels_for(more, "ring", "simple", big)[0] == 24 and channels_for(fewer, "ring", "simple", big)[0] == 8
+    assert cost_table(more, "allreduce", big) == cost_table(free, "allreduce", big)
+    assert ChannelLimits(min_channels=4, max_channels=2).ring(16) == 4  # the minimum wins, as NCCL copies channels
+    assert ChannelLimits(min_ctas=32, max_ctas=8).nvls(16) == 8  # NCCL lowers minCTAs to maxCTAs
+    with pytest.raises(SimcollError, match="min_ctas must be a whole number"):
+        ChannelLimits(min_ctas=0)
 
 
 def test_multi_node_latencies():

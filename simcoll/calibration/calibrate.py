@@ -186,10 +186,13 @@ def samples_of(log: NcclTestsLog, machine: Machine) -> list[Sample]:
     """The log's sizes with NCCL's Algorithm for each (sizes too small for
     one byte per chunk are left out)."""
     from ..nccl.baseline import choice_label, nccl_algorithm
+    from ..nccl.tuner import ChannelLimits
 
     restrict: dict[str, Any] = dict(_nccl_restrictions(log))
     # CollNet is off unless the log enables it (NCCL_COLLNET_ENABLE=1) or forces it with NCCL_ALGO
     restrict["collnet"] = log.collnet or any(a.startswith("collnet") for a in restrict["algorithms"] or ())
+    if log.channel_limits:  # NCCL_MIN_CTAS and its kin
+        restrict["limits"] = ChannelLimits(**log.channel_limits)
     out = []
     why = ""
     for row in measured_times(log).itertuples():

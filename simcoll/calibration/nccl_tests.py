@@ -148,6 +148,10 @@ class NcclTestsLog:
     collnet : bool
         Whether the log shows NCCL_COLLNET_ENABLE=1 set the same way (CollNet,
         e.g. IB SHARP, is then among NCCL's choices).
+    channel_limits : dict
+        NCCL_MIN_CTAS / NCCL_MAX_CTAS / NCCL_MIN_NCHANNELS / NCCL_MAX_NCHANNELS
+        where set the same way, as ``min_ctas``, ``max_ctas``,
+        ``min_channels``, ``max_channels`` (whole numbers).
     avg_busbw_GBps : float or None
         The ``Avg bus bandwidth`` footer.
     rows : tuple of NcclTestsRow
@@ -167,6 +171,7 @@ class NcclTestsLog:
     avg_busbw_GBps: float | None
     rows: tuple[NcclTestsRow, ...] = field(repr=False)
     collnet: bool = False
+    channel_limits: dict[str, int] = field(default_factory=dict)
 
     def within(self, min_bytes: int | None = None, max_bytes: int | None = None) -> NcclTestsLog:
         """The same log with only the rows of sizes in ``[min_bytes, max_bytes]``
@@ -239,8 +244,19 @@ _TESTS_VERSION = re.compile(r"nccl-library=(\d+)")
 _STARTING = re.compile(r"Collective test starting:\s*(\w+?)(?:_perf\w*)?\s*$")
 _AVG = re.compile(r"Avg bus bandwidth\s*:\s*(\S+)")
 _ENV = re.compile(
-    r"\b(NCCL_ALGO|NCCL_PROTO|NCCL_COLLNET_ENABLE)\s*(?:=|\s+set by environment to\s+)\s*([A-Za-z0-9_,^:;]+)"
+    r"\b(NCCL_ALGO|NCCL_PROTO|NCCL_COLLNET_ENABLE|NCCL_(?:MIN|MAX)_(?:CTAS|NCHANNELS|NRINGS))"
+    r"\s*(?:=|\s+set by environment to\s+)\s*([A-Za-z0-9_,^:;]+)"
 )
+#: Channel-count variables -> NcclTestsLog fields (NCCL_MIN_NRINGS / NCCL_MAX_NRINGS are NCCL's
+#: older names of NCCL_MIN_NCHANNELS / NCCL_MAX_NCHANNELS, still read: src/graph/connect.cc).
+_CHANNEL_VARIABLES = {
+    "NCCL_MIN_CTAS": "min_ctas",
+    "NCCL_MAX_CTAS": "max_ctas",
+    "NCCL_MIN_NCHANNELS": "min_channels",
+    "NCCL_MIN_NRINGS": "min_channels",
+    "NCCL_MAX_NCHANNELS": "max_channels",
+    "NCCL_MAX_NRINGS": "max_channels",
+}
 _MACHINE_N = re.compile(r"\bn\s*=\s*(\d+)")
 _MACHINE_GPN = re.compile(r"(\d+)\s+GPUs?\s+per\s+node")
 _MACHINE_NODES = re.compile(r"(\d+)\s+nodes?\b")
@@ -288,6 +304,7 @@ def parse_nccl_tests(
     ranks: dict[int, tuple[str, str]] = {}
     library = version = algo = proto = None
     collnet = False
+    channel_limits: dict[str, int] = {}
     started: str | None = None
     provenance_collective: str | None = None
     machine_n = machine_gpn = machine_nodes = None
@@ -342,6 +359,8 @@ def parse_nccl_tests(
                     proto = value
                 elif key == "NCCL_COLLNET_ENABLE":
                     collnet = value.strip(",;:") == "1"
+                elif (count := value.strip(",;:")).isdigit() and int(count) >= 1:
+                    channel_limits[_CHANNEL_VARIABLES[key]] = int(count)
         if stripped.startswith("#"):
             continue
         first = stripped.split(None, 1)[0]
@@ -375,6 +394,7 @@ def parse_nccl_tests(
         avg_busbw_GBps=avg,
         rows=tuple(rows),
         collnet=collnet,
+        channel_limits=channel_limits,
     )
 
 

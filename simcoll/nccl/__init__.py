@@ -9,6 +9,7 @@ NVLS; :mod:`simcoll.nccl.baseline` builds the Algorithm NCCL would run.
 
 from .constants import ALGORITHMS, PROTOCOLS, TunerConstants, load_constants
 from .tuner import (
+    ChannelLimits,
     Choice,
     Comm,
     Graph,
@@ -26,6 +27,7 @@ from .tuner import (
 __all__ = [
     "ALGORITHMS",
     "PROTOCOLS",
+    "ChannelLimits",
     "Choice",
     "Comm",
     "Graph",

@@ -55,7 +55,7 @@ from ..machines import Machine, as_machine
 from ..topology import FABRIC_LINK_TYPES, Topology
 from .p2p import P2P_COLLECTIVES, nccl_p2p_algorithm, p2p_peer_bytes, p2p_protocol
 from .pipeline import PIPELINED_ALGORITHMS, pipeline, tree_pipeline
-from .tuner import PROTOCOL_NAMES, TUNED_COLLECTIVES, Choice, Comm, Graph, choose
+from .tuner import PROTOCOL_NAMES, TUNED_COLLECTIVES, ChannelLimits, Choice, Comm, Graph, choose
 
 MACHINES_FILE = Path(__file__).with_name("machines.yaml")
 
@@ -219,6 +219,7 @@ def nccl_choice(
     algorithms: list[str] | tuple[str, ...] | None = None,
     protocols: list[str] | tuple[str, ...] | None = None,
     collnet: bool = False,
+    limits: ChannelLimits | None = None,
 ) -> Choice:
     """NCCL's choice (algorithm x protocol x channels) for one call of
     ``collective`` on ``size_bytes`` bytes (nccl-tests' ``size``) on ``machine``.
@@ -229,7 +230,8 @@ def nccl_choice(
     environment does (the model's ``nccl`` section, e.g. Simple only on
     GPUDirect-TCPXO), else nothing. ``collnet`` is NCCL_COLLNET_ENABLE: off
     by default in NCCL (it needs the SHARP plugin), so CollNet is a candidate
-    only when asked for and the fabric's switches reduce.
+    only when asked for and the fabric's switches reduce. ``limits`` are the
+    channel counts NCCL_MIN_CTAS and its kin set (:class:`~simcoll.nccl.tuner.ChannelLimits`).
 
     >>> nccl_choice("dgx-a100", "allreduce", 1 << 30).label
     'ring/Simple/24ch'
@@ -239,6 +241,8 @@ def nccl_choice(
     comm = nccl_machine(machine).comm
     if not collnet and comm.collnet:
         comm = replace(comm, collnet=False)
+    if limits is not None:
+        comm = replace(comm, limits=limits)
     return choose(comm, collective, int(size_bytes), algorithms=algorithms, protocols=protocols)
 
 
@@ -367,6 +371,7 @@ def nccl_algorithm(
     algorithms: list[str] | tuple[str, ...] | None = None,
     protocols: list[str] | tuple[str, ...] | None = None,
     collnet: bool = False,
+    limits: ChannelLimits | None = None,
 ) -> Algorithm:
     """The Algorithm NCCL would run for ``collective`` on ``size_bytes`` bytes
     (module docstring), with ``metadata["protocol"]``,
@@ -374,7 +379,8 @@ def nccl_algorithm(
     choice has no generator here, ``metadata["nccl_fallback"]``.
     ``algorithms`` / ``protocols`` restrict the tuner as NCCL_ALGO /
     NCCL_PROTO do, ``collnet`` enables CollNet as NCCL_COLLNET_ENABLE=1
-    does (:func:`nccl_choice`).
+    does, ``limits`` sets channel counts as NCCL_MIN_CTAS and its kin do
+    (:func:`nccl_choice`).
 
     nccl-tests' point-to-point operations (Alltoall, SendRecv) have no
     tuner choice: they get NCCL's point-to-point schedule
@@ -400,7 +406,9 @@ def nccl_algorithm(
         return nccl_p2p_algorithm(machine, collective, size_bytes, protocols=protocols)
     if collective not in TUNED_COLLECTIVES:
         raise NotApplicableError(f"nccl: NCCL's tuner has no algorithm choice for {collective}")
-    best = nccl_choice(machine, collective, size_bytes, algorithms=algorithms, protocols=protocols, collnet=collnet)
+    best = nccl_choice(
+        machine, collective, size_bytes, algorithms=algorithms, protocols=protocols, collnet=collnet, limits=limits
+    )
     choice, fallback = best, None
     if GENERATOR_OF.get(best.algorithm) not in _registry_names(collective):
         available = [a for a in _buildable(collective) if algorithms is None or a in algorithms]
@@ -408,8 +416,9 @@ def nccl_algorithm(
             raise NotApplicableError(f"nccl: no generator of NCCL's algorithms implements {collective}")
         try:
             choice = nccl_choice(
-                machine, collective, size_bytes, algorithms=available, protocols=protocols, collnet=collnet
-            )
+                machine, collective, size_bytes, algorithms=available, protocols=protocols, collnet=collnet,
+                limits=limits,
+            )  # fmt: skip
         except SimcollError as exc:
             raise NotApplicableError(f"nccl: {exc}") from None
         fallback = f"NCCL would run {best.label}; {best.algorithm} has no generator here, so {choice.label} is run"
@@ -429,7 +438,7 @@ def nccl_algorithm(
         if choice.algorithm == "ring":
             raise
         # the generator exists but does not apply here: NCCL's ring is always there
-        ring = nccl_choice(machine, collective, size_bytes, algorithms=["ring"], protocols=protocols)
+        ring = nccl_choice(machine, collective, size_bytes, algorithms=["ring"], protocols=protocols, limits=limits)
         fallback = f"NCCL would run {best.label}; {GENERATOR_OF[choice.algorithm]} does not apply ({exc}), so {ring.label} is run"
         choice, channels = ring, ring.n_channels
         if size_bytes < channels * per_channel:

@@ -87,6 +87,51 @@ class Graph:
 
 
 @dataclass(frozen=True)
+class ChannelLimits:
+    """The channel counts a user sets (NCCL's environment): ``NCCL_MIN_CTAS``
+    / ``NCCL_MAX_CTAS`` (``comm->config.minCTAs / maxCTAs``) and
+    ``NCCL_MIN_NCHANNELS`` / ``NCCL_MAX_NCHANNELS`` (``ncclMinNchannels`` /
+    ``ncclMaxNchannels``); None leaves NCCL's default.
+
+    Rings and trees run on the channels the search found, at most both
+    maxima, then copied up to the larger minimum (``graph/connect.cc``,
+    ``ncclTopoPostset``); NVLS runs on its default count (16 on Hopper)
+    clamped to ``[minCTAs, maxCTAs]`` (``transport/nvls.cc``,
+    ``ncclNvlsTuning``). The tuner's bandwidths stay the search's (its
+    ``graph->nChannels``, ``tuning.cc``): more channels change what NCCL
+    launches, not what it predicts.
+
+    >>> limits = ChannelLimits(min_ctas=24)
+    >>> limits.ring(16), limits.ring(32), limits.nvls(16)
+    (24, 32, 24)
+    """
+
+    min_ctas: int | None = None
+    max_ctas: int | None = None
+    min_channels: int | None = None
+    max_channels: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("min_ctas", "max_ctas", "min_channels", "max_channels"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise SimcollError(f"NCCL channel limits: {name} must be a whole number >= 1, got {value!r}")
+        if self.min_ctas is not None and self.max_ctas is not None and self.min_ctas > self.max_ctas:
+            object.__setattr__(self, "min_ctas", self.max_ctas)  # as NCCL lowers it (init.cc, with a warning)
+
+    def ring(self, found: int) -> int:
+        """Channels of rings and trees when the search found ``found``."""
+        most = min(v for v in (found, self.max_ctas, self.max_channels) if v is not None)
+        least = max((v for v in (self.min_ctas, self.min_channels) if v is not None), default=0)
+        return max(most, least)
+
+    def nvls(self, default: int) -> int:
+        """NVLS channels when NCCL's default is ``default``."""
+        channels = default if self.max_ctas is None else min(self.max_ctas, default)
+        return channels if self.min_ctas is None else max(self.min_ctas, channels)
+
+
+@dataclass(frozen=True)
 class Comm:
     """A communicator as NCCL's tuner sees it.
 
@@ -114,6 +159,8 @@ class Comm:
         path is NVLink and the network path is close to the GPU).
     constants : TunerConstants
         Defaults to NCCL 2.30.7's.
+    limits : ChannelLimits
+        The channel counts the environment sets (none by default).
     """
 
     num_ranks: int
@@ -128,6 +175,7 @@ class Comm:
     nvswitch: bool = False
     ll128: bool | None = None
     constants: TunerConstants = field(default_factory=load_constants, repr=False)
+    limits: ChannelLimits = ChannelLimits()
 
     def __post_init__(self) -> None:
         if self.num_ranks < 1 or self.num_nodes < 1 or self.num_ranks % self.num_nodes:
@@ -145,8 +193,9 @@ class Comm:
 
     @property
     def n_channels(self) -> int:
-        """``comm->nChannels``: the ring graph's channel count."""
-        return self.graphs["ring"].n_channels
+        """``comm->nChannels``: the ring graph's channel count, within the
+        environment's :class:`ChannelLimits`."""
+        return self.limits.ring(self.graphs["ring"].n_channels)
 
 
 @dataclass(frozen=True)
@@ -467,7 +516,7 @@ def channels_for(comm: Comm, algorithm: str, protocol: str, nbytes: int, collnet
                 nc -= 1
             switch //= 2
     elif algorithm in ("nvls", "nvls_tree"):
-        nvls_nc = comm.graphs[algorithm].n_channels
+        nvls_nc = comm.limits.nvls(comm.graphs[algorithm].n_channels)
         nc = min(nvls_nc, comm.n_channels) if comm.num_nodes > 1 and algorithm == "nvls" else nvls_nc
     else:
         while nbytes < nc * nt * threshold and nc >= 2:
@@ -528,6 +577,7 @@ __all__ = [
     "ALGORITHM_NAMES",
     "PROTOCOL_NAMES",
     "TUNED_COLLECTIVES",
+    "ChannelLimits",
     "Choice",
     "Comm",
     "Graph",

@@ -65,6 +65,9 @@ NODE_TOPOLOGIES = {
 FILE_TOPOLOGIES = {
     "h100-80gb-x8-n2_all_reduce_a3mega.log": "a3-mega*2",  # Google Cloud A3 Mega, TCPXO NICs
     "l40s-x1-n2_all_reduce_socket_nvidiatools.log": "l40s-socket*2",  # NCCL's TCP socket transport
+    # GPUs 1 and 0 (CUDA_VISIBLE_DEVICES=1,0) of an 8-GPU H20 board (NV18: NVLink4 through NVSwitch, as on a
+    # DGX H100) in each of two VMs, with the two NICs beside them (the VM's two bonded HCAs; speed not stated)
+    "h20-3e-x2-n2_alltoall_vm_nccltests321.log": "dgx-h100[1,0]*2",
 }
 UNHEALTHY = ("_degraded", "_incomplete", "nvls-inactive", "_bad_", "a100-sxm4-40gb-x8_all_reduce_cs244c", "kalavai")
 UNHEALTHY_FILES = ("a100-sxm4-80gb-x8-n16_all_reduce_coreweave.log",)

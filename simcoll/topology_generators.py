@@ -253,10 +253,11 @@ def _select_nics(node: Topology, spec: FabricSpec) -> Topology:
 def gpu_subset(node: Topology, gpus: Sequence[int]) -> Topology:
     """``node`` with only the GPUs of ranks ``gpus``, ranked 0.. in the order
     given, as ``CUDA_VISIBLE_DEVICES`` leaves a job a node's GPUs (e.g. a
-    2-GPU nccl-tests run on a 4-GPU board). Switches, CPUs and NICs stay (a
-    NIC keeps its PCIe or switch path; ``NODE*N/fat-tree:nics=K`` keeps fewer
-    in a cluster); links to the GPUs left out go, and so does a component no
-    link reaches any more.
+    2-GPU nccl-tests run on a 4-GPU board). Switches and CPUs stay; a NIC
+    stays when one of the GPUs nearest to it (fewest links away) is kept, as
+    a VM or container gets the NICs beside its GPUs (on a DGX, NIC k shares
+    GPU k's PCIe switch; ``NODE*N/fat-tree:nics=K`` keeps fewer still); links
+    to what is left out go, and so does a component no link reaches any more.
 
     >>> from simcoll.machines import load_topology
     >>> t = gpu_subset(load_topology("l40s-pcie"), [2, 0])
@@ -270,7 +271,12 @@ def gpu_subset(node: Topology, gpus: Sequence[int]) -> Topology:
         why = "no GPU" if not gpus else f"{bad[0]} is not a rank" if bad else "a rank listed twice"
         raise TopologyError(f"{name}: {why}; list distinct GPU ranks of {node.name}, 0..{node.num_ranks - 1}")
     rank_of = {by_rank[g].name: i for i, g in enumerate(gpus)}
-    kept = [c for c in node.components if c.kind != "gpu" or c.name in rank_of]
+    nearest = _nearest_gpus(node)
+    kept = [
+        c
+        for c in node.components
+        if c.name in rank_of or c.kind not in ("gpu", "nic") or (c.kind == "nic" and nearest[c.name] & rank_of.keys())
+    ]
     names = {c.name for c in kept}
     links = [lk for lk in node.links if lk.src in names and lk.dst in names]
     linked = {lk.src for lk in links} | {lk.dst for lk in links}
@@ -286,6 +292,24 @@ def gpu_subset(node: Topology, gpus: Sequence[int]) -> Topology:
         default_model=node.default_model,
         network_link=node.network_link,
     )
+
+
+def _nearest_gpus(node: Topology) -> dict[str, set[str]]:
+    """Per NIC of ``node``, the GPUs fewest links away from it."""
+    neighbours: dict[str, set[str]] = {c.name: set() for c in node.components}
+    for link in node.links:
+        neighbours[link.src].add(link.dst)
+        neighbours[link.dst].add(link.src)
+    gpus = {g.name for g in node.gpus}
+    out: dict[str, set[str]] = {}
+    for nic in (c.name for c in node.components if c.kind == "nic"):
+        seen, frontier, found = {nic}, {nic}, set()
+        while frontier and not found:
+            frontier = {n for f in frontier for n in neighbours[f]} - seen
+            seen |= frontier
+            found = frontier & gpus
+        out[nic] = found
+    return out
 
 
 def clos_shape(endpoints: int, radix: int, oversub: float) -> tuple[int, int, int]:

@@ -95,12 +95,14 @@ def test_alltoall_on_several_nodes_is_bound_by_the_nics():
         ("a100-sxm4-40gb-x8_alltoall_superbench.log", "dgx-a100"),
         ("h100-80gb-x1-n10_alltoall_xxrjun.log", "h100-nic*10"),
         ("a100-sxm-64gb-x2_sendrecv_nccltests331.log", "perlmutter[0,1]"),
+        ("h20-3e-x2-n2_alltoall_vm_nccltests321.log", "dgx-h100[1,0]*2"),  # 2 of 8 GPUs, their 2 NICs
     ],
 )
 def test_point_to_point_logs_calibrate_within_the_targets(name, topology):
     """Issue 13's targets (<= 15 % from 64 MB up, <= 25 % up to 64 KB) on the
     published Alltoall and SendRecv runs, the SendRecv one on two GPUs of a
-    4-GPU A100 board (nccl-tests#331: NV4 between each pair)."""
+    4-GPU A100 board (nccl-tests#331: NV4 between each pair), the H20 one on
+    two GPUs of an NVSwitch board per VM (nccl-tests#321)."""
     log = MEASUREMENTS / name
     model, _ = calibrate([log], topology)
     errors = error_summary(validate(log, topology, model))

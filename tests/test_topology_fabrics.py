@@ -116,8 +116,12 @@ def test_a_gpu_subset_drops_what_only_the_gpus_left_out_reached():
 
 def test_a_cluster_of_gpu_subsets_is_a_cluster_of_the_smaller_node():
     topo = load_topology("dgx-h100[0,1]*2")
-    assert topo.num_ranks == 4 and len(_kinds(topo, "nic")) == 16  # the NICs stay (nics=K keeps fewer)
+    # the NICs beside GPUs 0 and 1 (their PCIe switch) stay; nics=K keeps fewer
+    assert topo.num_ranks == 4 and sorted(c.name for c in _kinds(topo, "nic")) == [
+        "n0.nic0", "n0.nic1", "n1.nic0", "n1.nic1"
+    ]  # fmt: skip
     assert len(_kinds(load_topology("dgx-h100[0,1]*2/fat-tree:nics=1"), "nic")) == 2
+    assert len(_kinds(load_topology("perlmutter[0]"), "nic")) == 4  # NICs on the CPU: as near to every GPU
 
 
 @pytest.mark.parametrize(

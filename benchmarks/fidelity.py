@@ -45,7 +45,7 @@ NODE_TOPOLOGIES = {
     ("h100-80gb", 8): "dgx-h100",
     ("h100", 8): "dgx-h100",
     ("v100-sxm2-16gb", 8): "dgx1",
-    ("a100-sxm4-80gb", 4): "perlmutter",  # HGX A100 4-GPU board: 4 NVLink3 links per GPU pair
+    ("a100-sxm4-80gb", 4): "hgx-a100-4",  # HGX A100 4-GPU board: 4 NVLink3 links per GPU pair
     ("h100", 4): "hgx-h100-4",  # Snellius: HGX H100 4-GPU board, 4x NDR200
     ("gh200", 4): "alps-gh200",  # CSCS Alps: 4 GH200 all-to-all, 4x Slingshot-11
     ("b200", 8): "dgx-b200",
@@ -55,7 +55,7 @@ NODE_TOPOLOGIES = {
     ("mi300x-vf", 8): "mi300x",  # the same platform's GPUs as SR-IOV virtual functions
     ("l40s", 4): "l40s-pcie",  # PCIe only
     ("l40s", 2): "l40s-pcie[0,1]",  # two of the same node's GPUs (NODE[...] keeps those GPUs)
-    ("a100-sxm-64gb", 2): "perlmutter[0,1]",  # two of a 4-GPU A100 board's, 4 NVLink3 links per pair
+    ("a100-sxm-64gb", 2): "hgx-a100-4[0,1]",  # two of a 4-GPU A100 board's, 4 NVLink3 links per pair
     ("v100-pcie-32gb", 4): "v100-pcie",
     ("rtx5090", 8): "rtx5090-pcie",
     ("mi250x", 8): "frontier",  # HPE Cray EX235a blade: 4 MI250X = 8 GCDs, 4 Slingshot-11 NICs

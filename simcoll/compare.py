@@ -20,8 +20,9 @@ algorithm per size among the rows of the primary method.
 The ``nccl`` row is NCCL's own choice at each size
 (:func:`simcoll.nccl.baseline.nccl_algorithm`: NCCL 2.30's tuner picks the
 algorithm, protocol and channel count, and that Algorithm is timed with the
-chosen protocol); its ``choice`` column says what was chosen, e.g.
-``ring/LL128/24ch``. The other rows have an empty ``choice``.
+chosen protocol; Alltoall and SendRecv get NCCL's point-to-point exchange,
+:mod:`simcoll.nccl.p2p`); its ``choice`` column says what was chosen, e.g.
+``ring/LL128/24ch`` or ``p2p/Simple``. The other rows have an empty ``choice``.
 """
 
 from __future__ import annotations

@@ -33,9 +33,9 @@ from .topology import Topology, load_topology_file
 from .topology_generators import TOPOLOGY_GENERATORS, cluster, generate_topology, gpu_subset
 
 _CLUSTER_RE = re.compile(
-    r"^(?P<node>[A-Za-z0-9_.-]+(?:\[[0-9, ]*\])?)\*(?P<count>\d+)(?:/(?P<fabric>[a-z][a-z0-9=.,:-]*))?$"
+    r"^(?P<node>[A-Za-z0-9_.-]+(?:\[[^\[\]]*\])?)\*(?P<count>\d+)(?:/(?P<fabric>[a-z][a-z0-9=.,:-]*))?$"
 )
-_SUBSET_RE = re.compile(r"^(?P<node>[A-Za-z0-9_.:-]+)\[(?P<gpus>[0-9, ]*)\]$")
+_SUBSET_RE = re.compile(r"^(?P<node>[A-Za-z0-9_.:-]+)\[(?P<gpus>[^\[\]]*)\]$")
 
 
 def _data_dir(package: str) -> Path:
@@ -87,7 +87,8 @@ def load_topology(spec: str) -> Topology:
     Parameters
     ----------
     spec : str
-        A built-in name, a generator, a cluster or a YAML file.
+        A built-in name, a generator, a cluster, some GPUs of a node or a
+        YAML file (module docstring).
 
     Returns
     -------
@@ -104,7 +105,7 @@ def load_topology(spec: str) -> Topology:
     (8, 4, 16)
     >>> load_topology("dgx9")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
-    simcoll.errors.TopologyError: unknown topology 'dgx9': not a file, generator or cluster; built-ins: ...
+    simcoll.errors.TopologyError: unknown topology 'dgx9': not a file, generator, cluster (NODE*N) or GPU subset (NODE[i,j]); built-ins: ...
     """
     if not isinstance(spec, str) or not spec:
         raise TopologyError(f"topology spec must be a non-empty string, got {spec!r}")
@@ -121,15 +122,18 @@ def _load_named_topology(spec: str) -> Topology:
         return cluster(node, int(match["count"]), match["fabric"] or "fat-tree")
     match = _SUBSET_RE.match(spec)
     if match:
-        gpus = [int(g) for g in match["gpus"].replace(" ", "").split(",") if g]
-        return gpu_subset(load_topology(match["node"]), gpus)
+        if not re.fullmatch(r"\d+(,\d+)*", match["gpus"]):
+            raise TopologyError(
+                f"{spec!r}: list the GPUs to keep as ranks separated by commas, no spaces, e.g. {match['node']}[0,1]"
+            )
+        return gpu_subset(load_topology(match["node"]), [int(g) for g in match["gpus"].split(",")])
     if ":" in spec:
         return generate_topology(spec)
     path = _data_dir("simcoll.topologies") / f"{spec}.yaml"
     if not path.exists():
         raise TopologyError(
-            f"unknown topology {spec!r}: not a file, generator or cluster; built-ins: {', '.join(builtin_topologies())}; "
-            f"generators: {', '.join(TOPOLOGY_GENERATORS)}"
+            f"unknown topology {spec!r}: not a file, generator, cluster (NODE*N) or GPU subset (NODE[i,j]); "
+            f"built-ins: {', '.join(builtin_topologies())}; generators: {', '.join(TOPOLOGY_GENERATORS)}"
         )
     return load_topology_file(path)
 

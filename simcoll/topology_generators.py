@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from .errors import TopologyError
@@ -257,7 +257,8 @@ def gpu_subset(node: Topology, gpus: Sequence[int]) -> Topology:
     stays when one of the GPUs nearest to it (fewest links away) is kept, as
     a VM or container gets the NICs beside its GPUs (on a DGX, NIC k shares
     GPU k's PCIe switch; ``NODE*N/fat-tree:nics=K`` keeps fewer still); links
-    to what is left out go, and so does a component no link reaches any more.
+    to what is left out go, and so does whatever the kept GPUs no longer
+    reach (e.g. the PCIe switches of the GPUs left out).
 
     >>> from simcoll.machines import load_topology
     >>> t = gpu_subset(load_topology("l40s-pcie"), [2, 0])
@@ -278,9 +279,9 @@ def gpu_subset(node: Topology, gpus: Sequence[int]) -> Topology:
         if c.name in rank_of or c.kind not in ("gpu", "nic") or (c.kind == "nic" and nearest[c.name] & rank_of.keys())
     ]
     names = {c.name for c in kept}
-    links = [lk for lk in node.links if lk.src in names and lk.dst in names]
-    linked = {lk.src for lk in links} | {lk.dst for lk in links}
-    gpu_first = [by_rank[g] for g in gpus] + [c for c in kept if c.kind != "gpu" and c.name in linked]
+    reached = _reachable(rank_of.keys(), [lk for lk in node.links if lk.src in names and lk.dst in names])
+    links = [lk for lk in node.links if lk.src in reached and lk.dst in reached]
+    gpu_first = [by_rank[g] for g in gpus] + [c for c in kept if c.kind != "gpu" and c.name in reached]
     components = [Component(**{**vars(c), "rank": rank_of[c.name]}) if c.kind == "gpu" else c for c in gpu_first]
     return build_topology(
         name,
@@ -292,6 +293,19 @@ def gpu_subset(node: Topology, gpus: Sequence[int]) -> Topology:
         default_model=node.default_model,
         network_link=node.network_link,
     )
+
+
+def _reachable(start: Iterable[str], links: Sequence[Link]) -> set[str]:
+    """Components joined to ``start`` through ``links`` (``start`` included)."""
+    neighbours: dict[str, set[str]] = {}
+    for link in links:
+        neighbours.setdefault(link.src, set()).add(link.dst)
+        neighbours.setdefault(link.dst, set()).add(link.src)
+    seen, frontier = set(start), set(start)
+    while frontier:
+        frontier = {n for f in frontier for n in neighbours.get(f, ())} - seen
+        seen |= frontier
+    return seen
 
 
 def _nearest_gpus(node: Topology) -> dict[str, set[str]]:

@@ -37,6 +37,7 @@ EXPECTED_TOPOLOGIES = {
     "frontier",
     "aurora",
     "hgx-h100-4",
+    "hgx-a100-4",
     "alps-gh200",
     "dgx-b200",
     "h100-nic",

@@ -12,9 +12,9 @@ from simcoll.algorithms import generate
 from simcoll.calibration.calibrate import calibrate, error_summary, validate
 from simcoll.collectives import make_collective
 from simcoll.compare import compare
-from simcoll.errors import CollectiveError
-from simcoll.nccl.baseline import nccl_algorithm
-from simcoll.nccl.p2p import p2p_peer_bytes, p2p_protocol
+from simcoll.errors import CollectiveError, SimcollError
+from simcoll.nccl.baseline import nccl_algorithm, protocol_for
+from simcoll.nccl.p2p import nccl_p2p_protocol, p2p_peer_bytes, p2p_protocol
 from simcoll.simulator import simulate
 from simcoll.verify import check
 
@@ -51,12 +51,16 @@ def test_direct_sendrecv_takes_alpha_plus_m_over_b_on_a_pair():
 
 def test_p2p_protocol_is_ll_up_to_16_kib_per_peer_as_nccl_picks_it():
     """enqueue.cc addP2pToPlan: LL while a peer's bytes <= nChannels x
-    NCCL_P2P_LL_THRESHOLD (16 KiB), one channel at those sizes; LL off
-    when NCCL_PROTO leaves it out."""
+    NCCL_P2P_LL_THRESHOLD (16 KiB), one channel at those sizes, and only on
+    connections with LL buffers: none across the network by default
+    (NCCL_ALLOC_P2P_NET_LL_BUFFERS=0)."""
     assert p2p_protocol(16 << 10) == "ll" and p2p_protocol((16 << 10) + 1) == "simple"
-    assert p2p_protocol(8, ["simple"]) == "simple" and p2p_protocol(8, ["ll", "simple"]) == "ll"
+    assert p2p_protocol(8, across_nodes=True) == "simple"
     assert p2p_peer_bytes("alltoall", 8, 128 << 10) == 16 << 10  # one block of eight per peer
     assert p2p_peer_bytes("sendrecv", 8, 128 << 10) == 128 << 10  # the whole buffer to one peer
+    assert nccl_p2p_protocol("dgx-a100", "alltoall", 128 << 10) == "LL"
+    assert nccl_p2p_protocol("dgx-a100*2", "alltoall", 128 << 10) == "Simple"
+    assert nccl_p2p_protocol("h100-nic*2", "sendrecv", 8) == "Simple"
 
 
 def test_nccl_row_for_alltoall_is_the_direct_schedule_with_nccls_protocol():
@@ -72,11 +76,30 @@ def test_nccl_row_for_alltoall_is_the_direct_schedule_with_nccls_protocol():
     assert "nccl" not in skipped
 
 
-def test_nccl_restricted_to_simple_runs_p2p_simple_and_gather_has_no_nccl_row():
-    small = nccl_algorithm("dgx-a100", "alltoall", 1024, protocols=["simple"])
-    assert small.metadata["protocol"] == "Simple" and small.metadata["nccl_choice"] == "p2p/Simple"
+def test_other_schedules_of_p2p_collectives_are_timed_with_the_nccl_rows_protocol():
+    """A comparison differs in the schedule only: bruck beside the nccl row of
+    an Alltoall gets NCCL's point-to-point protocol at every size, on one
+    node and on several."""
+    for machine in ("dgx-a100", "a3-mega*2"):
+        bruck = generate("bruck", machine, "alltoall")
+        for size in (4 << 10, 1 << 20):
+            nccl = nccl_algorithm(machine, "alltoall", size)
+            assert protocol_for(bruck, machine, size) == nccl.metadata["protocol"]
+
+
+def test_gather_and_one_gpu_machines_have_no_nccl_row():
     df, skipped = compare("dgx-a100", "gather", [1 << 20], algorithms=["nccl", "direct"])
     assert "nccl" not in set(df.algorithm) and "nccl" in skipped
+    for collective in ("alltoall", "allreduce"):  # a clear error, not a division by zero in the tuner
+        with pytest.raises(SimcollError, match="l40s-socket has one GPU"):
+            compare("l40s-socket", collective, [1 << 20], algorithms=["nccl"])
+
+
+def test_a_cluster_of_one_gpu_of_an_nvswitch_node_runs_no_nvls():
+    """NCCL enables NVLS only with at least two GPUs on a node (nvls.cc);
+    dgx-h100[7]*2 gets NCCL's ring, not an NVLS-tree with nobody to reduce."""
+    df, skipped = compare("dgx-h100[7]*2", "allreduce", [1 << 30], algorithms=["nccl"])
+    assert list(df.choice) == ["ring/Simple/32ch"] and not skipped
 
 
 def test_alltoall_on_several_nodes_is_bound_by_the_nics():
@@ -94,7 +117,7 @@ def test_alltoall_on_several_nodes_is_bound_by_the_nics():
     [
         ("a100-sxm4-40gb-x8_alltoall_superbench.log", "dgx-a100"),
         ("h100-80gb-x1-n10_alltoall_xxrjun.log", "h100-nic*10"),
-        ("a100-sxm-64gb-x2_sendrecv_nccltests331.log", "perlmutter[0,1]"),
+        ("a100-sxm-64gb-x2_sendrecv_nccltests331.log", "hgx-a100-4[0,1]"),
         ("h20-3e-x2-n2_alltoall_vm_nccltests321.log", "dgx-h100[1,0]*2"),  # 2 of 8 GPUs, their 2 NICs
     ],
 )

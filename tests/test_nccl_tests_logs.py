@@ -11,6 +11,7 @@ import pytest
 from simcoll.calibration import NcclTestsLogError, bus_factor, parse_nccl_tests, read_nccl_tests
 from simcoll.calibration.nccl_tests import _ranks_from_ratio
 from simcoll.errors import SimcollError
+from simcoll.nccl import ChannelLimits
 
 MEASUREMENTS = Path(__file__).resolve().parents[2] / "shared" / "reference" / "measurements"
 LOGS = sorted(MEASUREMENTS.glob("*.log")) if MEASUREMENTS.is_dir() else []
@@ -203,8 +204,15 @@ def test_channel_counts_set_by_the_environment_are_read():
         "node-a:1001:1001 [0] NCCL INFO NCCL_MAX_NRINGS set by environment to 8.\n"
     )
     log = parse_nccl_tests(env + table, path="all_reduce_perf.log", num_ranks=8)
-    assert log.channel_limits == {"min_ctas": 24, "max_channels": 8}
-    assert parse_nccl_tests(table, path="all_reduce_perf.log", num_ranks=8).channel_limits == {}
+    assert log.channel_limits == ChannelLimits(min_ctas=24, max_channels=8)
+    assert hash(log)  # the log stays a value
+    assert parse_nccl_tests(table, path="all_reduce_perf.log", num_ranks=8).channel_limits is None
+    # NCCL_MAX_NCHANNELS overrides the older NCCL_MAX_NRINGS whatever the order; 0 counts as 1, as in NCCL
+    both = "# Env: NCCL_MAX_NCHANNELS=4 NCCL_MAX_NRINGS=8 NCCL_MIN_CTAS=0\n"
+    assert parse_nccl_tests(both + table, path="all_reduce_perf.log", num_ranks=8).channel_limits == ChannelLimits(
+        max_channels=4, min_ctas=0
+    )
+    assert ChannelLimits(max_channels=0).ring(16) == 1
 
 
 @needs_logs

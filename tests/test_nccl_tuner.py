@@ -128,8 +128,9 @@ def test_channel_limits_set_what_nccl_launches_not_what_it_predicts():
     assert cost_table(more, "allreduce", big) == cost_table(free, "allreduce", big)
     assert ChannelLimits(min_channels=4, max_channels=2).ring(16) == 4  # the minimum wins, as NCCL copies channels
     assert ChannelLimits(min_ctas=32, max_ctas=8).nvls(16) == 8  # NCCL lowers minCTAs to maxCTAs
+    assert ChannelLimits(min_ctas=100).nvls(16) == 64  # held to NCCL's MAXCHANNELS
     with pytest.raises(SimcollError, match="min_ctas must be a whole number"):
-        ChannelLimits(min_ctas=0)
+        ChannelLimits(min_ctas=-1)
 
 
 def test_multi_node_latencies():

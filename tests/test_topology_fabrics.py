@@ -97,6 +97,8 @@ def test_a_gpu_subset_keeps_those_gpus_ranked_as_listed():
     assert topo.default_model == "dgx-h100"  # the node's model prices the subset
     full = load_topology("dgx-h100")
     assert {c.name for c in _kinds(topo, "nvswitch")} == {c.name for c in _kinds(full, "nvswitch")}
+    nics = [c.name for c in _kinds(topo, "nic")]
+    assert nics == ["nic0", "nic1", "nic2", "nic3"]  # on the PCIe switches of GPUs 1 and 3
     assert not any({lk.src, lk.dst} & {"gpu0", "gpu2"} for lk in topo.links)
 
 
@@ -127,9 +129,12 @@ def test_a_cluster_of_gpu_subsets_is_a_cluster_of_the_smaller_node():
 @pytest.mark.parametrize(
     "spec, message",
     [
-        ("l40s-pcie[]", "no GPU"),
+        ("l40s-pcie[]", "list the GPUs to keep as ranks separated by commas"),
+        ("l40s-pcie[0,,1]", "list the GPUs to keep"),
+        ("l40s-pcie[0, 1]*2", "list the GPUs to keep"),
         ("l40s-pcie[1,1]", "a rank listed twice"),
         ("l40s-pcie[4]", "4 is not a rank"),
+        ("l40s-pcie[0][1]", "GPU subset \\(NODE\\[i,j\\]\\)"),
     ],
 )
 def test_a_bad_gpu_subset_names_the_problem(spec, message):

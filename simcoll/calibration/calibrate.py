@@ -3,8 +3,9 @@
 :func:`calibrate` fits a few physical parameters of a cost model, shared by
 every size, so that the simulated NCCL baseline
 (:func:`simcoll.nccl.baseline.nccl_algorithm`, the Algorithm NCCL's tuner
-picks at each size, timed by :func:`simcoll.simulator.simulate` with the
-chosen protocol) matches the measured times of the logs. The parameters are
+picks at each size - NCCL's point-to-point exchange for Alltoall and
+SendRecv - timed by :func:`simcoll.simulator.simulate` with the chosen
+protocol) matches the measured times of the logs. The parameters are
 the model's own fields (dotted paths into the model file,
 :mod:`simcoll.cost_model`): the efficiency (effective / line rate) and α of
 each link type the machine's GPUs use, the LL and LL128 efficiencies (Simple's
@@ -135,7 +136,8 @@ def load_log(
     log: NcclTestsLog | str | Path, machine: Machine, size_range: tuple[int | None, int | None] | None = None
 ) -> NcclTestsLog:
     """Read ``log`` (if a path) and check it against ``machine``: a collective
-    NCCL's tuner models, the machine's rank count, at least one nonzero size
+    the ``nccl`` baseline has an Algorithm for (the tuner's five, Alltoall and
+    SendRecv), the machine's rank count, at least one nonzero size
     (in ``size_range``, bytes, both ends included, when given)."""
     from ..nccl.baseline import BASELINE_COLLECTIVES
 
@@ -186,13 +188,11 @@ def samples_of(log: NcclTestsLog, machine: Machine) -> list[Sample]:
     """The log's sizes with NCCL's Algorithm for each (sizes too small for
     one byte per chunk are left out)."""
     from ..nccl.baseline import choice_label, nccl_algorithm
-    from ..nccl.tuner import ChannelLimits
 
     restrict: dict[str, Any] = dict(_nccl_restrictions(log))
     # CollNet is off unless the log enables it (NCCL_COLLNET_ENABLE=1) or forces it with NCCL_ALGO
     restrict["collnet"] = log.collnet or any(a.startswith("collnet") for a in restrict["algorithms"] or ())
-    if log.channel_limits:  # NCCL_MIN_CTAS and its kin
-        restrict["limits"] = ChannelLimits(**log.channel_limits)
+    restrict["limits"] = log.channel_limits  # NCCL_MIN_CTAS and its kin
     out = []
     why = ""
     for row in measured_times(log).itertuples():

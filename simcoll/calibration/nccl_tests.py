@@ -40,6 +40,7 @@ import pandas as pd
 
 from ..collectives import canonical_name
 from ..errors import CollectiveError, SimcollError
+from ..nccl.tuner import ChannelLimits
 
 
 class NcclTestsLogError(SimcollError):
@@ -47,8 +48,7 @@ class NcclTestsLogError(SimcollError):
     file and line (``path:line: problem``)."""
 
 
-#: nccl-tests binary stems -> simcoll collective names (``sendrecv`` has no
-#: simcoll collective; it is kept under its nccl-tests name).
+#: nccl-tests binary stems -> simcoll collective names.
 _PERF_NAMES = {
     "all_reduce": "allreduce",
     "all_gather": "allgather",
@@ -148,10 +148,11 @@ class NcclTestsLog:
     collnet : bool
         Whether the log shows NCCL_COLLNET_ENABLE=1 set the same way (CollNet,
         e.g. IB SHARP, is then among NCCL's choices).
-    channel_limits : dict
+    channel_limits : ChannelLimits or None
         NCCL_MIN_CTAS / NCCL_MAX_CTAS / NCCL_MIN_NCHANNELS / NCCL_MAX_NCHANNELS
-        where set the same way, as ``min_ctas``, ``max_ctas``,
-        ``min_channels``, ``max_channels`` (whole numbers).
+        (or NCCL's older NCCL_MIN_NRINGS / NCCL_MAX_NRINGS, which the
+        NCHANNELS names override) where set the same way
+        (:class:`simcoll.nccl.tuner.ChannelLimits`); None where none is.
     avg_busbw_GBps : float or None
         The ``Avg bus bandwidth`` footer.
     rows : tuple of NcclTestsRow
@@ -171,7 +172,7 @@ class NcclTestsLog:
     avg_busbw_GBps: float | None
     rows: tuple[NcclTestsRow, ...] = field(repr=False)
     collnet: bool = False
-    channel_limits: dict[str, int] = field(default_factory=dict)
+    channel_limits: ChannelLimits | None = None
 
     def within(self, min_bytes: int | None = None, max_bytes: int | None = None) -> NcclTestsLog:
         """The same log with only the rows of sizes in ``[min_bytes, max_bytes]``
@@ -247,15 +248,16 @@ _ENV = re.compile(
     r"\b(NCCL_ALGO|NCCL_PROTO|NCCL_COLLNET_ENABLE|NCCL_(?:MIN|MAX)_(?:CTAS|NCHANNELS|NRINGS))"
     r"\s*(?:=|\s+set by environment to\s+)\s*([A-Za-z0-9_,^:;]+)"
 )
-#: Channel-count variables -> NcclTestsLog fields (NCCL_MIN_NRINGS / NCCL_MAX_NRINGS are NCCL's
-#: older names of NCCL_MIN_NCHANNELS / NCCL_MAX_NCHANNELS, still read: src/graph/connect.cc).
+#: Channel-count variables -> ChannelLimits fields, in increasing precedence: NCCL_MIN_NRINGS /
+#: NCCL_MAX_NRINGS are NCCL's older names of NCCL_MIN_NCHANNELS / NCCL_MAX_NCHANNELS, still read
+#: but overridden by the new ones (src/graph/connect.cc, ncclMinNchannels / ncclMaxNchannels).
 _CHANNEL_VARIABLES = {
+    "NCCL_MIN_NRINGS": "min_channels",
+    "NCCL_MAX_NRINGS": "max_channels",
+    "NCCL_MIN_NCHANNELS": "min_channels",
+    "NCCL_MAX_NCHANNELS": "max_channels",
     "NCCL_MIN_CTAS": "min_ctas",
     "NCCL_MAX_CTAS": "max_ctas",
-    "NCCL_MIN_NCHANNELS": "min_channels",
-    "NCCL_MIN_NRINGS": "min_channels",
-    "NCCL_MAX_NCHANNELS": "max_channels",
-    "NCCL_MAX_NRINGS": "max_channels",
 }
 _MACHINE_N = re.compile(r"\bn\s*=\s*(\d+)")
 _MACHINE_GPN = re.compile(r"(\d+)\s+GPUs?\s+per\s+node")
@@ -304,7 +306,7 @@ def parse_nccl_tests(
     ranks: dict[int, tuple[str, str]] = {}
     library = version = algo = proto = None
     collnet = False
-    channel_limits: dict[str, int] = {}
+    channel_counts: dict[str, int] = {}
     started: str | None = None
     provenance_collective: str | None = None
     machine_n = machine_gpn = machine_nodes = None
@@ -359,8 +361,8 @@ def parse_nccl_tests(
                     proto = value
                 elif key == "NCCL_COLLNET_ENABLE":
                     collnet = value.strip(",;:") == "1"
-                elif (count := value.strip(",;:")).isdigit() and int(count) >= 1:
-                    channel_limits[_CHANNEL_VARIABLES[key]] = int(count)
+                elif (count := value.strip(",;:")).isdigit():
+                    channel_counts[key] = int(count)
         if stripped.startswith("#"):
             continue
         first = stripped.split(None, 1)[0]
@@ -394,7 +396,7 @@ def parse_nccl_tests(
         avg_busbw_GBps=avg,
         rows=tuple(rows),
         collnet=collnet,
-        channel_limits=channel_limits,
+        channel_limits=_channel_limits(channel_counts),
     )
 
 
@@ -452,6 +454,12 @@ def _parse_row(tokens: list[str], columns: list[str], path: str, lineno: int) ->
         inplace_busbw_GBps=values.get("inplace_busbw"),
         inplace_wrong=values.get("inplace_wrong"),
     )
+
+
+def _channel_limits(counts: dict[str, int]) -> ChannelLimits | None:
+    """The channel counts a log's environment sets (by variable name)."""
+    fields = {_CHANNEL_VARIABLES[name]: counts[name] for name in _CHANNEL_VARIABLES if name in counts}
+    return ChannelLimits(**fields) if fields else None
 
 
 def _number(text: str, column: str, path: str, lineno: int) -> float:

@@ -53,7 +53,7 @@ from ..algorithm import Algorithm
 from ..errors import ModelError, NotApplicableError, SimcollError
 from ..machines import Machine, as_machine
 from ..topology import FABRIC_LINK_TYPES, Topology
-from .p2p import P2P_COLLECTIVES, nccl_p2p_algorithm, p2p_peer_bytes, p2p_protocol
+from .p2p import P2P_COLLECTIVES, nccl_p2p_algorithm, nccl_p2p_protocol
 from .pipeline import PIPELINED_ALGORITHMS, pipeline, tree_pipeline
 from .tuner import PROTOCOL_NAMES, TUNED_COLLECTIVES, ChannelLimits, Choice, Comm, Graph, choose
 
@@ -182,7 +182,8 @@ def nccl_machine(machine: Machine | str) -> NcclMachine:
         nic_GBps = rate * max(1, len(nics))
     bw_intra = intra_GBps / channels
     bw_inter = nic_GBps / channels if num_nodes > 1 else None
-    nvls = bool(switches) and all(c.reduce and c.multicast for c in switches) and cc >= 90
+    # NVLS needs at least two GPUs on a node (transport/nvls.cc, ncclNvlsInit)
+    nvls = bool(switches) and all(c.reduce and c.multicast for c in switches) and cc >= 90 and gpus >= 2
     collnet = num_nodes > 1 and any(c.reduce and c.node is None for c in topology.components)
     # NCCL's search gives a multi-node ring one speed for its NVLink and network hops (bwIntra =
     # bwInter, so the NIC caps it), while pass 2 raises a tree's bwIntra up to twice its bwInter
@@ -237,6 +238,8 @@ def nccl_choice(
     'ring/Simple/24ch'
     """
     machine = as_machine(machine)
+    if machine.num_ranks < 2:
+        raise NotApplicableError(f"nccl: {machine.name} has one GPU, no peer to exchange with")
     algorithms, protocols = environment_restrictions(machine, algorithms, protocols)
     comm = nccl_machine(machine).comm
     if not collnet and comm.collnet:
@@ -384,8 +387,8 @@ def nccl_algorithm(
 
     nccl-tests' point-to-point operations (Alltoall, SendRecv) have no
     tuner choice: they get NCCL's point-to-point schedule
-    (:func:`simcoll.nccl.p2p.nccl_p2p_algorithm`; ``algorithms`` and
-    ``collnet`` do not apply).
+    (:func:`simcoll.nccl.p2p.nccl_p2p_algorithm`; ``algorithms``,
+    ``protocols``, ``collnet`` and ``limits`` do not apply).
 
     Raises
     ------
@@ -403,7 +406,7 @@ def nccl_algorithm(
     collective = canonical_name(collective)
     algorithms, protocols = environment_restrictions(machine, algorithms, protocols)
     if collective in P2P_COLLECTIVES:
-        return nccl_p2p_algorithm(machine, collective, size_bytes, protocols=protocols)
+        return nccl_p2p_algorithm(machine, collective, size_bytes)
     if collective not in TUNED_COLLECTIVES:
         raise NotApplicableError(f"nccl: NCCL's tuner has no algorithm choice for {collective}")
     best = nccl_choice(
@@ -482,8 +485,9 @@ def protocol_for(schedule: Any, machine: Machine | str, size_bytes: float) -> st
     a comparison differs in the schedule only: its own
     (``metadata["protocol"]``, a Program's ``protocol``) if it has one; else
     the one NCCL's tuner picks for that collective and size, or NCCL's
-    point-to-point protocol for Alltoall (:func:`~simcoll.nccl.p2p.p2p_protocol`;
-    Simple for other collectives the tuner has no choice for). None - a bare α-β schedule, as the
+    point-to-point protocol for Alltoall and SendRecv
+    (:func:`~simcoll.nccl.p2p.nccl_p2p_protocol`; Simple for other
+    collectives the tuner has no choice for). None - a bare α-β schedule, as the
     papers' closed forms cost it - on a model without protocol or call costs,
     or with a ``default_protocol`` of its own (:meth:`CostModel.protocol`).
 
@@ -504,7 +508,7 @@ def protocol_for(schedule: Any, machine: Machine | str, size_bytes: float) -> st
         return None
     name = schedule.collective.name
     if name in P2P_COLLECTIVES:
-        return PROTOCOL_OF[p2p_protocol(p2p_peer_bytes(name, machine.num_ranks, size_bytes))]
+        return nccl_p2p_protocol(machine, name, size_bytes)
     try:
         choice = nccl_choice(machine, name, int(size_bytes))
     except SimcollError:

@@ -14,14 +14,18 @@ cyclic shift (SendRecv), which the simulator times with the model's costs.
 The protocol is NCCL's per-peer choice (``addP2pToPlan``,
 ``src/enqueue.cc``): LL where a peer's bytes are at most ``nChannels x
 NCCL_P2P_LL_THRESHOLD`` (16 KiB; ``p2p_ll_threshold_bytes`` in
-``nccl_2_30.yaml``), else Simple. A peer's channel count there is
-``ceil(bytes / minPartSize)`` for small transfers, ``minPartSize`` being an
-eighth (one node) or half (several) of the p2p chunk, at least 64 KiB with
-NCCL's default chunk sizes (``NCCL_P2P_NVL_CHUNKSIZE`` 512 KiB,
-``NCCL_P2P_NET_CHUNKSIZE`` and ``NCCL_P2P_PCI_CHUNKSIZE`` 128 KiB), so one
-channel up to the threshold: LL exactly when a peer gets at most 16 KiB. A
-log's ``NCCL_PROTO`` without LL leaves Simple (NCCL allocates no LL buffers
-then).
+``nccl_2_30.yaml``) and the connection has LL buffers, else Simple. A peer's
+channel count there starts at ``min(nChannelsMin, ceil(bytes /
+minPartSize))``, ``minPartSize`` being an eighth (one node) or half (several)
+of the p2p chunk (``NCCL_P2P_NVL_CHUNKSIZE`` 512 KiB over NVLink,
+``NCCL_P2P_PCI_CHUNKSIZE`` or ``NCCL_P2P_NET_CHUNKSIZE`` 128 KiB otherwise),
+so one channel up to 16 KiB and LL exactly when a peer gets at most 16 KiB.
+Connections through the network have no LL buffers unless
+``NCCL_ALLOC_P2P_NET_LL_BUFFERS=1`` (``src/init.cc``; ``src/transport/net.cc``
+allocates them only then), so on several nodes, where most peers are across
+the network, the whole exchange is timed with Simple
+(``p2p_net_ll_buffers`` in ``nccl_2_30.yaml``). NCCL_PROTO restricts the
+tuner's collectives only (``src/graph/tuning.cc``), not point-to-point.
 
 Not modelled: the PXN relay (a rank reaching a remote peer through the
 NVLink peer next to the peer's rail), the order of rounds inside a channel
@@ -53,27 +57,35 @@ def p2p_peer_bytes(collective: str, num_ranks: int, size_bytes: float) -> float:
     return float(size_bytes) / num_ranks if collective == "alltoall" else float(size_bytes)
 
 
-def p2p_protocol(peer_bytes: float, protocols: list[str] | tuple[str, ...] | None = None) -> str:
+def p2p_protocol(peer_bytes: float, *, across_nodes: bool = False) -> str:
     """NCCL's protocol for a point-to-point transfer of ``peer_bytes``
-    (module docstring): ``"ll"`` up to ``p2p_ll_threshold_bytes``, else
-    ``"simple"``; ``"simple"`` wherever ``protocols`` (NCCL_PROTO, NCCL
-    spelling in lower case) leaves LL out.
+    (module docstring): ``"ll"`` up to ``p2p_ll_threshold_bytes`` inside a
+    node, else ``"simple"``; ``"simple"`` across nodes, whose connections
+    have no LL buffers by default.
 
-    >>> p2p_protocol(16384), p2p_protocol(16385), p2p_protocol(64, ["simple"])
+    >>> p2p_protocol(16384), p2p_protocol(16385), p2p_protocol(64, across_nodes=True)
     ('ll', 'simple', 'simple')
     """
-    allowed = protocols is None or "ll" in protocols
-    threshold = float(load_constants()["p2p_ll_threshold_bytes"])
-    return "ll" if allowed and peer_bytes <= threshold else "simple"
+    constants = load_constants()
+    has_ll = not across_nodes or bool(constants["p2p_net_ll_buffers"])
+    return "ll" if has_ll and peer_bytes <= float(constants["p2p_ll_threshold_bytes"]) else "simple"
 
 
-def nccl_p2p_algorithm(
-    machine: Machine | str,
-    collective: str,
-    size_bytes: int,
-    *,
-    protocols: list[str] | tuple[str, ...] | None = None,
-) -> Algorithm:
+def nccl_p2p_protocol(machine: Machine | str, collective: str, size_bytes: float) -> str:
+    """The protocol (cost model spelling, ``LL`` or ``Simple``) NCCL's
+    point-to-point path gives ``collective`` on ``size_bytes`` bytes on
+    ``machine``: :func:`p2p_protocol` of one peer's bytes, across nodes
+    where the machine has several.
+
+    >>> nccl_p2p_protocol("dgx-a100", "alltoall", 64 << 10), nccl_p2p_protocol("dgx-a100*2", "alltoall", 64 << 10)
+    ('LL', 'Simple')
+    """
+    machine = as_machine(machine)
+    peer = p2p_peer_bytes(collective, machine.num_ranks, size_bytes)
+    return {"ll": "LL", "simple": "Simple"}[p2p_protocol(peer, across_nodes=len(machine.topology.nodes) > 1)]
+
+
+def nccl_p2p_algorithm(machine: Machine | str, collective: str, size_bytes: int) -> Algorithm:
     """The Algorithm NCCL runs for nccl-tests' point-to-point ``collective``
     (``alltoall`` or ``sendrecv``) on ``size_bytes`` bytes: every peer's
     transfer at once, with NCCL's per-peer protocol in
@@ -87,13 +99,13 @@ def nccl_p2p_algorithm(
     'p2p/LL'
     """
     from ..algorithms import generate
-    from .baseline import PROTOCOL_OF
-    from .tuner import PROTOCOL_NAMES
 
     machine = as_machine(machine)
     if collective not in P2P_COLLECTIVES:
         raise NotApplicableError(f"nccl: {collective} is not one of NCCL's point-to-point operations")
-    protocol = p2p_protocol(p2p_peer_bytes(collective, machine.num_ranks, size_bytes), protocols)
+    if machine.num_ranks < 2:
+        raise NotApplicableError(f"nccl: {machine.name} has one GPU, no peer to exchange with")
+    protocol = nccl_p2p_protocol(machine, collective, size_bytes)
     key = (machine.topology.name, machine.num_ranks, collective)
     cached = _SCHEDULES.get(key)
     if cached is None or cached[0] is not machine.topology:
@@ -103,11 +115,11 @@ def nccl_p2p_algorithm(
     algorithm = cached[1]
     metadata = dict(algorithm.metadata)
     metadata.update(
-        protocol=PROTOCOL_OF[protocol],
-        nccl_choice=f"p2p/{PROTOCOL_NAMES[protocol]}",
+        protocol=protocol,
+        nccl_choice=f"p2p/{protocol}",
         nccl_reason="point-to-point: every peer's send and receive at once (NCCL has no algorithm choice)",
     )
     return algorithm.relabelled("nccl", metadata)
 
 
-__all__ = ["P2P_COLLECTIVES", "nccl_p2p_algorithm", "p2p_peer_bytes", "p2p_protocol"]
+__all__ = ["P2P_COLLECTIVES", "nccl_p2p_algorithm", "nccl_p2p_protocol", "p2p_peer_bytes", "p2p_protocol"]

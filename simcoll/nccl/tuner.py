@@ -86,12 +86,19 @@ class Graph:
         return self.bw_intra if self.bw_inter is None else self.bw_inter
 
 
+#: NCCL's MAXCHANNELS (src/include/device.h): no communicator has more channels.
+MAX_CHANNELS = 64
+
+
 @dataclass(frozen=True)
 class ChannelLimits:
     """The channel counts a user sets (NCCL's environment): ``NCCL_MIN_CTAS``
     / ``NCCL_MAX_CTAS`` (``comm->config.minCTAs / maxCTAs``) and
     ``NCCL_MIN_NCHANNELS`` / ``NCCL_MAX_NCHANNELS`` (``ncclMinNchannels`` /
-    ``ncclMaxNchannels``); None leaves NCCL's default.
+    ``ncclMaxNchannels``); None leaves NCCL's default. As NCCL does, every
+    count is held to ``MAXCHANNELS`` (64, ``src/include/device.h``), a
+    maximum below 1 counts as 1 and a minimum CTA count above the maximum is
+    lowered to it (``src/init.cc``, ``src/graph/connect.cc``).
 
     Rings and trees run on the channels the search found, at most both
     maxima, then copied up to the larger minimum (``graph/connect.cc``,
@@ -99,11 +106,12 @@ class ChannelLimits:
     clamped to ``[minCTAs, maxCTAs]`` (``transport/nvls.cc``,
     ``ncclNvlsTuning``). The tuner's bandwidths stay the search's (its
     ``graph->nChannels``, ``tuning.cc``): more channels change what NCCL
-    launches, not what it predicts.
+    launches, not what it predicts, except where the tuner reads the
+    communicator's count (the multi-node ring Simple plateau, ``tuning.cc``).
 
     >>> limits = ChannelLimits(min_ctas=24)
-    >>> limits.ring(16), limits.ring(32), limits.nvls(16)
-    (24, 32, 24)
+    >>> limits.ring(16), limits.ring(32), limits.nvls(16), ChannelLimits(min_ctas=100).ring(16)
+    (24, 32, 24, 64)
     """
 
     min_ctas: int | None = None
@@ -114,8 +122,11 @@ class ChannelLimits:
     def __post_init__(self) -> None:
         for name in ("min_ctas", "max_ctas", "min_channels", "max_channels"):
             value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-                raise SimcollError(f"NCCL channel limits: {name} must be a whole number >= 1, got {value!r}")
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+                raise SimcollError(f"NCCL channel limits: {name} must be a whole number >= 0, got {value!r}")
+            if value is not None:
+                held = min(value, MAX_CHANNELS)
+                object.__setattr__(self, name, max(held, 1) if name.startswith("max") else held)
         if self.min_ctas is not None and self.max_ctas is not None and self.min_ctas > self.max_ctas:
             object.__setattr__(self, "min_ctas", self.max_ctas)  # as NCCL lowers it (init.cc, with a warning)
 

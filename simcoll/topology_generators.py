@@ -258,7 +258,7 @@ def gpu_subset(node: Topology, gpus: Sequence[int]) -> Topology:
     a VM or container gets the NICs beside its GPUs (on a DGX, NIC k shares
     GPU k's PCIe switch; ``NODE*N/fat-tree:nics=K`` keeps fewer still); links
     to what is left out go, and so does whatever the kept GPUs no longer
-    reach (e.g. the PCIe switches of the GPUs left out).
+    reach (e.g. a PCIe switch joined only to GPUs left out).
 
     >>> from simcoll.machines import load_topology
     >>> t = gpu_subset(load_topology("l40s-pcie"), [2, 0])
@@ -279,7 +279,7 @@ def gpu_subset(node: Topology, gpus: Sequence[int]) -> Topology:
         if c.name in rank_of or c.kind not in ("gpu", "nic") or (c.kind == "nic" and nearest[c.name] & rank_of.keys())
     ]
     names = {c.name for c in kept}
-    reached = _reachable(rank_of.keys(), [lk for lk in node.links if lk.src in names and lk.dst in names])
+    reached = _reachable(rank_of.keys(), (lk for lk in node.links if lk.src in names and lk.dst in names))
     links = [lk for lk in node.links if lk.src in reached and lk.dst in reached]
     gpu_first = [by_rank[g] for g in gpus] + [c for c in kept if c.kind != "gpu" and c.name in reached]
     components = [Component(**{**vars(c), "rank": rank_of[c.name]}) if c.kind == "gpu" else c for c in gpu_first]
@@ -295,12 +295,18 @@ def gpu_subset(node: Topology, gpus: Sequence[int]) -> Topology:
     )
 
 
-def _reachable(start: Iterable[str], links: Sequence[Link]) -> set[str]:
-    """Components joined to ``start`` through ``links`` (``start`` included)."""
-    neighbours: dict[str, set[str]] = {}
+def _neighbours(links: Iterable[Link]) -> dict[str, set[str]]:
+    """Each component's neighbours through ``links``."""
+    out: dict[str, set[str]] = {}
     for link in links:
-        neighbours.setdefault(link.src, set()).add(link.dst)
-        neighbours.setdefault(link.dst, set()).add(link.src)
+        out.setdefault(link.src, set()).add(link.dst)
+        out.setdefault(link.dst, set()).add(link.src)
+    return out
+
+
+def _reachable(start: Iterable[str], links: Iterable[Link]) -> set[str]:
+    """Components joined to ``start`` through ``links`` (``start`` included)."""
+    neighbours = _neighbours(links)
     seen, frontier = set(start), set(start)
     while frontier:
         frontier = {n for f in frontier for n in neighbours.get(f, ())} - seen
@@ -310,16 +316,13 @@ def _reachable(start: Iterable[str], links: Sequence[Link]) -> set[str]:
 
 def _nearest_gpus(node: Topology) -> dict[str, set[str]]:
     """Per NIC of ``node``, the GPUs fewest links away from it."""
-    neighbours: dict[str, set[str]] = {c.name: set() for c in node.components}
-    for link in node.links:
-        neighbours[link.src].add(link.dst)
-        neighbours[link.dst].add(link.src)
+    neighbours = _neighbours(node.links)
     gpus = {g.name for g in node.gpus}
     out: dict[str, set[str]] = {}
     for nic in (c.name for c in node.components if c.kind == "nic"):
         seen, frontier, found = {nic}, {nic}, set()
         while frontier and not found:
-            frontier = {n for f in frontier for n in neighbours[f]} - seen
+            frontier = {n for f in frontier for n in neighbours.get(f, ())} - seen
             seen |= frontier
             found = frontier & gpus
         out[nic] = found

@@ -13,6 +13,8 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+import networkx as nx
+
 from .errors import TopologyError
 from .limits import check_machine_size
 from .topology import Component, Link, Topology, build_topology
@@ -279,7 +281,8 @@ def gpu_subset(node: Topology, gpus: Sequence[int]) -> Topology:
         if c.name in rank_of or c.kind not in ("gpu", "nic") or (c.kind == "nic" and nearest[c.name] & rank_of.keys())
     ]
     names = {c.name for c in kept}
-    reached = _reachable(rank_of.keys(), (lk for lk in node.links if lk.src in names and lk.dst in names))
+    graph = _graph(names, (lk for lk in node.links if lk.src in names and lk.dst in names))
+    reached = set().union(*(nx.node_connected_component(graph, gpu) for gpu in rank_of))
     links = [lk for lk in node.links if lk.src in reached and lk.dst in reached]
     gpu_first = [by_rank[g] for g in gpus] + [c for c in kept if c.kind != "gpu" and c.name in reached]
     components = [Component(**{**vars(c), "rank": rank_of[c.name]}) if c.kind == "gpu" else c for c in gpu_first]
@@ -295,37 +298,23 @@ def gpu_subset(node: Topology, gpus: Sequence[int]) -> Topology:
     )
 
 
-def _neighbours(links: Iterable[Link]) -> dict[str, set[str]]:
-    """Each component's neighbours through ``links``."""
-    out: dict[str, set[str]] = {}
-    for link in links:
-        out.setdefault(link.src, set()).add(link.dst)
-        out.setdefault(link.dst, set()).add(link.src)
-    return out
-
-
-def _reachable(start: Iterable[str], links: Iterable[Link]) -> set[str]:
-    """Components joined to ``start`` through ``links`` (``start`` included)."""
-    neighbours = _neighbours(links)
-    seen, frontier = set(start), set(start)
-    while frontier:
-        frontier = {n for f in frontier for n in neighbours.get(f, ())} - seen
-        seen |= frontier
-    return seen
+def _graph(names: Iterable[str], links: Iterable[Link]) -> nx.Graph:
+    """The undirected component graph of ``names`` joined by ``links``."""
+    graph = nx.Graph()
+    graph.add_nodes_from(names)
+    graph.add_edges_from((lk.src, lk.dst) for lk in links)
+    return graph
 
 
 def _nearest_gpus(node: Topology) -> dict[str, set[str]]:
     """Per NIC of ``node``, the GPUs fewest links away from it."""
-    neighbours = _neighbours(node.links)
+    graph = _graph((c.name for c in node.components), node.links)
     gpus = {g.name for g in node.gpus}
     out: dict[str, set[str]] = {}
     for nic in (c.name for c in node.components if c.kind == "nic"):
-        seen, frontier, found = {nic}, {nic}, set()
-        while frontier and not found:
-            frontier = {n for f in frontier for n in neighbours.get(f, ())} - seen
-            seen |= frontier
-            found = frontier & gpus
-        out[nic] = found
+        hops = {g: d for g, d in nx.single_source_shortest_path_length(graph, nic).items() if g in gpus}
+        nearest = min(hops.values(), default=None)
+        out[nic] = {g for g, d in hops.items() if d == nearest}
     return out
 
 

@@ -53,6 +53,7 @@ from ..algorithm import Algorithm
 from ..errors import ModelError, NotApplicableError, SimcollError
 from ..machines import Machine, as_machine
 from ..topology import FABRIC_LINK_TYPES, Topology
+from .cache import cached_schedule
 from .p2p import P2P_COLLECTIVES, nccl_p2p_algorithm, nccl_p2p_protocol
 from .pipeline import PIPELINED_ALGORITHMS, pipeline, tree_pipeline
 from .tuner import PROTOCOL_NAMES, TUNED_COLLECTIVES, ChannelLimits, Choice, Comm, Graph, choose
@@ -271,9 +272,6 @@ def environment_restrictions(
     )
 
 
-_CACHE: dict[tuple[Any, ...], tuple[Topology, Algorithm]] = {}
-
-
 #: Collectives whose ring is a chain from or to the root: NCCL pipelines the
 #: buffer down the chain in FIFO-slot pieces, so their depth grows with size.
 CHAIN_COLLECTIVES = ("broadcast", "reduce")
@@ -336,28 +334,21 @@ def pipeline_pieces(
 def _generate(machine: Machine, collective: str, nccl_algo: str, channels: int, pieces: int = 1) -> Algorithm:
     """The Algorithm of ``nccl_algo`` over ``channels`` channels of ``pieces``
     chunks each, cached per (topology, collective, algorithm, channels, pieces)."""
-    from ..algorithms import generate
+    from ..algorithms import REGISTRY, generate
 
-    key = (machine.topology.name, machine.num_ranks, collective, nccl_algo, channels, pieces)
-    hit = _CACHE.get(key)
-    if hit is not None and hit[0] is machine.topology:
-        return hit[1]
-    from ..algorithms import REGISTRY
+    def build() -> Algorithm:
+        name = GENERATOR_OF[nccl_algo]
+        per_channel = machine.num_ranks if collective == "allreduce" and nccl_algo not in TREE_ALGORITHMS else 1
+        options = {"channels": channels} if "channels" in REGISTRY[name].options else {}
+        if options:
+            chunks = channels * per_channel * pieces
+        elif nccl_algo in STAGED_ALGORITHMS:
+            chunks = machine.num_ranks * pieces
+        else:
+            chunks = None
+        return generate(name, machine, collective, chunks=chunks, **options)
 
-    name = GENERATOR_OF[nccl_algo]
-    per_channel = machine.num_ranks if collective == "allreduce" and nccl_algo not in TREE_ALGORITHMS else 1
-    options = {"channels": channels} if "channels" in REGISTRY[name].options else {}
-    if options:
-        chunks = channels * per_channel * pieces
-    elif nccl_algo in STAGED_ALGORITHMS:
-        chunks = machine.num_ranks * pieces
-    else:
-        chunks = None
-    algorithm = generate(name, machine, collective, chunks=chunks, **options)
-    if len(_CACHE) > 256:
-        _CACHE.clear()
-    _CACHE[key] = (machine.topology, algorithm)
-    return algorithm
+    return cached_schedule((collective, nccl_algo, channels, pieces), machine.topology, build)
 
 
 def _buildable(collective: str) -> list[str]:

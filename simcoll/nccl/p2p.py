@@ -38,13 +38,12 @@ from __future__ import annotations
 from ..algorithm import Algorithm
 from ..errors import NotApplicableError
 from ..machines import Machine, as_machine
+from .cache import cached_schedule
 from .constants import load_constants
+from .tuner import PROTOCOL_NAMES
 
 #: nccl-tests' point-to-point tests, by simcoll collective name.
 P2P_COLLECTIVES = ("alltoall", "sendrecv")
-#: The schedule per (topology, ranks, collective): the same at every size, so
-#: that the simulator's plan kept with it serves them all.
-_SCHEDULES: dict[tuple[str, int, str], tuple[object, Algorithm]] = {}
 
 
 def p2p_peer_bytes(collective: str, num_ranks: int, size_bytes: float) -> float:
@@ -72,7 +71,7 @@ def p2p_protocol(peer_bytes: float, *, across_nodes: bool = False) -> str:
 
 
 def nccl_p2p_protocol(machine: Machine | str, collective: str, size_bytes: float) -> str:
-    """The protocol (cost model spelling, ``LL`` or ``Simple``) NCCL's
+    """The protocol (``LL`` or ``Simple``: NCCL's and the cost model's spelling) NCCL's
     point-to-point path gives ``collective`` on ``size_bytes`` bytes on
     ``machine``: :func:`p2p_protocol` of one peer's bytes, across nodes
     where the machine has several.
@@ -82,7 +81,7 @@ def nccl_p2p_protocol(machine: Machine | str, collective: str, size_bytes: float
     """
     machine = as_machine(machine)
     peer = p2p_peer_bytes(collective, machine.num_ranks, size_bytes)
-    return {"ll": "LL", "simple": "Simple"}[p2p_protocol(peer, across_nodes=len(machine.topology.nodes) > 1)]
+    return PROTOCOL_NAMES[p2p_protocol(peer, across_nodes=len(machine.topology.nodes) > 1)]
 
 
 def nccl_p2p_algorithm(machine: Machine | str, collective: str, size_bytes: int) -> Algorithm:
@@ -106,13 +105,7 @@ def nccl_p2p_algorithm(machine: Machine | str, collective: str, size_bytes: int)
     if machine.num_ranks < 2:
         raise NotApplicableError(f"nccl: {machine.name} has one GPU, no peer to exchange with")
     protocol = nccl_p2p_protocol(machine, collective, size_bytes)
-    key = (machine.topology.name, machine.num_ranks, collective)
-    cached = _SCHEDULES.get(key)
-    if cached is None or cached[0] is not machine.topology:
-        if len(_SCHEDULES) > 64:
-            _SCHEDULES.clear()
-        cached = _SCHEDULES[key] = (machine.topology, generate("direct", machine, collective))
-    algorithm = cached[1]
+    algorithm = cached_schedule(("p2p", collective), machine.topology, lambda: generate("direct", machine, collective))
     metadata = dict(algorithm.metadata)
     metadata.update(
         protocol=protocol,

@@ -122,11 +122,12 @@ class ChannelLimits:
     def __post_init__(self) -> None:
         for name in ("min_ctas", "max_ctas", "min_channels", "max_channels"):
             value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+            if value is None:
+                continue
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise SimcollError(f"NCCL channel limits: {name} must be a whole number >= 0, got {value!r}")
-            if value is not None:
-                held = min(value, MAX_CHANNELS)
-                object.__setattr__(self, name, max(held, 1) if name.startswith("max") else held)
+            held = min(value, MAX_CHANNELS)
+            object.__setattr__(self, name, max(held, 1) if name.startswith("max") else held)
         if self.min_ctas is not None and self.max_ctas is not None and self.min_ctas > self.max_ctas:
             object.__setattr__(self, "min_ctas", self.max_ctas)  # as NCCL lowers it (init.cc, with a warning)
 

@@ -27,6 +27,8 @@ chosen protocol; Alltoall and SendRecv get NCCL's point-to-point exchange,
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -79,6 +81,7 @@ def compare(
     time_limit_s: float = 60.0,
     algorithms: list[str] | tuple[str, ...] | None = None,
     jobs: int = 1,
+    progress: Callable[[str], None] | None = None,
 ) -> tuple[pd.DataFrame, dict[str, str]]:
     """Time every applicable algorithm for ``collective`` on ``machine`` at
     every size.
@@ -114,6 +117,13 @@ def compare(
         and timed at every size in its own task (and NCCL's row per size),
         on a :class:`concurrent.futures.ProcessPoolExecutor`; the rows and
         their order are the same as with one.
+    progress : callable, optional
+        Called with one line of text as each piece of work ends: a
+        generator generated and timed at every size (or why it does not
+        apply), NCCL's row at a size, a lowered Program at a size; the line
+        starts with the seconds since the call began (``simcoll compare``
+        prints them on stderr). Comparisons of thousands of GPUs take
+        minutes: this says how far one has got.
 
     Returns
     -------
@@ -147,7 +157,9 @@ def compare(
        (SCCL), PPoPP 2021, §3.6-3.7: latency- and bandwidth-optimal schedules.
     """
     with collector_paused():  # generation and simulation allocate millions of short-lived objects
-        return _compare(machine, collective, sizes, method, program, contention, time_limit_s, algorithms, jobs)
+        return _compare(
+            machine, collective, sizes, method, program, contention, time_limit_s, algorithms, jobs, progress
+        )
 
 
 def _compare(
@@ -160,8 +172,10 @@ def _compare(
     time_limit_s: float,
     algorithms: list[str] | tuple[str, ...] | None,
     jobs: int,
+    progress: Callable[[str], None] | None,
 ) -> tuple[pd.DataFrame, dict[str, str]]:
     """:func:`compare` (its arguments as given)."""
+    report = _Reporter(progress)
     machine = as_machine(machine)
     if not sizes:
         raise SimcollError("compare needs at least one size")
@@ -178,16 +192,21 @@ def _compare(
     nccl_done: dict[int, Algorithm | str] = {}
     if jobs > 1:
         candidates, timed, nccl_done = _in_parallel(
-            machine, collective, sizes, wanted, with_nccl, method, contention, time_limit_s, jobs, program
+            machine, collective, sizes, wanted, with_nccl, method, contention, time_limit_s, jobs, program, report
         )
     elif program:  # every Algorithm is lowered below
         candidates = applicable(machine, collective, names=wanted)
+        for name, reason in candidates.items():
+            if isinstance(reason, str):
+                report.generator(name, reason, {})
     else:  # generated and timed one at a time: one schedule in memory, not all of them
         candidates = {}
         for name in _generator_names(collective, wanted):
+            started = time.perf_counter()
             candidates[name], times = _generate_and_time(
                 machine, collective, name, sizes, method, contention, time_limit_s, keep=False
             )
+            report.generator(name, candidates[name], times, time.perf_counter() - started)
             timed.update({(name, size): t for size, t in times.items()})
     algorithms = {name: a for name, a in candidates.items() if not isinstance(a, str)}
     skipped = {name: reason for name, reason in candidates.items() if isinstance(reason, str)}
@@ -227,7 +246,10 @@ def _compare(
                 if how == method and (name, size) in timed:
                     t = timed[(name, size)]
                 else:
+                    started = time.perf_counter()
                     t = _time(schedule, machine, size, how, contention, time_limit_s)
+                    choice = f" ({_choice(algorithm)})" if name == NCCL_ROW else ""
+                    report.row(f"{name}{choice}{label[len(name) :]}", t, time.perf_counter() - started)
                 if isinstance(t, str):  # the simulation stopped at the time limit: the other rows still come
                     skipped[label] = t
                     continue
@@ -262,6 +284,44 @@ def _compare(
     return df, skipped
 
 
+class _Reporter:
+    """Progress lines for :func:`compare` (its ``progress`` argument): the
+    seconds since the comparison began, what ended and its times."""
+
+    def __init__(self, progress: Callable[[str], None] | None):
+        self.progress = progress
+        self.enabled = progress is not None
+        self.started = time.perf_counter()
+
+    def generator(
+        self, name: str, algorithm: object, times: dict[int, float | str], wall_s: float | None = None
+    ) -> None:
+        """Generator ``name`` ended: its time at each size (or that its
+        simulation stopped there), or why it does not apply (``algorithm``
+        a string)."""
+        if self.progress is None:
+            return
+        if isinstance(algorithm, str):
+            reason = algorithm if algorithm.startswith(f"{name}:") else f"{name}: {algorithm}"
+            self._say(f"not applicable: {reason}")
+            return
+        parts = [f"{format_size(size)} {_shown(t)}" for size, t in times.items()]
+        self._say(f"{name}: {', '.join(parts) or 'no size has a byte per chunk'}", wall_s)
+
+    def row(self, label: str, t: float | str, wall_s: float | None = None) -> None:
+        """One row at one size (``label``: "<name> at <size>") ended."""
+        if self.progress is not None:
+            self._say(f"{label}: {_shown(t)}", wall_s)
+
+    def _say(self, line: str, wall_s: float | None = None) -> None:
+        took = "" if wall_s is None else f" ({wall_s:.1f} s)"
+        self.progress(f"[{time.perf_counter() - self.started:7.1f} s] {line}{took}")
+
+
+def _shown(t: float | str) -> str:
+    return "stopped (wall-clock limit)" if isinstance(t, str) else f"{t * 1e6:.2f} us"
+
+
 def _in_parallel(
     machine: Machine,
     collective: str,
@@ -273,13 +333,15 @@ def _in_parallel(
     time_limit_s: float,
     jobs: int,
     keep: bool,
+    report: _Reporter,
 ) -> tuple[dict[str, Algorithm | Timed | str], dict[tuple[str, int], float | str], dict[int, Algorithm | str]]:
     """:func:`compare`'s generation and timing on ``jobs`` processes: one
     task per generator (its Algorithm, or with ``keep`` false only its
     :class:`Timed` summary, and its time at every size) and one per size for
     NCCL's row. Results are collected in registry order, so the table does
-    not depend on which task ends first."""
-    from concurrent.futures import ProcessPoolExecutor
+    not depend on which task ends first; ``report`` hears of each task as
+    it ends."""
+    from concurrent.futures import ProcessPoolExecutor, as_completed
 
     from .nccl.baseline import BASELINE_COLLECTIVES
 
@@ -302,6 +364,17 @@ def _in_parallel(
             if with_nccl and collective in BASELINE_COLLECTIVES
             else {}
         )
+        if report.enabled:  # each task as it ends (the worker's own wall time is not known here)
+            what = {future: name for name, future in submitted.items()}
+            what.update({future: size for size, future in nccl.items()})
+            for future in as_completed(what):
+                done = future.result()
+                if isinstance(what[future], str):
+                    report.generator(what[future], *done)
+                elif isinstance(done[0], str):
+                    report.generator(NCCL_ROW, done[0], {})
+                elif done[1] is not None:
+                    report.row(f"{NCCL_ROW} ({_choice(done[0])}) at {format_size(what[future])}", done[1])
         candidates: dict[str, Algorithm | str] = {}
         timed: dict[tuple[str, int], float | str] = {}
         for name, future in zip(names, generated, strict=True):

@@ -100,3 +100,35 @@ def test_one_generated_schedule_is_held_at_a_time(monkeypatch):
     assert list(rows.algorithm) == ["ring", "direct", "nccl-ring"] * 2
     p = 16  # ring Allreduce takes 2(P - 1) steps, direct a reduce-scatter step and an allgather step
     assert rows.steps.tolist()[:3] == [2 * (p - 1), 2, 2 * (p - 1)]
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_progress_reports_every_generator_and_nccl_size_once(jobs):
+    """A comparison of thousands of GPUs takes minutes: ``progress`` hears,
+    as each ends, of every generator (its times, or why it does not apply)
+    and of NCCL's row at every size, with the seconds elapsed; the times it
+    reports are the table's."""
+    lines: list[str] = []
+    sizes = [1 << 10, 1 << 20]
+    df, skipped = compare(
+        "dgx-a100*2", "allreduce", sizes, algorithms=["ring", "nvls", "nccl"], jobs=jobs, progress=lines.append
+    )
+    assert len(lines) == 4 and all(line.startswith("[") and " s] " in line for line in lines)
+    said = {line.split("] ", 1)[1] for line in lines}
+    ring = df[df.algorithm == "ring"].time_us.tolist()
+    assert any(s.startswith(f"ring: 1KB {ring[0]:.2f} us, 1MB {ring[1]:.2f} us") for s in said)
+    assert any(s.startswith("not applicable: nvls:") for s in said) and "nvls" in skipped
+    for size, choice, t in df[df.algorithm == "nccl"][["size", "choice", "time_us"]].itertuples(index=False):
+        assert any(s.startswith(f"nccl ({choice}) at {size}: {t:.2f} us") for s in said)
+
+
+def test_cli_compare_prints_progress_on_stderr_unless_quiet(capsys):
+    from simcoll.cli import main
+
+    args = ["compare", "-t", "ring:4", "-c", "allgather", "--sizes", "1KB", "--algorithms", "ring,direct"]
+    assert main(args) == 0
+    out, err = capsys.readouterr()
+    assert "ring: 1KB" in err and "direct: 1KB" in err and "ring: 1KB" not in out
+    assert main([*args, "--quiet"]) == 0
+    out, err = capsys.readouterr()
+    assert err == "" and "ring" in out

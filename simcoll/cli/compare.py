@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from ..files import write_csv
 from .options import (
@@ -36,6 +37,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         algorithms=args.algorithms,
         jobs=args.jobs,
         time_limit_s=args.time_limit,
+        progress=None if args.quiet else lambda line: print(line, file=sys.stderr, flush=True),
     )
     if args.csv:
         write_csv(df, args.csv)
@@ -106,6 +108,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--no-contention", action="store_true", help="simulate an ideal network (no sharing, no contention parameters)"
     )
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
 
 
 def register(subparsers) -> None:

@@ -374,6 +374,11 @@ def constraint_loads(
     return [(relation[i], n) for i, n in sorted(counts.items())]
 
 
+#: Rows (a send's step and pair, per constraint the pair falls in) that :meth:`RelationIndex.step_loads`
+#: expands at a time: some 40 MB of working arrays.
+_LOAD_ROWS = 1 << 19
+
+
 class RelationIndex:
     """A bandwidth relation as arrays, to count sends per constraint with
     NumPy: the constraints a directed rank pair ``s * P + d`` falls in
@@ -430,8 +435,28 @@ class RelationIndex:
         p2 = self.num_ranks * self.num_ranks
         keys, counts = np.unique(step.astype(np.int64) * p2 + pairs, return_counts=True)
         key_step, key_pair = np.divmod(keys, p2)
+        del keys
         per = self.offsets[key_pair + 1] - self.offsets[key_pair]
-        rows = np.repeat(np.arange(len(keys)), per)
+        # (step, pair) keys expand to one row per constraint of the pair (tens on a cluster): in blocks
+        # of whole steps, so that a schedule of millions of sends holds one block's rows at a time
+        ends = np.cumsum(per)
+        cuts = np.searchsorted(ends, np.arange(_LOAD_ROWS, int(ends[-1]) if len(ends) else 0, _LOAD_ROWS))
+        cuts = np.unique(np.searchsorted(key_step, key_step[cuts], side="left"))
+        parts = [
+            self._block_loads(key_step[a:b], key_pair[a:b], counts[a:b], per[a:b])
+            for a, b in zip([0, *cuts.tolist()], [*cuts.tolist(), len(key_step)], strict=True)
+            if b > a
+        ]
+        if not parts:
+            empty = np.zeros(0, dtype=np.int64)
+            return empty, empty, empty
+        return tuple(np.concatenate(column) for column in zip(*parts, strict=True))
+
+    def _block_loads(
+        self, key_step: np.ndarray, key_pair: np.ndarray, counts: np.ndarray, per: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`step_loads` for the (step, pair) keys of whole steps."""
+        rows = np.repeat(np.arange(len(key_step)), per)
         within = np.arange(len(rows)) - np.repeat(np.cumsum(per) - per, per)
         cons = self.constraints[self.offsets[key_pair][rows] + within]
         m = len(self.capacity)

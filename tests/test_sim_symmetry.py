@@ -68,7 +68,7 @@ def test_the_quotient_runs_one_block_of_nodes():
     for (a, b), msgs in full.queues.items():
         back = (a % 8, (b - (a - a % 8)) % 32)
         reps = rotation.representatives[rotation.rep_of[msgs]]
-        assert reps.tolist() == full.queues[back]
+        assert reps.tolist() == list(full.queues[back])
 
 
 def test_utilisation_is_recorded_by_the_full_simulation():

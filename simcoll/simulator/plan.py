@@ -7,7 +7,7 @@ of nodes)."""
 from __future__ import annotations
 
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,7 +35,7 @@ class Plan:
     wait_slot: np.ndarray
     wait_landed: np.ndarray
     wait_msg: np.ndarray
-    queues: dict[tuple[int, int], list[int]]
+    queues: dict[tuple[int, int], Sequence[int]]  # per rank pair (or switch path): its messages in order
     describe: Callable[[int], str]
     fanout: dict[int, list[int]] = None  # type: ignore[assignment]  # switch reductions: slots they update
     write_slot: np.ndarray | None = None  # per message: the slot it updates, where not its chunk at its dst
@@ -71,35 +71,49 @@ def plan_vectorised(algorithm: Algorithm, num_chunks: int, present: np.ndarray) 
         order, batch, first = _message_order(table, order, batch)
     else:
         first = np.ones(n, dtype=bool)
+    del key, change
     src, dst, chunk, reduce = table.src[order], table.dst[order], table.chunk[order], table.reduce[order]
     msg = np.cumsum(first) - 1  # per transfer: its message
-    # updates of (src, chunk) landed in earlier batches = writes with the same slot and a smaller batch
+    # updates of (src, chunk) landed in earlier batches = writes with the same slot and a smaller batch;
+    # temporaries are let go as soon as they are used (17 M transfers on 1,024 GPUs: 136 MB each)
     read_slot = chunk + src * num_chunks
     write_slot = chunk + dst * num_chunks
-    write_key = np.sort(write_slot * (batches + 1) + batch)
-    landed = np.searchsorted(write_key, read_slot * (batches + 1) + batch) - np.searchsorted(
-        write_key, read_slot * (batches + 1)
-    )
+    write_key = write_slot * (batches + 1)
+    write_key += batch
+    write_key.sort()
+    read_key = read_slot * (batches + 1)
+    landed = np.searchsorted(write_key, read_key)
+    read_key += batch
+    landed = np.searchsorted(write_key, read_key) - landed
+    del write_key, read_key
+    landed = landed.astype(np.int32)
     missing = (landed == 0) & ~present[read_slot]
     if missing.any():
         bad = transfers[int(order[np.flatnonzero(missing)[0]])]
         raise AlgorithmError(f"{algorithm.name}: {bad.describe()} before rank {bad.src} holds the chunk")
+    del missing
     waits = landed > 0
+    wait_slot, wait_landed, wait_msg = read_slot[waits], landed[waits], msg[waits]
+    del read_slot, landed
+    pending = np.bincount(wait_msg, minlength=int(msg[-1]) + 1 if n else 0).astype(np.int32)
+    del msg, waits
     heads = np.flatnonzero(first)
-    msg_order = order[heads]
-    src, dst, chunk, reduce, batch = src[heads], dst[heads], chunk[heads], reduce[heads], batch[heads]
+    groups = {}
+    if len(heads) < n:  # messages of several transfers: the slots each updates; then one row per message
+        sizes = np.diff(np.append(heads, n))
+        for m in np.flatnonzero(sizes > 1).tolist():
+            groups[m] = write_slot[heads[m] : heads[m] + sizes[m]].tolist()
+        order, src, dst, chunk, reduce, batch = (c[heads] for c in (order, src, dst, chunk, reduce, batch))
+    del write_slot, heads
     pair = src * algorithm.num_ranks + dst
     by_pair = np.argsort(pair, kind="stable")
     cuts = np.flatnonzero(np.diff(pair[by_pair])) + 1
     queues = {}
-    for piece in np.split(by_pair, cuts) if len(heads) else ():
+    for piece in np.split(by_pair, cuts) if len(pair) else ():
         m = int(piece[0])
-        queues[(int(src[m]), int(dst[m]))] = piece.tolist()
-    groups = {}
-    if len(heads) < n:  # messages of several transfers: the slots each updates
-        sizes = np.diff(np.append(heads, n))
-        for m in np.flatnonzero(sizes > 1).tolist():
-            groups[m] = write_slot[heads[m] : heads[m] + sizes[m]].tolist()
+        # 8 bytes a message, not a list of Python ints (40): 17 M messages on 1,024 GPUs
+        queues[(int(src[m]), int(dst[m]))] = array("q", piece.astype(np.int64, copy=False).tobytes())
+    del pair, by_pair
     return Plan(
         src=array("i", src.astype(np.int32).tobytes()),
         dst=array("i", dst.astype(np.int32).tobytes()),
@@ -108,12 +122,12 @@ def plan_vectorised(algorithm: Algorithm, num_chunks: int, present: np.ndarray) 
         batch=array("i", batch.astype(np.int32).tobytes()),
         labels=labels,
         groups=groups,
-        pending=array("i", np.bincount(msg[waits], minlength=len(heads)).astype(np.int32).tobytes()),
-        wait_slot=read_slot[waits],
-        wait_landed=landed[waits],
-        wait_msg=msg[waits],
+        pending=array("i", pending.tobytes()),
+        wait_slot=wait_slot,
+        wait_landed=wait_landed,
+        wait_msg=wait_msg,
         queues=queues,
-        describe=lambda m: transfers[int(msg_order[m])].describe(),
+        describe=lambda m: transfers[int(order[m])].describe(),
     )
 
 
@@ -233,9 +247,9 @@ def plan_grouped(algorithm: Algorithm, num_chunks: int, present: np.ndarray) -> 
         groups=groups,
         pending=pending,
         wait_slot=np.array(wait_slot, dtype=np.int64),
-        wait_landed=np.array(wait_landed, dtype=np.int64),
+        wait_landed=np.array(wait_landed, dtype=np.int32),
         wait_msg=np.array(wait_msg, dtype=np.int64),
-        queues=queues,
+        queues={key: array("q", msgs) for key, msgs in queues.items()},
         describe=lambda m: firsts[m].describe(),
         fanout=fanout,
     )

@@ -142,7 +142,11 @@ def quotient_plan(plan: Plan, rotation: NodeRotation) -> Plan:
         wait_slot=plan.wait_slot[keep],
         wait_landed=plan.wait_landed[keep],
         wait_msg=renumber[plan.wait_msg[keep]],
-        queues={pair: renumber[msgs].tolist() for pair, msgs in plan.queues.items() if pair in rotation.routes},
+        queues={
+            pair: array("q", renumber[np.asarray(msgs, dtype=np.int64)].tobytes())
+            for pair, msgs in plan.queues.items()
+            if pair in rotation.routes
+        },
         describe=lambda m: describe(int(reps[m])),
         write_slot=rotation.write_slot,
     )

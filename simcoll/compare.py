@@ -27,6 +27,7 @@ chosen protocol; Alltoall and SendRecv get NCCL's point-to-point exchange,
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -68,6 +69,9 @@ COLUMNS = [
 METHODS = ("simulate", "analytic")
 #: The size-dependent baseline row (not a registry generator).
 NCCL_ROW = "nccl"
+#: From this many ranks, ``compare(jobs > 1)`` runs each task in a fresh worker process
+#: (:func:`_in_parallel`; Python 3.11 and later).
+FRESH_WORKERS_FROM_RANKS = 512
 
 
 def compare(
@@ -115,8 +119,10 @@ def compare(
     jobs : int, optional
         Worker processes: with more than one, every algorithm is generated
         and timed at every size in its own task (and NCCL's row per size),
-        on a :class:`concurrent.futures.ProcessPoolExecutor`; the rows and
-        their order are the same as with one.
+        on a :class:`concurrent.futures.ProcessPoolExecutor` (from
+        :data:`FRESH_WORKERS_FROM_RANKS` ranks, a fresh process per task, so
+        that the peak memory is one task's); the rows and their order are the
+        same as with one.
     progress : callable, optional
         Called with one line of text as each piece of work ends: a
         generator generated and timed at every size (or why it does not
@@ -346,7 +352,11 @@ def _in_parallel(
     from .nccl.baseline import BASELINE_COLLECTIVES
 
     names = _generator_names(collective, wanted)
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
+    # On a large machine a worker that has run one generator holds on to memory it freed (Python
+    # and the allocator keep fragmented arenas), which adds to the next one's peak: there, every
+    # task gets a fresh worker (a second or so to start, against minutes of work per task).
+    fresh = machine.num_ranks >= FRESH_WORKERS_FROM_RANKS and sys.version_info >= (3, 11)
+    with ProcessPoolExecutor(max_workers=jobs, **({"max_tasks_per_child": 1} if fresh else {})) as pool:
         # Longest first: the generators registered last (hierarchical, NCCL's, in-network) compose
         # the others and have the most messages sharing resources, so they are submitted first;
         # a long one started last would leave the other workers idle (NVLS-Tree on 128 GPUs:

@@ -132,3 +132,16 @@ def test_cli_compare_prints_progress_on_stderr_unless_quiet(capsys):
     assert main([*args, "--quiet"]) == 0
     out, err = capsys.readouterr()
     assert err == "" and "ring" in out
+
+
+def test_parallel_compare_on_fresh_workers_matches_serial(monkeypatch):
+    """From ``FRESH_WORKERS_FROM_RANKS`` ranks every task runs in a fresh
+    worker process (bounded peak memory on 1,024 GPUs): the table is the same."""
+    import importlib
+
+    compare_module = importlib.import_module("simcoll.compare")
+    sizes = [1 << 20]
+    serial, _ = compare("dgx-a100*2", "allreduce", sizes, algorithms=["ring", "direct", "nccl"])
+    monkeypatch.setattr(compare_module, "FRESH_WORKERS_FROM_RANKS", 2)
+    parallel, _ = compare("dgx-a100*2", "allreduce", sizes, algorithms=["ring", "direct", "nccl"], jobs=2)
+    pd.testing.assert_frame_equal(serial, parallel)

@@ -228,12 +228,15 @@ def _compare(
     for size in sizes:
         runs_at_size = list(algorithms.items())
         if nccl_ok:
+            nccl_at = f"{NCCL_ROW} at {format_size(size)}"
             if size in nccl_done:
                 nccl = nccl_done[size] if isinstance(nccl_done[size], Algorithm) else None
                 if nccl is None:
-                    skipped[f"{NCCL_ROW} at {format_size(size)}"] = nccl_done[size]
+                    skipped[nccl_at] = nccl_done[size]
             else:
                 nccl = _nccl_at(machine, collective, size, skipped)
+                if nccl is None:
+                    report.generator(nccl_at, skipped[nccl_at], {})
             if nccl is not None:
                 runs_at_size.append((NCCL_ROW, nccl))
         for name, algorithm in runs_at_size:
@@ -382,7 +385,7 @@ def _in_parallel(
                 if isinstance(what[future], str):
                     report.generator(what[future], *done)
                 elif isinstance(done[0], str):
-                    report.generator(NCCL_ROW, done[0], {})
+                    report.generator(f"{NCCL_ROW} at {format_size(what[future])}", done[0], {})
                 elif done[1] is not None:
                     report.row(f"{NCCL_ROW} ({_choice(done[0])}) at {format_size(what[future])}", done[1])
         candidates: dict[str, Algorithm | str] = {}

@@ -1224,12 +1224,12 @@ def _max_min(flows: dict[int, Flow], resources: dict[int, Resource]) -> dict[int
 
 
 class _Sparse:
-    """A component's flow × resource weights as sparse entries, sorted by
-    flow and, within a flow, by resource (their order in the component): the
-    input of the vectorised max-min (:meth:`max_min`) and of the resources'
-    total rates (:meth:`totals`). Each flow lists a resource once
-    (:class:`_Uses` merges repeats), so every (flow, resource) entry is
-    unique."""
+    """A component's flow × resource weights as sparse entries in flow
+    order (a flow's in its route's order): the input of the vectorised
+    max-min (:meth:`max_min`) and of the resources' total rates
+    (:meth:`totals`), which sum per resource and so need only the flows in
+    order. Each flow lists a resource once (:class:`_Uses` merges repeats),
+    so every (flow, resource) entry is unique."""
 
     __slots__ = ("flows", "resources", "entry_flow", "entry_res", "values")
 
@@ -1251,11 +1251,9 @@ class _Sparse:
             ends = np.cumsum(lengths)
             at = np.arange(int(ends[-1]), dtype=np.int64) + np.repeat(table.offsets[routes] - (ends - lengths), lengths)
             ids, weights = table.ids[at], table.weights[at]
-        rows = np.repeat(np.arange(nf, dtype=np.int64), lengths)
-        keys = rows * nr + local[ids]
-        order = np.argsort(keys, kind="stable")
-        self.values = weights[order]
-        self.entry_flow, self.entry_res = np.divmod(keys[order], nr)
+        self.entry_flow = np.repeat(np.arange(nf, dtype=np.int64), lengths)
+        self.entry_res = local[ids]
+        self.values = weights
 
     def max_min(self) -> np.ndarray:
         """:func:`_max_min`'s rates, in the order of the flows.

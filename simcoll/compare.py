@@ -315,6 +315,11 @@ class _Reporter:
             self._say(f"not applicable: {reason}")
             return
         parts = [f"{format_size(size)} {_shown(t)}" for size, t in times.items()]
+        if len(parts) > _SIZES_SHOWN:  # a sweep of sizes: its ends, and how many were stopped
+            stopped = sum(isinstance(t, str) for t in times.values())
+            parts = [
+                f"{len(parts)} sizes from {parts[0]} to {parts[-1]}" + (f" ({stopped} stopped)" if stopped else "")
+            ]
         self._say(f"{name}: {', '.join(parts) or 'no size has a byte per chunk'}", wall_s)
 
     def row(self, label: str, t: float | str, wall_s: float | None = None) -> None:
@@ -325,6 +330,9 @@ class _Reporter:
     def _say(self, line: str, wall_s: float | None = None) -> None:
         took = "" if wall_s is None else f" ({wall_s:.1f} s)"
         self.progress(f"[{time.perf_counter() - self.started:7.1f} s] {line}{took}")
+
+
+_SIZES_SHOWN = 4  # a progress line lists this many sizes' times at most
 
 
 def _shown(t: float | str) -> str:

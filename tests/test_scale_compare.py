@@ -145,3 +145,14 @@ def test_parallel_compare_on_fresh_workers_matches_serial(monkeypatch):
     monkeypatch.setattr(compare_module, "FRESH_WORKERS_FROM_RANKS", 2)
     parallel, _ = compare("dgx-a100*2", "allreduce", sizes, algorithms=["ring", "direct", "nccl"], jobs=2)
     pd.testing.assert_frame_equal(serial, parallel)
+
+
+def test_progress_sums_up_a_sweep_of_sizes():
+    """With more sizes than a line lists (the README's main job has 21), a
+    generator's line gives the first and last size's times and the count."""
+    lines: list[str] = []
+    sizes = [1 << k for k in range(10, 16)]
+    df, _ = compare("ring:4", "allgather", sizes, algorithms=["ring"], progress=lines.append)
+    (line,) = lines
+    first, last = df.time_us.iloc[0], df.time_us.iloc[-1]
+    assert f"ring: 6 sizes from 1KB {first:.2f} us to 32KB {last:.2f} us" in line

@@ -346,10 +346,17 @@ def build_topology(
     return topology
 
 
-def _check_connected(topology: Topology, where: str) -> None:
+def component_graph(names: Iterable[str], links: Iterable[Link]) -> nx.Graph:
+    """The undirected graph of the components ``names`` joined by ``links``
+    (what reaches what, whatever the links' direction and type)."""
     graph = nx.Graph()
-    graph.add_nodes_from(c.name for c in topology.components)
-    graph.add_edges_from((link.src, link.dst) for link in topology.links)
+    graph.add_nodes_from(names)
+    graph.add_edges_from((link.src, link.dst) for link in links)
+    return graph
+
+
+def _check_connected(topology: Topology, where: str) -> None:
+    graph = component_graph((c.name for c in topology.components), topology.links)
     gpu_names = [g.name for g in topology.gpus]
     reached = nx.node_connected_component(graph, gpu_names[0])
     stranded = [g for g in gpu_names if g not in reached]

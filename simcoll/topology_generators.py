@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import networkx as nx
 
 from .errors import TopologyError
 from .limits import check_machine_size
-from .topology import Component, Link, Topology, build_topology
+from .topology import Component, Link, Topology, build_topology, component_graph
 
 
 def _gpus(n: int) -> list[Component]:
@@ -281,7 +281,7 @@ def gpu_subset(node: Topology, gpus: Sequence[int]) -> Topology:
         if c.name in rank_of or c.kind not in ("gpu", "nic") or (c.kind == "nic" and nearest[c.name] & rank_of.keys())
     ]
     names = {c.name for c in kept}
-    graph = _graph(names, (lk for lk in node.links if lk.src in names and lk.dst in names))
+    graph = component_graph(names, (lk for lk in node.links if lk.src in names and lk.dst in names))
     reached = set().union(*(nx.node_connected_component(graph, gpu) for gpu in rank_of))
     links = [lk for lk in node.links if lk.src in reached and lk.dst in reached]
     gpu_first = [by_rank[g] for g in gpus] + [c for c in kept if c.kind != "gpu" and c.name in reached]
@@ -298,17 +298,9 @@ def gpu_subset(node: Topology, gpus: Sequence[int]) -> Topology:
     )
 
 
-def _graph(names: Iterable[str], links: Iterable[Link]) -> nx.Graph:
-    """The undirected component graph of ``names`` joined by ``links``."""
-    graph = nx.Graph()
-    graph.add_nodes_from(names)
-    graph.add_edges_from((lk.src, lk.dst) for lk in links)
-    return graph
-
-
 def _nearest_gpus(node: Topology) -> dict[str, set[str]]:
     """Per NIC of ``node``, the GPUs fewest links away from it."""
-    graph = _graph((c.name for c in node.components), node.links)
+    graph = component_graph((c.name for c in node.components), node.links)
     gpus = {g.name for g in node.gpus}
     out: dict[str, set[str]] = {}
     for nic in (c.name for c in node.components if c.kind == "nic"):

@@ -6,7 +6,8 @@ repeated and fractional weights, bounds that bind and resources that fill)
 ``_max_min_numpy`` gives exactly the rates of the dense reference below, and
 the pure-Python ``_max_min`` agrees with both to rounding. A network gathers a
 component's entries from its table of routes (``_UsesTable``, grown as routes
-appear): the same entries as from the flows' own arrays.
+appear): the same entries as from the flows' own arrays, and the same
+capacities from its table of resources (``_CapacityTable``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,18 @@ import random
 import numpy as np
 import pytest
 
-from simcoll.simulator.network import _REL_TOL, Flow, Resource, _max_min, _max_min_numpy, _Sparse, _Uses, _UsesTable
+from simcoll.cost_model import SwitchParams
+from simcoll.simulator.network import (
+    _REL_TOL,
+    Flow,
+    Resource,
+    _CapacityTable,
+    _max_min,
+    _max_min_numpy,
+    _Sparse,
+    _Uses,
+    _UsesTable,
+)
 
 
 def _dense_reference(flows, resources):
@@ -101,3 +113,32 @@ def test_entries_gathered_from_the_route_table_are_the_flows_own(seed):
                  (own.values, gathered.values)):  # fmt: skip
         assert np.array_equal(a, b)
     assert np.array_equal(own.max_min(), gathered.max_min())
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_capacities_gathered_from_the_network_table_are_the_resources_own(seed):
+    """A network keeps every resource's one-flow capacity in a table
+    (``_CapacityTable``, grown as resources appear) and asks a resource
+    itself only where its capacity varies with its flows (a switch's
+    concurrency efficiency, TACCL Fig. 4): the residual capacities and the
+    rates are those asked of every resource."""
+    flows, resources = _component(seed, num_flows=200, num_resources=70)
+    crowded = SwitchParams(latency_s=0.0, source="test", concurrency_efficiency=((1, 1.0), (4, 0.5)))
+    plain = SwitchParams(latency_s=0.0, source="test")
+    for rid, r in resources.items():  # a third degrade with their flows, a third are switches that do not
+        if rid % 3:
+            resources[rid] = switched = Resource(
+                rid, r.name, r.kind, r.capacity_Bps, crowded if rid % 3 == 1 else plain
+            )
+            switched.flows = r.flows
+    for f in flows.values():
+        f.res = [(resources[r.id], w) for r, w in f.res]
+        f.uses = _Uses(f.res)
+    table = _CapacityTable()
+    for r in resources.values():
+        table.add(r)
+    assert table.varies.sum() == sum(1 for rid in resources if rid % 3 == 1)
+    asked, gathered = _Sparse(flows, resources), _Sparse(flows, resources, capacities=table)
+    assert np.array_equal(asked._capacity(), gathered._capacity())
+    assert any(r.effective_capacity_Bps(len(r.flows)) != r.effective_capacity_Bps(1) for r in resources.values())
+    assert np.array_equal(asked.max_min(), gathered.max_min())

@@ -98,6 +98,36 @@ def test_remembered_max_min_solutions_change_no_time(spec, name, monkeypatch):
     assert remembered.stats["recomputes_remembered"] > 0 == solved_again.stats["recomputes_remembered"]
 
 
+@pytest.mark.parametrize(
+    ("spec", "name"), [("ndv2*2", "double-binary-tree"), ("dgx-h100*2", "nvls-tree"), ("perlmutter*4", "chain")]
+)
+def test_handing_a_connection_to_the_next_message_changes_no_time(spec, name, monkeypatch):
+    """A pipeline's connection that passes its wire from one message to the
+    next at one instant, with nothing else changing, keeps every rate: the
+    instant is settled without a max-min solve, with the same times,
+    timeline and utilisation as solving it (the solve re-sums each
+    resource's total rate, which may differ in the last bit and so split an
+    interval the handover keeps whole)."""
+    machine = load_machine(spec)
+    algorithm = generate(name, machine, "allreduce")
+    handed = simulate(algorithm, machine, 1 << 26)
+    monkeypatch.setattr(network_module.FluidNetwork, "_handover", lambda self, left, joined: False)
+    solved = simulate(algorithm, machine, 1 << 26)
+    assert handed.stats["handovers"] > 0 == solved.stats["handovers"]
+    assert handed.stats["recomputes"] + handed.stats["handovers"] == solved.stats["recomputes"]
+    assert handed.time_s == solved.time_s
+    assert handed.timeline.equals(solved.timeline)
+
+    def per_resource(utilisation):
+        busy = utilisation.assign(busy=(utilisation.end_s - utilisation.start_s) * utilisation.rate_Bps)
+        return busy.groupby("resource").agg(busy=("busy", "sum"), first=("start_s", "min"), last=("end_s", "max"))
+
+    mine, theirs = per_resource(handed.utilisation), per_resource(solved.utilisation)
+    assert mine.index.equals(theirs.index) and len(handed.utilisation) <= len(solved.utilisation)
+    assert mine["first"].equals(theirs["first"]) and mine["last"].equals(theirs["last"])
+    assert mine.busy.to_numpy() == pytest.approx(theirs.busy.to_numpy(), rel=1e-9)
+
+
 def test_a_machine_sent_to_a_worker_leaves_its_caches_behind():
     """compare --jobs pickles the Machine for every task: the routes and
     recipes a simulation left on it stay in this process."""

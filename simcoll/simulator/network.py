@@ -96,7 +96,7 @@ class Resource:
     """One shared resource: a directed link bundle, a switch port or a host memory."""
 
     __slots__ = ("id", "key", "name", "kind", "capacity_Bps", "switch", "flows", "rate", "seg_start", "seg_flows",
-                 "_one_flow_Bps")  # fmt: skip
+                 "_one_flow_Bps", "varies")  # fmt: skip
 
     def __init__(
         self,
@@ -119,6 +119,7 @@ class Resource:
         self.seg_flows = 0
         # asked for at every max-min solve: computed once
         self._one_flow_Bps = capacity_Bps * (switch.efficiency(1) if switch else 1.0)
+        self.varies = switch is not None and bool(switch.concurrency_efficiency)  # with its number of flows
 
     def effective_capacity_Bps(self, flows: int) -> float:
         """Capacity with ``flows`` concurrent connections (TACCL Fig. 4)."""
@@ -178,6 +179,28 @@ class _UsesTable:
         self.count += 1
         self._entries += n
         return uses
+
+
+class _CapacityTable:
+    """Every resource's one-flow capacity, and whether its capacity varies with
+    its flows (a switch's concurrency efficiency), by resource id: a
+    component's capacities are then gathered by NumPy indexing
+    (:meth:`_Sparse.max_min`), with a call per resource only where they vary."""
+
+    __slots__ = ("one_flow_Bps", "varies")
+
+    def __init__(self) -> None:
+        self.one_flow_Bps = np.zeros(64, dtype=float)
+        self.varies = np.zeros(64, dtype=bool)
+
+    def add(self, resource: Resource) -> None:
+        size = len(self.one_flow_Bps)
+        if resource.id >= size:
+            more = max(size, resource.id + 1 - size)
+            self.one_flow_Bps = np.concatenate((self.one_flow_Bps, np.zeros(more)))
+            self.varies = np.concatenate((self.varies, np.zeros(more, dtype=bool)))
+        self.one_flow_Bps[resource.id] = resource.effective_capacity_Bps(1)
+        self.varies[resource.id] = resource.varies
 
 
 class Flow:
@@ -272,6 +295,7 @@ class FluidNetwork:
         # per rank pair: α, bandwidth, resources, rate alone, and the resources as the max-min reads them
         self._fast: dict[tuple[int, int], tuple[float, float, tuple[tuple[Resource, float], ...], float, _Uses]] = {}
         self._uses_table = _UsesTable()
+        self._capacities = _CapacityTable()
         # Routes depend on the machine and on ``contention`` alone: each is worked out once per machine
         # (:meth:`route`), and another network of the machine replays the resources it creates.
         self._recipes: dict = machine.derived.setdefault((_ROUTES_KEY, contention), {})
@@ -285,6 +309,11 @@ class FluidNetwork:
         self._tracks: dict[tuple[int, int], str] = {}
         self._dirty: dict[int, Resource] = {}
         self._flush_scheduled = False
+        # flows that left shared resources, and flows that joined them, since the last recomputation
+        # (:meth:`_flush`): (route, bound, rate) of each that left, and the joining flows
+        self._left: list[tuple[_Uses, float, float]] = []
+        self._joined: list[Flow] = []
+        self.handovers = 0  # recomputations found to be handovers and skipped (:meth:`_flush`)
         self._next_flow = 0
         self.active: dict[int, Flow] = {}
         self.transfers = 0
@@ -307,6 +336,7 @@ class FluidNetwork:
         if rid is None:
             rid = self._resource_ids[key] = len(self.resources)
             self.resources.append(Resource(rid, name, kind, capacity_Bps, switch, key))
+            self._capacities.add(self.resources[rid])
         return self.resources[rid]
 
     def resource_with_key(self, key: tuple) -> Resource:
@@ -846,6 +876,7 @@ class FluidNetwork:
                 if len(flows) > self.max_sharing:
                     self.max_sharing = len(flows)
         if shared and self.contention:
+            self._joined.append(f)
             self._mark_dirty(resources)
             return f
         # alone on every resource (or the ideal network): no max-min needed
@@ -964,7 +995,38 @@ class FluidNetwork:
         self._flush_scheduled = False
         seeds = [(res, 1.0) for res in self._dirty.values()]
         self._dirty = {}
+        left, joined = self._left, self._joined
+        self._left, self._joined = [], []
+        if left and self._handover(left, joined):
+            self.handovers += 1
+            return
         self._recompute(seeds, self.env.now)
+
+    def _handover(self, left: list[tuple[_Uses, float, float]], joined: list[Flow]) -> bool:
+        """Settle the instant without a recomputation where every flow that
+        joined shared resources replaces one that left them on the same route
+        with the same bound, and nothing else changed: a connection handing
+        its wire from one message to the next, the steady state of a
+        pipeline. Every resource then carries the same flows as before up to
+        identity, so the max-min solution is the one in force (it is unique,
+        and identical flows get identical rates), and each joining flow
+        takes the rate of the flow it replaces. False, with nothing set, if
+        the instant is not such a handover."""
+        if len(left) != len(joined):
+            return False
+        rates: dict[tuple[_Uses, float], list[float]] = {}
+        for uses, bound, rate in left:
+            rates.setdefault((uses, bound), []).append(rate)
+        taken = []
+        for f in joined:
+            same = rates.get((f.uses, f.bound))
+            if not same:
+                return False
+            taken.append(same.pop())
+        now = self.env.now
+        for f, rate in zip(joined, taken, strict=True):
+            self._set_rate(f, rate, now)
+        return True
 
     def _recompute(self, seeds, now: float) -> None:
         """Max-min fair rates (progressive filling, weighted) on the connected
@@ -996,7 +1058,7 @@ class FluidNetwork:
             (f,) = flows.values()
             rates = (alone_rate_Bps(f.bound, f.res),)
         elif len(flows) > _REMEMBER_UP_TO:
-            sparse = _Sparse(flows, seen, self._uses_table)
+            sparse = _Sparse(flows, seen, self._uses_table, self._capacities)
             rates = sparse.max_min().tolist()
         else:
             # Pipelined schedules meet the same sharing pattern again and again: the rates are a function
@@ -1010,7 +1072,7 @@ class FluidNetwork:
                     new = _max_min(flows, seen)
                     rates = tuple([new[fid] for fid in flows])
                 else:
-                    sparse = _Sparse(flows, seen, self._uses_table)
+                    sparse = _Sparse(flows, seen, self._uses_table, self._capacities)
                     rates = tuple(sparse.max_min().tolist())
                 self._solved_flows += len(flows)
                 if self._solved_flows > _SOLVED_MAX_FLOWS:  # memory stays bounded: forget, start again
@@ -1033,7 +1095,7 @@ class FluidNetwork:
                     self._account(r, totals[rid], now)
             else:
                 if sparse is None:
-                    sparse = _Sparse(flows, seen, self._uses_table)
+                    sparse = _Sparse(flows, seen, self._uses_table, self._capacities)
                 for r, total in zip(seen.values(), sparse.totals(rates), strict=True):
                     self._account(r, total, now)
 
@@ -1058,6 +1120,7 @@ class FluidNetwork:
             if flows:
                 others = True
         if others and self.contention:
+            self._left.append((f.uses, f.bound, rate))
             f.rate = 0.0
             self._mark_dirty(f.res)
         else:
@@ -1231,13 +1294,20 @@ class _Sparse:
     order. Each flow lists a resource once (:class:`_Uses` merges repeats),
     so every (flow, resource) entry is unique."""
 
-    __slots__ = ("flows", "resources", "entry_flow", "entry_res", "values")
+    __slots__ = ("flows", "resources", "entry_flow", "entry_res", "values", "rids", "capacities")
 
-    def __init__(self, flows: dict[int, Flow], resources: dict[int, Resource], table: _UsesTable | None = None):
+    def __init__(
+        self,
+        flows: dict[int, Flow],
+        resources: dict[int, Resource],
+        table: _UsesTable | None = None,
+        capacities: _CapacityTable | None = None,
+    ):
         self.flows = flow_list = list(flows.values())
         self.resources = resources
+        self.capacities = capacities
         nf, nr = len(flow_list), len(resources)
-        rids = np.fromiter(resources, dtype=np.int64, count=nr)
+        self.rids = rids = np.fromiter(resources, dtype=np.int64, count=nr)
         local = np.empty(int(rids.max()) + 1, dtype=np.int64)
         local[rids] = np.arange(nr)
         if table is None:  # routes outside a network's table
@@ -1266,7 +1336,7 @@ class _Sparse:
         nf, nr = len(self.flows), len(self.resources)
         entry_flow, entry_res, values = self.entry_flow, self.entry_res, self.values
         used = values > 0
-        residual = np.array([r.effective_capacity_Bps(len(r.flows)) for r in self.resources.values()])
+        residual = self._capacity()
         bound = np.array([f.bound for f in self.flows])
         rates = np.zeros(nf)
         unfrozen = np.ones(nf, dtype=bool)
@@ -1287,6 +1357,20 @@ class _Sparse:
             residual -= level * np.bincount(entry_res[taken], weights=values[taken], minlength=nr)
             unfrozen &= ~newly
         return rates
+
+    def _capacity(self) -> np.ndarray:
+        """Each resource's capacity with its current flows (:meth:`Resource.effective_capacity_Bps`)."""
+        table = self.capacities
+        if table is None:
+            return np.array([r.effective_capacity_Bps(len(r.flows)) for r in self.resources.values()])
+        capacity = table.one_flow_Bps[self.rids]
+        varies = np.flatnonzero(table.varies[self.rids])
+        if varies.size:
+            resources = list(self.resources.values())
+            for i in varies.tolist():
+                r = resources[i]
+                capacity[i] = r.effective_capacity_Bps(len(r.flows))
+        return capacity
 
     def totals(self, rates) -> list[float]:
         """Each resource's total rate (its flows' ``rates`` times their

@@ -465,6 +465,7 @@ def make_result(
         "max_sharing": network.max_sharing,
         "recomputes": network.recomputes,
         "recomputes_remembered": network.recomputes_remembered,
+        "handovers": network.handovers,
         "resources": len(network.resources),
     }
     return SimulationResult(

@@ -256,18 +256,23 @@ def algorithm_is_correct(algorithm: Algorithm, topology: Topology | None = None)
     out_rank, out_chunk = _layout_columns(coll.output_layout)
     pre_key = pre_rank * g + pre_chunk
     words = max(1, (p + 63) // 64)
-    if p * g * words <= _DENSE_SLOT_WORDS:
+    dense = p * g * words <= _DENSE_SLOT_WORDS
+    if dense:
         keys = np.arange(p * g, dtype=np.int64)  # every slot: no renumbering needed
     else:
         keys = np.unique(np.concatenate([pre_key, table.src * g + table.chunk, table.dst * g + table.chunk]))
+
+    def slot_of(key: np.ndarray) -> np.ndarray:  # a slot's number is its key where every slot is kept
+        return key if dense else np.searchsorted(keys, key)
+
     bits = np.zeros((len(keys), words), dtype=np.uint64)
     present = np.zeros(len(keys), dtype=bool)
-    start = np.searchsorted(keys, pre_key)
+    start = slot_of(pre_key)
     rank_bit = np.left_shift(np.uint64(1), (pre_rank % 64).astype(np.uint64))
     np.bitwise_or.at(bits, (start, pre_rank // 64), rank_bit)
     present[start] = True
-    src_slot = np.searchsorted(keys, table.src * g + table.chunk)
-    dst_slot = np.searchsorted(keys, table.dst * g + table.chunk)
+    src_slot = slot_of(table.src * g + table.chunk)
+    dst_slot = slot_of(table.dst * g + table.chunk)
     order = np.argsort(table.step, kind="stable")
     cuts = np.flatnonzero(np.diff(table.step[order])) + 1
     for batch in np.split(order, cuts) if len(order) else ():

@@ -377,6 +377,9 @@ def constraint_loads(
 #: Rows (a send's step and pair, per constraint the pair falls in) that :meth:`RelationIndex.step_loads`
 #: expands at a time: some 40 MB of working arrays.
 _LOAD_ROWS = 1 << 19
+#: A block of :meth:`RelationIndex.step_loads` counts every (step, constraint) cell of its
+#: steps where there are at most this many cells per row, else only the cells it meets (sorted).
+_DENSE_CELLS_PER_ROW = 2
 
 
 class RelationIndex:
@@ -460,10 +463,18 @@ class RelationIndex:
         within = np.arange(len(rows)) - np.repeat(np.cumsum(per) - per, per)
         cons = self.constraints[self.offsets[key_pair][rows] + within]
         m = len(self.capacity)
-        combined, inverse = np.unique(key_step[rows] * m + cons, return_inverse=True)
-        totals = np.bincount(inverse, weights=counts[rows], minlength=len(combined)).astype(np.int64)
+        first = int(key_step[0]) if len(key_step) else 0
+        span = (int(key_step[-1]) - first + 1) * m  # the block's (step, constraint) cells
+        combined = (key_step[rows] - first) * m + cons
+        if span <= _DENSE_CELLS_PER_ROW * len(rows):  # few cells for the rows: count each (no sort)
+            totals = np.bincount(combined, weights=counts[rows], minlength=span)
+            combined = np.flatnonzero(totals)
+            totals = totals[combined].astype(np.int64)
+        else:
+            combined, inverse = np.unique(combined, return_inverse=True)
+            totals = np.bincount(inverse, weights=counts[rows], minlength=len(combined)).astype(np.int64)
         out_step, out_cons = np.divmod(combined, m)
-        return out_step, out_cons, totals
+        return out_step + first, out_cons, totals
 
 
 def messages(batch: Iterable[Transfer]) -> list[list[Transfer]]:

@@ -341,11 +341,13 @@ def make_collective(
     def scattered(n: int) -> tuple[int, ...]:  # input chunk i of rank n is i*P + n
         return tuple(i * p + n for i in range(c))
 
-    rank_major = tuple(i * p + r for r in range(p) for i in range(c))  # concatenation of scattered inputs
+    def rank_major() -> tuple[int, ...]:  # the concatenation of the scattered inputs (P·C: built where used)
+        return tuple(i * p + r for r in range(p) for i in range(c))
+
     everything = tuple(range(c))
     none: tuple[int, ...] = ()
     if key == "allgather":
-        g, inputs, outputs = p * c, [scattered(n) for n in range(p)], [rank_major] * p
+        g, inputs, outputs = p * c, [scattered(n) for n in range(p)], [rank_major()] * p
     elif key == "alltoall":
         # chunk from s to d with index i is (i*P + d)*P + s: Scattered pre, Transpose post.
         g = p * p * c
@@ -356,15 +358,15 @@ def make_collective(
     elif key == "gather":
         g = p * c
         inputs = [scattered(n) for n in range(p)]
-        outputs = [rank_major if n == root else none for n in range(p)]
+        outputs = [rank_major() if n == root else none for n in range(p)]
     elif key == "scatter":
         g = p * c
-        inputs = [rank_major if n == root else none for n in range(p)]
+        inputs = [rank_major() if n == root else none for n in range(p)]
         outputs = [scattered(n) for n in range(p)]
     elif key == "reduce":
         g, inputs, outputs = c, [everything] * p, [everything if n == root else none for n in range(p)]
     elif key == "reducescatter":
-        g, inputs, outputs = p * c, [rank_major] * p, [scattered(n) for n in range(p)]
+        g, inputs, outputs = p * c, [rank_major()] * p, [scattered(n) for n in range(p)]
     elif key == "allreduce":
         g, inputs, outputs = c, [everything] * p, [everything] * p
     elif key == "sendrecv":  # a cyclic shift: rank n's buffer ends on rank n+1

@@ -148,3 +148,31 @@ def test_bandwidth_loads_counted_in_blocks_match_one_pass(monkeypatch, name):
         assert x.tolist() == y.tolist()
     assert minimal_rounds(a.table, m.topology) == rounds == a.rounds_per_step
     assert algorithm_is_correct(a, m.topology)  # its bandwidth check counts in blocks too
+
+
+@pytest.mark.parametrize("dense_cells_per_row", [0, 2, 1 << 30])
+def test_bandwidth_loads_are_the_sends_per_step_and_constraint(monkeypatch, dense_cells_per_row):
+    """Counting every (step, constraint) cell of a block, or only the cells
+    its sends meet, gives each step's sends over each constraint: the counts
+    of a plain loop over the sends and the constraints their pairs fall in."""
+    import importlib
+    from collections import Counter
+
+    from simcoll.routes import Routes, bandwidth_relation
+
+    algorithm_module = importlib.import_module("simcoll.algorithm")
+    monkeypatch.setattr(algorithm_module, "_DENSE_CELLS_PER_ROW", dense_cells_per_row)
+    monkeypatch.setattr(algorithm_module, "_LOAD_ROWS", 64)  # several blocks
+    m = load_machine("dgx-a100*2")
+    a = applicable(m, "allreduce", names=["double-binary-tree"])["double-binary-tree"]
+    relation = bandwidth_relation(m.topology, Routes(m.topology))
+    index = algorithm_module.RelationIndex.of(relation, m.num_ranks)
+    step, cons, counts = index.step_loads(a.table.step, a.table.src * m.num_ranks + a.table.dst)
+    expected = Counter()
+    for s, src, dst in zip(a.table.step.tolist(), a.table.src.tolist(), a.table.dst.tolist(), strict=True):
+        for i, constraint in enumerate(relation):
+            if (src, dst) in constraint.links:
+                expected[(s, i)] += 1
+    assert len(expected) > a.steps  # several constraints a step
+    assert list(zip(step.tolist(), cons.tolist(), strict=True)) == sorted(expected)
+    assert counts.tolist() == [expected[key] for key in sorted(expected)]

@@ -10,7 +10,9 @@ the machine runs at exactly :meth:`Machine.route`'s bandwidth.
 
 Sharing is max-min fair (progressive filling with per-hop weights), recomputed
 at every flow start and end over the connected component of flows that share
-resources with the changed one, so unrelated traffic costs nothing. A flow is
+resources with the changed one, so unrelated traffic costs nothing (and not
+at all where each flow that starts takes the place of one that ended on the
+same route at that instant: the solution in force still holds). A flow is
 also capped by ``cap_Bps`` (what its executor can drive) and carries
 ``size / efficiency`` wire bytes (protocol efficiency, e.g. LL = 0.5).
 

@@ -377,6 +377,7 @@ def constraint_loads(
 #: Rows (a send's step and pair, per constraint the pair falls in) that :meth:`RelationIndex.step_loads`
 #: expands at a time: some 40 MB of working arrays.
 _LOAD_ROWS = 1 << 19
+_PLAIN_INT = {int}
 #: A block of :meth:`RelationIndex.step_loads` counts every (step, constraint) cell of its
 #: steps where there are at most this many cells per row, else only the cells it meets (sorted).
 _DENSE_CELLS_PER_ROW = 2
@@ -629,7 +630,7 @@ class Algorithm:
             raise AlgorithmError(f"{where}: switch must be a component name, got {r.switch!r}")
         for name, ranks in (("sources", r.sources), ("destinations", r.destinations)):
             # plain ints only: True or a NumPy integer would compare equal to a valid rank
-            if all(type(x) is int for x in ranks) and ranks in valid_ranks:
+            if ranks in valid_ranks and set(map(type, ranks)) == _PLAIN_INT:
                 continue
             if not ranks:
                 raise AlgorithmError(f"{where}: {name} is empty")

@@ -76,13 +76,16 @@ def _deal(shares: list[tuple[str, int]], index: int) -> str:
     interleaved (stride scheduling: the k-th turn of a switch of weight w
     falls at (k + 1/2) / w of the cycle), so that any few consecutive chunks,
     those in flight at once, already spread over all the switches."""
-    return _deal_cycle(tuple(shares))[index % sum(w for _, w in shares)]
+    cycle = _deal_cycle(tuple(w for _, w in shares))
+    return shares[cycle[index % len(cycle)]][0]
 
 
 @lru_cache(maxsize=64)
-def _deal_cycle(shares: tuple[tuple[str, int], ...]) -> tuple[str, ...]:
-    turns = [((k + 0.5) / w, i, name) for i, (name, w) in enumerate(shares) for k in range(w)]
-    return tuple(name for _, _, name in sorted(turns))
+def _deal_cycle(weights: tuple[int, ...]) -> tuple[int, ...]:
+    """The order of the turns of one cycle, as indices into the shares: it
+    depends on the weights alone, so every node of a cluster shares one."""
+    turns = [((k + 0.5) / w, i) for i, w in enumerate(weights) for k in range(w)]
+    return tuple(i for _, i in sorted(turns))
 
 
 def fabric_reducing_switch(topology: Topology, ranks: list[int], name: str) -> str:

@@ -18,11 +18,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from ..algorithm import Algorithm, Transfer
+import numpy as np
+
+from ..algorithm import Algorithm, Transfer, TransferTable
 from ..collectives import Collective
 from ..routes import Routes
 from ..topology import Topology
-from .common import finish, implements, one_message_per_step, require_routes
+from .common import blocks_csr, finish, implements, one_message_per_step, require_routes
 from .registry import Generator
 
 
@@ -51,37 +53,70 @@ class _Folding:
         """Rank 2i+1 sends ``chunks_of(2i)`` back to rank 2i."""
         return [Transfer(c, 2 * i + 1, 2 * i, "copy", step) for i in range(self.extra) for c in chunks_of(2 * i)]
 
-    def halving(self, block: Callable[[int], Sequence[int]], first_step: int) -> list[Transfer]:
+    def real_of(self, v: np.ndarray) -> np.ndarray:
+        """:meth:`real` of every virtual rank in ``v``."""
+        return np.where(v < self.extra, 2 * v + 1, v + self.extra)
+
+    def halving(self, block: Callable[[int], Sequence[int]], first_step: int) -> TransferTable:
         """Recursive halving over the virtual ranks: in step k, v and its partner
         at distance 2^(n-1-k) split the blocks they are still reducing; each sends
         (reducing) the half whose virtual ranks agree with the partner on bit
         n-1-k. Afterwards v holds ``block(v)`` reduced over everyone."""
-        transfers = []
+        v = np.arange(self.core)
+        exchanges = []
         for k in range(self.steps):
             bit = self.steps - 1 - k
-            for v in range(self.core):
-                w = v ^ (1 << bit)
-                half = range(w >> bit << bit, (w >> bit) + 1 << bit)  # the u with u >> bit == w >> bit
-                transfers += [
-                    Transfer(c, self.real(v), self.real(w), "reduce", first_step + k) for u in half for c in block(u)
-                ]
-        return transfers
+            w = v ^ (1 << bit)
+            exchanges.append((first_step + k, w, w >> bit << bit, 1 << bit))  # the u with u >> bit == w >> bit
+        return self._exchanges(block, exchanges, reduce=True)
 
-    def doubling(self, block: Callable[[int], Sequence[int]], first_step: int) -> list[Transfer]:
+    def doubling(self, block: Callable[[int], Sequence[int]], first_step: int) -> TransferTable:
         """Recursive doubling over the virtual ranks: in step k, v sends its
         partner v XOR 2^k the blocks of the 2^k virtual ranks it has gathered."""
-        transfers = []
-        for k in range(self.steps):
-            for v in range(self.core):
-                w = v ^ (1 << k)
-                group = range(v >> k << k, (v >> k) + 1 << k)  # the u with u >> k == v >> k
-                transfers += [
-                    Transfer(c, self.real(v), self.real(w), "copy", first_step + k) for u in group for c in block(u)
-                ]
-        return transfers
+        v = np.arange(self.core)
+        exchanges = [(first_step + k, v ^ (1 << k), v >> k << k, 1 << k) for k in range(self.steps)]
+        return self._exchanges(block, exchanges, reduce=False)
+
+    def _exchanges(
+        self,
+        block: Callable[[int], Sequence[int]],
+        exchanges: list[tuple[int, np.ndarray, np.ndarray, int]],
+        reduce: bool,
+    ) -> TransferTable:
+        """Per ``(step, partner, first, count)``: every virtual rank v sends its
+        partner ``partner[v]`` the blocks of the ``count`` virtual ranks from
+        ``first[v]`` on, block by block, v after v (as columns: a block of
+        consecutive virtual ranks is one slice of their chunks laid end to end)."""
+        flat, offsets = blocks_csr(block, self.core)
+        v = np.arange(self.core)
+        parts = []
+        for step, partner, first, count in exchanges:
+            start, stop = offsets[first], offsets[first + count]
+            sizes = stop - start
+            rows = np.repeat(v, sizes)
+            at = np.arange(len(rows)) + np.repeat(start - (np.cumsum(sizes) - sizes), sizes)
+            parts.append(
+                TransferTable(
+                    flat[at],
+                    self.real_of(rows),
+                    self.real_of(partner[rows]),
+                    np.full(len(rows), reduce),
+                    step=np.full(len(rows), step),
+                )
+            )
+        return TransferTable.concatenate(parts)
 
 
-def _build(name: str, collective: Collective, topology: Topology, transfers: list[Transfer]) -> Algorithm:
+def _table(*parts: list[Transfer] | TransferTable) -> TransferTable:
+    """The rows of ``parts`` in order, as one table."""
+    return TransferTable.concatenate(
+        [p if isinstance(p, TransferTable) else TransferTable.from_transfers(p) for p in parts]
+    )
+
+
+def _build(
+    name: str, collective: Collective, topology: Topology, transfers: list[Transfer] | TransferTable
+) -> Algorithm:
     routes = Routes(topology)
     require_routes(name, topology, routes, transfers)
     return finish(name, collective, topology, one_message_per_step(transfers), routes)
@@ -122,10 +157,12 @@ def recursive_doubling(topology: Topology, collective: Collective) -> Algorithm:
     end = core_start + folding.steps
     if collective.name == "allgather":
         inputs = collective.input_layout
-        transfers = folding.fold(lambda r: inputs[r], "copy")
-        transfers += folding.doubling(lambda v: [c for r in folding.ranks_of(v) for c in inputs[r]], core_start)
         own = {r: set(inputs[r]) for r in range(collective.num_ranks)}
-        transfers += folding.unfold(lambda r: [c for c in range(collective.num_chunks) if c not in own[r]], end)
+        transfers = _table(
+            folding.fold(lambda r: inputs[r], "copy"),
+            folding.doubling(lambda v: [c for r in folding.ranks_of(v) for c in inputs[r]], core_start),
+            folding.unfold(lambda r: [c for c in range(collective.num_chunks) if c not in own[r]], end),
+        )
     else:
         everything = range(collective.num_chunks)
         transfers = folding.fold(lambda r: everything, "reduce")
@@ -163,9 +200,11 @@ def recursive_halving(topology: Topology, collective: Collective) -> Algorithm:
     folding = _Folding(collective.num_ranks)
     core_start = 1 if folding.extra else 0
     outputs = collective.output_layout
-    transfers = folding.fold(lambda r: range(collective.num_chunks), "reduce")
-    transfers += folding.halving(lambda v: [c for r in folding.ranks_of(v) for c in outputs[r]], core_start)
-    transfers += folding.unfold(lambda r: outputs[r], core_start + folding.steps)
+    transfers = _table(
+        folding.fold(lambda r: range(collective.num_chunks), "reduce"),
+        folding.halving(lambda v: [c for r in folding.ranks_of(v) for c in outputs[r]], core_start),
+        folding.unfold(lambda r: outputs[r], core_start + folding.steps),
+    )
     return _build("recursive-halving", collective, topology, transfers)
 
 
@@ -201,10 +240,12 @@ def rvhd(topology: Topology, collective: Collective) -> Algorithm:
     def block(v: int) -> range:
         return range(v, collective.num_chunks, folding.core)  # the chunks c with c mod 2^n == v
 
-    transfers = folding.fold(lambda r: everything, "reduce")
-    transfers += folding.halving(block, core_start)
-    transfers += folding.doubling(block, core_start + folding.steps)
-    transfers += folding.unfold(lambda r: everything, core_start + 2 * folding.steps)
+    transfers = _table(
+        folding.fold(lambda r: everything, "reduce"),
+        folding.halving(block, core_start),
+        folding.doubling(block, core_start + folding.steps),
+        folding.unfold(lambda r: everything, core_start + 2 * folding.steps),
+    )
     return _build("rvhd", collective, topology, transfers)
 
 

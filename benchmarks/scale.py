@@ -10,6 +10,7 @@ and no case profits from another's caches.
     python benchmarks/scale.py --only ring     # cases whose name contains "ring"
     python benchmarks/scale.py --ranks 256     # a smaller ring for the CLI case
     python benchmarks/scale.py --per-algorithm 'dgx-h100*128'   # where compare's time goes
+    python benchmarks/scale.py --per-algorithm 'dgx-h100*128' --only ring   # the generators named *ring*
 
 ``--per-algorithm TOPO`` times every Allreduce generator on its own, each in
 a fresh process: generation, then a simulation per size (``--sizes``; the
@@ -171,13 +172,14 @@ def per_algorithm_snippet(topology: str, name: str, sizes: list[int], time_limit
     )
 
 
-def per_algorithm(topology: str, sizes: list[int], timeout_s: float) -> int:
-    """Every Allreduce generator on ``topology`` (see the module docstring)."""
+def per_algorithm(topology: str, sizes: list[int], timeout_s: float, only: str | None = None) -> int:
+    """Every Allreduce generator on ``topology`` (see the module docstring),
+    or those whose name contains ``only``."""
     from simcoll.algorithms import REGISTRY
 
     print(f"{'algorithm':<20} {'wall s':>8} {'peak GB':>8}  result")
     for name, generator in REGISTRY.items():
-        if "allreduce" not in generator.collectives:
+        if "allreduce" not in generator.collectives or (only and only not in name):
             continue
         wall, peak, rc, tail = run_command(per_algorithm_snippet(topology, name, sizes, timeout_s), timeout_s, 8.0)
         last = tail.splitlines()[-1] if tail else ""
@@ -191,7 +193,7 @@ def per_algorithm(topology: str, sizes: list[int], timeout_s: float) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--only", help="run only cases whose name contains this text")
+    parser.add_argument("--only", help="run only cases (or, with --per-algorithm, generators) whose name contains this")
     parser.add_argument("--quick", action="store_true", help="skip the largest cases")
     parser.add_argument("--ranks", type=int, default=1024, help="ring size of the CLI case (default 1024)")
     parser.add_argument("--format", default="npz", choices=("npz", "json"), help="schedule file of the CLI case")
@@ -208,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.per_algorithm:
         from simcoll.units import parse_size_range
 
-        return per_algorithm(args.per_algorithm, parse_size_range(args.sizes), args.timeout)
+        return per_algorithm(args.per_algorithm, parse_size_range(args.sizes), args.timeout, args.only)
     print(f"{'case':<24} {'wall s':>8} {'target':>7} {'peak GB':>8} {'target':>7}  steps (s)")
     failed = 0
     with tempfile.TemporaryDirectory() as tmp:

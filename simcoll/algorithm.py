@@ -377,10 +377,11 @@ def constraint_loads(
 #: Rows (a send's step and pair, per constraint the pair falls in) that :meth:`RelationIndex.step_loads`
 #: expands at a time: some 40 MB of working arrays.
 _LOAD_ROWS = 1 << 19
-_PLAIN_INT = {int}
 #: A block of :meth:`RelationIndex.step_loads` counts every (step, constraint) cell of its
 #: steps where there are at most this many cells per row, else only the cells it meets (sorted).
 _DENSE_CELLS_PER_ROW = 2
+#: The element types of a rank tuple an Algorithm accepts (``True`` and NumPy integers equal ranks but are none).
+_PLAIN_INT = {int}
 
 
 class RelationIndex:

@@ -37,9 +37,9 @@ class _Folding:
         self.core = 1 << self.steps  # 2^n virtual ranks
         self.extra = num_ranks - self.core  # r pairs fold
 
-    def real(self, v: int) -> int:
-        """The real rank that acts as virtual rank ``v``."""
-        return 2 * v + 1 if v < self.extra else v + self.extra
+    def real(self, v: np.ndarray) -> np.ndarray:
+        """The real rank that acts as each virtual rank of ``v``."""
+        return np.where(v < self.extra, 2 * v + 1, v + self.extra)
 
     def ranks_of(self, v: int) -> tuple[int, ...]:
         """The real ranks virtual rank ``v`` speaks for."""
@@ -52,10 +52,6 @@ class _Folding:
     def unfold(self, chunks_of: Callable[[int], Sequence[int]], step: int) -> list[Transfer]:
         """Rank 2i+1 sends ``chunks_of(2i)`` back to rank 2i."""
         return [Transfer(c, 2 * i + 1, 2 * i, "copy", step) for i in range(self.extra) for c in chunks_of(2 * i)]
-
-    def real_of(self, v: np.ndarray) -> np.ndarray:
-        """:meth:`real` of every virtual rank in ``v``."""
-        return np.where(v < self.extra, 2 * v + 1, v + self.extra)
 
     def halving(self, block: Callable[[int], Sequence[int]], first_step: int) -> TransferTable:
         """Recursive halving over the virtual ranks: in step k, v and its partner
@@ -76,6 +72,13 @@ class _Folding:
         v = np.arange(self.core)
         exchanges = [(first_step + k, v ^ (1 << k), v >> k << k, 1 << k) for k in range(self.steps)]
         return self._exchanges(block, exchanges, reduce=False)
+
+    def exchange_all(self, chunks: Sequence[int], first_step: int) -> TransferTable:
+        """In step k, every virtual rank v sends ``chunks`` (its whole buffer),
+        reducing, to its partner v XOR 2^k."""
+        v = np.arange(self.core)
+        exchanges = [(first_step + k, v ^ (1 << k), v, 1) for k in range(self.steps)]  # v's own block
+        return self._exchanges(lambda _: chunks, exchanges, reduce=True)
 
     def _exchanges(
         self,
@@ -98,8 +101,8 @@ class _Folding:
             parts.append(
                 TransferTable(
                     flat[at],
-                    self.real_of(rows),
-                    self.real_of(partner[rows]),
+                    self.real(rows),
+                    self.real(partner[rows]),
                     np.full(len(rows), reduce),
                     step=np.full(len(rows), step),
                 )
@@ -165,12 +168,11 @@ def recursive_doubling(topology: Topology, collective: Collective) -> Algorithm:
         )
     else:
         everything = range(collective.num_chunks)
-        transfers = folding.fold(lambda r: everything, "reduce")
-        for k in range(folding.steps):
-            for v in range(folding.core):
-                src, dst = folding.real(v), folding.real(v ^ (1 << k))
-                transfers += [Transfer(c, src, dst, "reduce", core_start + k) for c in everything]
-        transfers += folding.unfold(lambda r: everything, end)
+        transfers = _table(
+            folding.fold(lambda r: everything, "reduce"),
+            folding.exchange_all(everything, core_start),
+            folding.unfold(lambda r: everything, end),
+        )
     return _build("recursive-doubling", collective, topology, transfers)
 
 

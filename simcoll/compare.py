@@ -299,8 +299,11 @@ class _Reporter:
 
     def __init__(self, progress: Callable[[str], None] | None):
         self.progress = progress
-        self.enabled = progress is not None
         self.started = time.perf_counter()
+
+    @property
+    def enabled(self) -> bool:
+        return self.progress is not None
 
     def generator(
         self, name: str, algorithm: object, times: dict[int, float | str], wall_s: float | None = None

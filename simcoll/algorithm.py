@@ -184,6 +184,14 @@ class TransferTable(Sequence):
             else None,
         )
 
+    def take(self, rows: Any) -> TransferTable:
+        """The table of ``rows`` (indices or a boolean mask), in that order."""
+        return TransferTable(**{name: column[rows] for name, column in self.columns().items()})
+
+    def with_steps(self, step: Any) -> TransferTable:
+        """The same transfers at the steps ``step`` (one per transfer)."""
+        return TransferTable(**{**self.columns(), "step": step, "start_s": None, "end_s": None})
+
     def columns(self) -> dict[str, np.ndarray]:
         """The columns present, by name (the ``.npz`` layout)."""
         return {name: getattr(self, name) for name in self.__slots__ if getattr(self, name) is not None}

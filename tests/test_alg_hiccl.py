@@ -3,13 +3,23 @@ from multicast / reduction / fence (Table 2), factorised over a hierarchy
 with ring(k), multi-NIC striping, GPU-to-NIC bindings and pipelining."""
 
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 
 from simcoll import Algorithm, check, generate, load_machine, load_topology, make_collective
 from simcoll.algorithms import REGISTRY
-from simcoll.algorithms.hiccl import COLLECTIVES, MULTI_STEP, default_hierarchy, hiccl
-from simcoll.algorithms.hiccl_primitives import Hierarchy, Plan, multicast, nic_binding, reduction, stages
+from simcoll.algorithms.hiccl import COLLECTIVES, MULTI_STEP, default_hierarchy, hiccl, table2
+from simcoll.algorithms.hiccl_primitives import (
+    Hierarchy,
+    Plan,
+    compose,
+    multicast,
+    nic_binding,
+    reduction,
+    stages,
+    stripe_leaders,
+)
 from simcoll.analytic import critical_path_time_s, step_time_s
 from simcoll.cost_model import model_from_dict
 from simcoll.errors import NotApplicableError, SimcollError
@@ -216,6 +226,59 @@ def test_reduction_is_the_reversed_multicast_tree():
     depth = stages(down)
     assert {(t.src, t.dst, depth - 1 - t.step) for t in down} == {(t.dst, t.src, t.step) for t in up}
     assert all(t.op == "reduce" for t in up)
+
+
+def _composed_by_definition(phases, plan):
+    """§3.3 and §4.5 spelled out on transfer lists: each phase's primitives
+    concurrently, a fence shifting the next phase past this one's stages,
+    channel c of a chunk c steps later, each distinct transfer once, in
+    (step, src, dst, chunk) order."""
+    channel = {}
+    for phase in phases:
+        for prim in phase:
+            for position, chunk in enumerate(prim.chunks):
+                channel.setdefault(chunk, position * plan.pipeline // len(prim.chunks))
+    out, offset = [], 0
+    for phase in phases:
+        made = [
+            t
+            for prim in phase
+            for t in (
+                multicast(prim.root, prim.leaves, prim.chunks, plan)
+                if prim.kind == "multicast"
+                else reduction(prim.leaves, prim.root, prim.chunks, plan)
+            )
+        ]
+        out += [replace(t, step=t.step + offset + channel.get(t.chunk, 0)) for t in made]
+        offset += stages(made)
+    return sorted(dict.fromkeys(out), key=lambda t: (t.step, t.src, t.dst, t.chunk))
+
+
+@pytest.mark.parametrize("coll", ["allreduce", "allgather", "reducescatter", "broadcast"])
+@pytest.mark.parametrize(
+    ("steps", "ring", "depth", "stripes"), [("single", 1, 1, 1), ("multi", 1, 3, 2), ("multi", 2, 2, 1)]
+)
+def test_composition_is_fences_then_channels_then_each_transfer_once(coll, steps, ring, depth, stripes):
+    """compose works on columns; it gives exactly the transfers its
+    definition builds one Transfer at a time, in the same order."""
+    topo = load_topology("dgx-a100*2")
+    p = topo.num_ranks
+    collective = _collective(coll, p, 2 * p)
+    if steps == "single" and coll == "allreduce" and ring > 1:
+        pytest.skip("not a HiCCL composition")
+    nic_of = nic_binding(topo, "bijective")
+    plan = Plan(
+        Hierarchy((2, 8)),
+        ring=ring,
+        pipeline=depth,
+        node_of=tuple(topo.node_of(r) for r in range(p)),
+        leaders=stripe_leaders(topo, nic_of, stripes) if stripes > 1 else {},
+        nic_of=nic_of,
+    )
+    _, phases = table2(collective, steps)
+    composed = compose(phases, plan)
+    expected = _composed_by_definition(phases, plan)
+    assert len(composed) == len(expected) and list(composed) == expected
 
 
 @pytest.mark.parametrize("depth", [1, 2, 5])

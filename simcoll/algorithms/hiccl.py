@@ -33,6 +33,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from ..algorithm import Algorithm
 from ..collectives import Collective
 from ..errors import NotApplicableError
@@ -277,7 +279,8 @@ def hiccl(
     )
     label, phases = table2(collective, steps, via)
     transfers = compose(phases, plan)
-    for src, dst in sorted({(t.src, t.dst) for t in transfers}):
+    pairs = np.unique(transfers.src * p + transfers.dst)
+    for src, dst in zip((pairs // p).tolist(), (pairs % p).tolist(), strict=True):
         if not routes.connected(src, dst):
             raise NotApplicableError(
                 f"hiccl: hierarchy {','.join(map(str, shape.factors))} needs a hop from rank {src} to rank {dst}, "

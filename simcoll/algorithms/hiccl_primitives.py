@@ -43,11 +43,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from math import prod
 
-from ..algorithm import Transfer
+import numpy as np
+
+from ..algorithm import Transfer, TransferTable
 from ..errors import NotApplicableError
 from ..topology import Topology
 
 BINDINGS = ("packed", "round-robin", "bijective")
+_EMPTY = TransferTable([], [], [], [], [])
 
 
 # ---------------------------------------------------------------------------
@@ -292,6 +295,37 @@ def _striped(plan: Plan, root: int, leaves: set[int]) -> bool:
     return plan.stripes > 1 and any(plan.node_of[r] != plan.node_of[root] for r in leaves)
 
 
+def _hop_rows(hops: Sequence[tuple[int, int, int]], chunks: Sequence[int], reduce: bool) -> TransferTable:
+    """Every hop ``(src, dst, step)`` for every chunk, hop by hop (a hop's
+    chunks together, in the order given)."""
+    hop = np.array(hops, dtype=np.int64).reshape(-1, 3)
+    chunk = np.asarray(chunks, dtype=np.int64)
+    k = len(chunk)
+    return TransferTable(
+        np.tile(chunk, len(hop)),
+        np.repeat(hop[:, 0], k),
+        np.repeat(hop[:, 1], k),
+        np.full(len(hop) * k, reduce),
+        np.repeat(hop[:, 2], k),
+    )
+
+
+def multicast_table(root: int, leaves: Iterable[int], chunks: Sequence[int], plan: Plan) -> TransferTable:
+    """:func:`multicast` as a transfer table (the same transfers in the same order)."""
+    leaves = set(leaves) - {root}
+    if not leaves or not chunks:
+        return _EMPTY
+    if not _striped(plan, root, leaves):
+        return _hop_rows(_tree_hops(plan, root, leaves), chunks, False)
+    parts = []
+    for leader, part in zip(plan.leaders_for(root), _split(chunks, plan.stripes), strict=True):
+        if leader != root:
+            parts.append(_hop_rows([(root, leader, 0)], part, False))
+        hops = _tree_hops(plan, leader, leaves - {leader})
+        parts.append(_hop_rows([(s, d, st + 1) for s, d, st in hops], part, False))
+    return TransferTable.concatenate(parts)
+
+
 def multicast(root: int, leaves: Iterable[int], chunks: Sequence[int], plan: Plan) -> list[Transfer]:
     """HiCCL's multicast M(root → leaves) of ``chunks`` (§3.1, Fig. 3a),
     factorised by ``plan`` (module docstring); steps are stages from 0.
@@ -307,18 +341,33 @@ def multicast(root: int, leaves: Iterable[int], chunks: Sequence[int], plan: Pla
     >>> [(t.src, t.dst, t.step) for t in multicast(0, range(6), [0], p)]
     [(0, 1, 1), (0, 2, 1), (0, 3, 0), (3, 4, 1), (3, 5, 1)]
     """
-    leaves = set(leaves) - {root}
-    if not leaves or not chunks:
-        return []
-    if not _striped(plan, root, leaves):
-        return [Transfer(c, s, d, "copy", st) for s, d, st in _tree_hops(plan, root, leaves) for c in chunks]
-    out = []
-    for leader, part in zip(plan.leaders_for(root), _split(chunks, plan.stripes), strict=True):
-        if leader != root:
-            out += [Transfer(c, root, leader, "copy", 0) for c in part]
+    return list(multicast_table(root, leaves, chunks, plan))
+
+
+def reduction_table(leaves: Iterable[int], root: int, chunks: Sequence[int], plan: Plan) -> TransferTable:
+    """:func:`reduction` as a transfer table (the same transfers in the same order)."""
+    leaves = set(leaves)
+    if root not in leaves:
+        raise ValueError(f"reduction to rank {root}: the root must be one of the contributing leaves")
+    if leaves == {root} or not chunks:
+        return _EMPTY
+    striped = _striped(plan, root, leaves)
+    branches = zip(plan.leaders_for(root), _split(chunks, plan.stripes), strict=True) if striped else [(root, chunks)]
+    depth, parts = plan.depth, []
+    for leader, part in branches:
+        if leader not in leaves:
+            raise ValueError(f"reduction to rank {root}: stripe leader {leader} contributes nothing")
         hops = _tree_hops(plan, leader, leaves - {leader})
-        out += [Transfer(c, s, d, "copy", st + 1) for s, d, st in hops for c in part]
-    return out
+        for _, d, _ in hops:
+            if d not in leaves:
+                raise ValueError(f"reduction to rank {root} would pass through rank {d}, which contributes nothing")
+        parts.append(_hop_rows([(d, s, depth - 1 - st) for s, d, st in hops], part, True))
+        if leader != root:
+            parts.append(_hop_rows([(leader, root, depth)], part, False))
+    table = TransferTable.concatenate(parts)
+    # by (src, dst, step, chunk), ties in the order made (a stable sort)
+    order = np.lexsort((np.arange(len(table)), table.chunk, table.step, table.dst, table.src))
+    return table.take(order)
 
 
 def reduction(leaves: Iterable[int], root: int, chunks: Sequence[int], plan: Plan) -> list[Transfer]:
@@ -338,52 +387,35 @@ def reduction(leaves: Iterable[int], root: int, chunks: Sequence[int], plan: Pla
     >>> [(t.src, t.dst, t.step) for t in reduction(range(4), 0, [0], p)]
     [(1, 0, 0), (2, 0, 1), (3, 2, 0)]
     """
-    leaves = set(leaves)
-    if root not in leaves:
-        raise ValueError(f"reduction to rank {root}: the root must be one of the contributing leaves")
-    if leaves == {root} or not chunks:
-        return []
-    striped = _striped(plan, root, leaves)
-    branches = zip(plan.leaders_for(root), _split(chunks, plan.stripes), strict=True) if striped else [(root, chunks)]
-    depth, out = plan.depth, []
-    for leader, part in branches:
-        if leader not in leaves:
-            raise ValueError(f"reduction to rank {root}: stripe leader {leader} contributes nothing")
-        for s, d, st in _tree_hops(plan, leader, leaves - {leader}):
-            if d not in leaves:
-                raise ValueError(f"reduction to rank {root} would pass through rank {d}, which contributes nothing")
-            out += [Transfer(c, d, s, "reduce", depth - 1 - st) for c in part]
-        if leader != root:
-            out += [Transfer(c, leader, root, "copy", depth) for c in part]
-    return sorted(out, key=lambda t: (t.src, t.dst, t.step, t.chunk))
+    return list(reduction_table(leaves, root, chunks, plan))
 
 
-def stages(transfers: Iterable[Transfer]) -> int:
-    """Stages a list of stage-numbered transfers spans."""
+def stages(transfers: Iterable[Transfer] | TransferTable) -> int:
+    """Stages a list (or table) of stage-numbered transfers spans."""
+    if isinstance(transfers, TransferTable):
+        return 1 + int(transfers.step.max()) if len(transfers) else 0
     return 1 + max((t.step for t in transfers), default=-1)
 
 
-def _later(t: Transfer, steps: int) -> Transfer:
-    """``t`` moved ``steps`` steps later (what ``dataclasses.replace`` does, at
-    a fraction of its cost: HiCCL schedules shift every transfer twice)."""
-    return Transfer(t.chunk, t.src, t.dst, t.op, t.step + steps, t.start_s, t.end_s, t.group)
-
-
-def fence(*phases: Sequence[Transfer]) -> list[Transfer]:
+def fence(*phases: TransferTable) -> TransferTable:
     """HiCCL's fence (§3.3): phase i + 1 starts once phase i's stages are done.
     The stage count of a fenced composition is the sum of its phases'."""
-    out, offset = [], 0
+    offset, shifted = 0, []
     for phase in phases:
-        out += [_later(t, offset) for t in phase]
+        shifted.append(phase.with_steps(phase.step + offset))
         offset += stages(phase)
-    return out
+    return TransferTable.concatenate(shifted)
 
 
-def pipeline(transfers: Iterable[Transfer], channel_of: Mapping[int, int]) -> list[Transfer]:
+def pipeline(table: TransferTable, channel_of: Mapping[int, int]) -> TransferTable:
     """HiCCL's pipelining (§4.5, Fig. 7): every transfer of a chunk in channel c
     runs c steps later, so channel c's stage t overlaps channel c + 1's stage
     t − 1. A chunk's own hops keep their order, so correctness is unchanged."""
-    return [_later(t, channel_of.get(t.chunk, 0)) for t in transfers]
+    if not len(table) or not channel_of:
+        return table
+    channel = np.zeros(max(int(table.chunk.max()), max(channel_of)) + 1, dtype=np.int64)
+    channel[np.fromiter(channel_of, dtype=np.int64)] = np.fromiter(channel_of.values(), dtype=np.int64)
+    return table.with_steps(table.step + channel[table.chunk])
 
 
 # ---------------------------------------------------------------------------
@@ -399,13 +431,13 @@ class Primitive:
     leaves: tuple[int, ...]
     chunks: tuple[int, ...]
 
-    def transfers(self, plan: Plan) -> list[Transfer]:
+    def table(self, plan: Plan) -> TransferTable:
         if self.kind == "multicast":
-            return multicast(self.root, self.leaves, self.chunks, plan)
-        return reduction(self.leaves, self.root, self.chunks, plan)
+            return multicast_table(self.root, self.leaves, self.chunks, plan)
+        return reduction_table(self.leaves, self.root, self.chunks, plan)
 
 
-def compose(phases: Sequence[Sequence[Primitive]], plan: Plan) -> list[Transfer]:
+def compose(phases: Sequence[Sequence[Primitive]], plan: Plan) -> TransferTable:
     """The transfers of a multi-step collective: each phase a single-step
     collective (primitives registered together run concurrently, §3.2),
     fences between phases, then pipelining over ``plan.pipeline`` channels.
@@ -415,7 +447,8 @@ def compose(phases: Sequence[Sequence[Primitive]], plan: Plan) -> list[Transfer]
     phase's channel c only needs an earlier phase's channel c. Identical
     transfers from concurrent primitives (the same partial of the same chunk
     on the same hop, as when the P reductions of a single-step All-reduce share
-    their lower tree levels) are sent once.
+    their lower tree levels) are sent once. Ordered by (step, src, dst, chunk),
+    ties in the order the primitives made them.
     """
     channel: dict[int, int] = {}
     for phase in phases:
@@ -423,6 +456,11 @@ def compose(phases: Sequence[Sequence[Primitive]], plan: Plan) -> list[Transfer]
             n = len(primitive.chunks)
             for position, chunk in enumerate(primitive.chunks):
                 channel.setdefault(chunk, position * plan.pipeline // n)
-    fenced = fence(*([t for primitive in phase for t in primitive.transfers(plan)] for phase in phases))
-    unique = dict.fromkeys(pipeline(fenced, channel))
-    return sorted(unique, key=lambda t: (t.step, t.src, t.dst, t.chunk))
+    fenced = fence(*(TransferTable.concatenate([p.table(plan) for p in phase] or [_EMPTY]) for phase in phases))
+    table = pipeline(fenced, channel)
+    if not len(table):
+        return table
+    rows = np.stack([table.chunk, table.src, table.dst, table.reduce.astype(np.int64), table.step], axis=1)
+    _, first = np.unique(rows, axis=0, return_index=True)  # each distinct transfer's first occurrence
+    order = np.lexsort((first, table.chunk[first], table.dst[first], table.src[first], table.step[first]))
+    return table.take(first[order])

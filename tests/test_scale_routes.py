@@ -98,6 +98,22 @@ def test_remembered_max_min_solutions_change_no_time(spec, name, monkeypatch):
     assert remembered.stats["recomputes_remembered"] > 0 == solved_again.stats["recomputes_remembered"]
 
 
+def test_large_components_set_only_the_rates_that_change_with_the_same_times(monkeypatch):
+    """A component too large to remember compares its new rates with the old
+    as arrays and sets only those that changed: treating every component of
+    more than 24 flows so gives the times, timeline and utilisation of
+    remembering and setting them flow by flow."""
+    machine = load_machine("dgx-a100*4")
+    algorithm = generate("hiccl", machine, "allreduce")
+    small = simulate(algorithm, machine, 1 << 26)
+    monkeypatch.setattr(network_module, "_REMEMBER_UP_TO", network_module._NUMPY_FROM)
+    large = simulate(algorithm, machine, 1 << 26)
+    assert large.stats["recomputes_remembered"] < small.stats["recomputes_remembered"]
+    assert large.time_s == small.time_s
+    assert large.timeline.equals(small.timeline)
+    assert large.utilisation.equals(small.utilisation)
+
+
 @pytest.mark.parametrize(
     ("spec", "name"), [("ndv2*2", "double-binary-tree"), ("dgx-h100*2", "nvls-tree"), ("perlmutter*4", "chain")]
 )

@@ -1061,7 +1061,11 @@ class FluidNetwork:
             rates = (alone_rate_Bps(f.bound, f.res),)
         elif len(flows) > _REMEMBER_UP_TO:
             sparse = _Sparse(flows, seen, self._uses_table, self._capacities)
-            rates = sparse.max_min().tolist()
+            rates = sparse.max_min()
+            # most flows of a large component keep their rate: compared as arrays, only the others are set
+            changed = rates != np.fromiter([f.rate for f in sparse.flows], dtype=float, count=len(rates))
+            for i in np.flatnonzero(changed).tolist():
+                self._set_rate(sparse.flows[i], float(rates[i]), now)
         else:
             # Pipelined schedules meet the same sharing pattern again and again: the rates are a function
             # of the resources and flows in the order visited (which also fixes the arithmetic's order),
@@ -1083,9 +1087,10 @@ class FluidNetwork:
                 self._solved[key] = rates
             else:
                 self.recomputes_remembered += 1
-        for f, rate in zip(flows.values(), rates, strict=True):
-            if rate != f.rate:
-                self._set_rate(f, rate, now)
+        if len(flows) <= _REMEMBER_UP_TO:  # (larger components set their changed rates above)
+            for f, rate in zip(flows.values(), rates, strict=True):
+                if rate != f.rate:
+                    self._set_rate(f, rate, now)
         if self.record_utilisation:  # the resources' total rates only feed the utilisation record
             if len(flows) < _NUMPY_FROM:
                 totals = dict.fromkeys(seen, 0.0)

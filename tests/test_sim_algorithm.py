@@ -280,6 +280,31 @@ def test_landing_private_messages_a_batch_at_a_time_changes_nothing(
     pd.testing.assert_frame_equal(_canonical(batched.utilisation), _canonical(one_by_one.utilisation), check_exact=True)
 
 
+def test_a_batched_run_whose_messages_land_one_at_a_time_goes_on_per_message(monkeypatch):
+    # A chain's messages land one at a time: after a trial of landing events
+    # that average too few messages for NumPy to pay, the run goes on with
+    # the per-message handlers - with the same time, timeline and events.
+    machine = load_machine("ring:16")
+    algorithm = generate("chain", machine, "allreduce")
+
+    def run():
+        return simulate(algorithm, machine, SIZE, record_utilisation=False)
+
+    one_by_one = run()
+    monkeypatch.setattr(algorithm_mode, "BATCH_MIN_MESSAGES", 0)
+    monkeypatch.setattr(algorithm_mode, "BATCH_TRIAL_EVENTS", 8)
+    switched = []
+    unbatch = algorithm_mode._Run._unbatch
+    monkeypatch.setattr(
+        algorithm_mode._Run, "_unbatch", lambda self: (switched.append(self.batch_events), unbatch(self))
+    )
+    gone_on = run()
+    assert switched == [8] and not gone_on.stats["batched_landings"]
+    assert gone_on.stats["private_messages"] == gone_on.transfers > 8
+    assert gone_on.time_s == one_by_one.time_s and gone_on.stats["events"] == one_by_one.stats["events"]
+    pd.testing.assert_frame_equal(gone_on.timeline, one_by_one.timeline, check_exact=True)
+
+
 def test_contiguity_groups_on_private_pairs_match_the_network(monkeypatch):
     machine = load_machine("fully-connected:2")
     algorithm = _timed_algorithm()

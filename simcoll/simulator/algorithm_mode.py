@@ -124,6 +124,11 @@ PREPARED_MAX_MESSAGES = 4_000_000
 #: and start their messages a batch at a time with NumPy (:meth:`_Run._land_batch`);
 #: below it the per-message handlers are faster.
 BATCH_MIN_MESSAGES = 20_000
+#: A batched run whose first :data:`BATCH_TRIAL_EVENTS` landing events average fewer messages
+#: than :data:`BATCH_MIN_WIDTH` (a chain, whose messages land one at a time) goes on a message at a
+#: time: NumPy's cost per call then outweighs what it saves.
+BATCH_TRIAL_EVENTS = 256
+BATCH_MIN_WIDTH = 8
 
 
 def _prepared(algorithm: Algorithm) -> _Prepared:
@@ -217,6 +222,7 @@ class _Run:
         self.last_s = 0.0
         self.landings: dict[float, list] = {}  # private pairs: completion time -> messages
         self.batched = self._batchable()
+        self.batch_events = self.batch_landed = 0
         if self.batched:
             self._batch_columns()
 
@@ -362,6 +368,18 @@ class _Run:
             self.b_q_head[queues] += 1
             self.b_q_free[queues] = wire
 
+    def _unbatch(self) -> None:
+        """Go on a message at a time (:meth:`_land_private`): the pairs'
+        queue heads and free times move to the per-message handlers' lists,
+        and the landings already scheduled become lists of messages (their
+        events still call :meth:`_land_batch`, which hands them over). The
+        same arithmetic either way, so the same times."""
+        self.batched = False
+        self.q_head = self.b_q_head.tolist()
+        self.q_free = self.b_q_free.tolist()
+        for when, parts in self.landings.items():
+            self.landings[when] = np.concatenate(parts).tolist()
+
     def _schedule_landings(self, msgs: np.ndarray, done: np.ndarray) -> None:
         """Messages ``msgs`` land at ``done``: one SimPy event per new completion time."""
         order = np.argsort(done, kind="stable")
@@ -382,6 +400,9 @@ class _Run:
         ``event.value`` update their slots, the reads waiting for those
         updates are released (as :meth:`_release` does one landing at a
         time) and the pairs whose messages became ready send."""
+        if not self.batched:  # scheduled before the run went on a message at a time
+            self._land_private(event)
+            return
         now = event.value
         env = self.env
         if env.now != now:  # the clock stopped an ulp short: wait the exact rest
@@ -389,6 +410,14 @@ class _Run:
             return
         batch = np.concatenate(self.landings.pop(now))
         self._landed_at(now, len(batch))
+        self.batch_events += 1
+        self.batch_landed += len(batch)
+        if self.batch_events == BATCH_TRIAL_EVENTS and self.batch_landed < BATCH_MIN_WIDTH * BATCH_TRIAL_EVENTS:
+            self._unbatch()
+            complete = self._complete
+            for m in batch.tolist():
+                complete(m, now)
+            return
         slots, counts = np.unique(self.b_msg_slot[batch], return_counts=True)
         arrived, cursor = self.b_arrived, self.b_cursor
         arrived[slots] += counts.astype(np.int32)

@@ -142,3 +142,62 @@ def test_capacities_gathered_from_the_network_table_are_the_resources_own(seed):
     assert np.array_equal(asked._capacity(), gathered._capacity())
     assert any(r.effective_capacity_Bps(len(r.flows)) != r.effective_capacity_Bps(1) for r in resources.values())
     assert np.array_equal(asked.max_min(), gathered.max_min())
+
+
+def _pair_routes(monkeypatch, routes):
+    """A network whose rank pairs take the given routes (pair -> [(capacity, name)])."""
+    import simpy
+
+    from simcoll import load_machine
+    from simcoll.simulator.network import FluidNetwork
+
+    net = FluidNetwork(simpy.Environment(), load_machine("ring:4"), record_utilisation=False, record_timeline=False)
+    made = {}
+    for pair, hops in routes.items():
+        used = []
+        for cap, name in hops:
+            if name not in made:
+                made[name] = net._resource(("test", name), name, "nvlink", cap)
+            used.append((made[name], 1.0))
+        net._routes[pair] = (0.0, min(cap for cap, _ in hops), tuple(used))
+    return net, made
+
+
+def test_a_dominated_resource_is_left_out_until_a_route_without_its_dominator_arrives(monkeypatch):
+    """A (54 GB/s) is dominated by B (47 GB/s) while every route through A
+    passes B; a route through A and C (60 GB/s) ends that, and the first
+    pair's route gets A back, its flow registered on it: both flows then
+    share A (27 GB/s each), as without leaving anything out."""
+    routes = {(0, 1): [(54e9, "A"), (47e9, "B")], (2, 3): [(54e9, "A"), (60e9, "C")]}
+    rates = {}
+    for prune in (True, False):
+        net, made = _pair_routes(monkeypatch, routes)
+        if not prune:
+            net._dominance = None
+        first = net.start_flow(0, 1, 1e9)
+        if prune:
+            assert [r.name for r in net._fast[(0, 1)][4].by_id.values()] == ["B"]
+            assert not made["A"].flows and first.rate == 47e9
+        second = net.start_flow(2, 3, 1e9)
+        net.env.run(until=1e-9)
+        if prune:
+            assert sorted(r.name for r in net._fast[(0, 1)][4].by_id.values()) == ["A", "B"]
+            assert set(made["A"].flows) == {first.id, second.id}
+        rates[prune] = (first.rate, second.rate)
+    assert rates[True] == rates[False] == (27e9, 27e9)
+
+
+def test_resources_of_equal_capacity_or_varying_with_their_flows_are_kept(monkeypatch):
+    """Domination needs a capacity larger by the margin and capacities fixed:
+    parallel links of one capacity all stay, as do switch ports whose
+    capacity falls with their connections."""
+    net, made = _pair_routes(monkeypatch, {(0, 1): [(47e9, "A"), (47e9, "B"), (47e9 * (1 + 1e-7), "C")]})
+    net.start_flow(0, 1, 1e9)
+    assert sorted(r.name for r in net._fast[(0, 1)][4].by_id.values()) == ["A", "B", "C"]
+    crowded = SwitchParams(latency_s=0.0, source="test", concurrency_efficiency=((1, 1.0), (4, 0.5)))
+    net, made = _pair_routes(monkeypatch, {})
+    port = net._resource(("test", "port"), "port", "switch_port", 90e9, crowded)
+    link = net._resource(("test", "link"), "link", "nvlink", 50e9)
+    net._routes[(0, 1)] = (0.0, 50e9, ((port, 1.0), (link, 1.0)))
+    net.start_flow(0, 1, 1e9)
+    assert sorted(r.name for r in net._fast[(0, 1)][4].by_id.values()) == ["link", "port"]

@@ -114,6 +114,46 @@ def test_large_components_set_only_the_rates_that_change_with_the_same_times(mon
     assert large.utilisation.equals(small.utilisation)
 
 
+class _KeepsAll:
+    def kept(self, resources, pair):
+        return tuple(resources), set()
+
+
+@pytest.mark.parametrize(
+    ("spec", "name"),
+    [
+        ("dgx-h100*4", "nvls-tree"),
+        ("dgx-h100*4", "collnet"),
+        ("perlmutter*8", "hiccl"),
+        ("dgx-a100*4", "double-binary-tree"),
+    ],
+)
+def test_leaving_dominated_resources_out_of_the_max_min_changes_no_time(spec, name, monkeypatch):
+    """Without a utilisation record, resources another of their route's
+    resources dominates (the PCIe hops of a GPU's path to its NIC, faster
+    than the InfiniBand or Slingshot link behind it) are left out of the
+    max-min: the same time and timeline as keeping them, and the same as
+    a run that records utilisation (which keeps them)."""
+    machine = load_machine(spec)
+    algorithm = generate(name, machine, "allreduce")
+    networks = []
+    init = FluidNetwork.__init__
+
+    def kept(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        networks.append(self)
+
+    monkeypatch.setattr(network_module.FluidNetwork, "__init__", kept)
+    pruned = simulate(algorithm, machine, 1 << 26, record_utilisation=False)
+    net = max(networks, key=lambda n: len(n._fast))
+    assert any(len(info[2]) < len(net.route(*pair)[2]) for pair, info in net._fast.items())
+    recorded = simulate(algorithm, machine, 1 << 26)
+    monkeypatch.setattr(network_module, "_Dominance", _KeepsAll)
+    whole = simulate(algorithm, machine, 1 << 26, record_utilisation=False)
+    assert pruned.time_s == whole.time_s == recorded.time_s
+    assert pruned.timeline.equals(whole.timeline) and pruned.timeline.equals(recorded.timeline)
+
+
 @pytest.mark.parametrize(
     ("spec", "name"), [("ndv2*2", "double-binary-tree"), ("dgx-h100*2", "nvls-tree"), ("perlmutter*4", "chain")]
 )

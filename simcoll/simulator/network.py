@@ -234,7 +234,7 @@ class _Dominance:
 
     def __init__(self) -> None:
         self.candidates: dict[int, set[int]] = {}  # per resource: the resources dominating it on every route
-        self.left_out: dict[int, set[tuple[int, int]]] = {}  # per dominated resource: the pairs leaving it out
+        self.left_out: dict[int, list[tuple[int, int]]] = {}  # per dominated resource: the pairs leaving it out
 
     def kept(
         self, resources: Sequence[tuple[Resource, float]], pair: tuple[int, int]
@@ -247,30 +247,30 @@ class _Dominance:
         for r, w in resources:
             weight[r.id] = weight.get(r.id, 0.0) + w
             by_id[r.id] = r
-        firm = {rid: r._one_flow_Bps for rid, r in by_id.items() if not r.varies}
+        candidates, firm = self.candidates, None
         revoked: set[tuple[int, int]] = set()
         dominated = set()
-        for rid in by_id:
-            cap = firm.get(rid)
-            here = (
-                set()
-                if cap is None
-                else {
-                    other
-                    for other, other_cap in firm.items()
-                    if other != rid and weight[other] >= weight[rid] and cap >= other_cap * (1 + self.margin)
-                }
-            )
-            known = self.candidates.get(rid)
-            if known is None:
-                known = self.candidates[rid] = here
-            elif known:
-                known &= here
-                if not known:
-                    revoked |= self.left_out.pop(rid, set())
+        for rid, r in by_id.items():
+            w = weight[rid]
+            known = candidates.get(rid)
+            if known is None:  # a resource's first route: every slower fixed resource as heavily used
+                if r.varies:
+                    known = set()
+                else:
+                    if firm is None:
+                        firm = [(o.id, o._one_flow_Bps * (1 + self.margin)) for o in by_id.values() if not o.varies]
+                    cap = r._one_flow_Bps
+                    known = {other for other, least in firm if other != rid and cap >= least and weight[other] >= w}
+                candidates[rid] = known
+            elif known:  # capacities are fixed: only presence and weight can fail on a later route
+                gone = [other for other in known if weight.get(other, -1.0) < w]
+                if gone:
+                    known.difference_update(gone)
+                    if not known:
+                        revoked.update(self.left_out.pop(rid, ()))
             if known:
                 dominated.add(rid)
-                self.left_out.setdefault(rid, set()).add(pair)
+                self.left_out.setdefault(rid, []).append(pair)
         return tuple((r, w) for r, w in resources if r.id not in dominated), revoked
 
 

@@ -137,10 +137,11 @@ class _Uses:
     """A route's resources as the max-min solvers read them: by id (the
     component search), and their ids and weights as arrays."""
 
-    __slots__ = ("by_id", "ids", "weights", "index")
+    __slots__ = ("by_id", "ids", "weights", "index", "order")
 
-    def __init__(self, resources: Sequence[tuple[Resource, float]]):
+    def __init__(self, resources: Sequence[tuple[Resource, float]], order: int = -1):
         self.index = -1  # its place in the network's _UsesTable, once added
+        self.order = order  # the network's count of routes before this one (the order of a component's flows)
         merged: dict[int, list] = {}
         for r, w in resources:  # a resource listed twice carries both weights (added in order)
             if r.id in merged:
@@ -300,6 +301,8 @@ class Flow:
         "chunk",
         "tag",
         "done_event",
+        "pattern",
+        "order",
     )
 
 
@@ -919,7 +922,9 @@ class FluidNetwork:
         f.dst = dst
         f.res = resources
         f.uses = uses
-        f.bound = bandwidth if cap_Bps >= bandwidth else cap_Bps
+        f.bound = bound = bandwidth if cap_Bps >= bandwidth else cap_Bps
+        f.pattern = (uses.order, bound)
+        f.order = (uses.order << 40) | fid  # by route, then by id (_recompute)
         f.remaining = size_bytes / efficiency
         f.rate = 0.0
         f.t_last = now
@@ -972,7 +977,8 @@ class FluidNetwork:
             resources, revoked = self._dominance.kept(resources, (src, dst))
             if revoked:
                 self._restore(revoked)
-        info = self._fast[(src, dst)] = (alpha, bandwidth, resources, alone, self._uses_table.add(_Uses(resources)))
+        uses = self._uses_table.add(_Uses(resources, self._uses_table.count))
+        info = self._fast[(src, dst)] = (alpha, bandwidth, resources, alone, uses)
         return info
 
     def _restore(self, pairs: set[tuple[int, int]]) -> None:
@@ -987,7 +993,7 @@ class FluidNetwork:
                 continue
             alpha, bandwidth, _, alone, uses = info
             resources, _ = self._dominance.kept(self.route(*pair)[2], pair)
-            uses.__init__(resources)
+            uses.__init__(resources, uses.order)
             self._uses_table.add(uses)
             self._fast[pair] = (alpha, bandwidth, resources, alone, uses)
             routes[id(uses)] = resources
@@ -1158,12 +1164,12 @@ class FluidNetwork:
             for f in itertools.islice(flows.values(), known, None):
                 reached.update(f.uses.by_id)
             level = {rid: r for rid, r in reached.items() if rid not in seen}
-        # Flows and resources by id, whatever order the search met them in: the arithmetic (each resource's
+        # Flows by route, then by id, whatever order the search met them in: the arithmetic (each resource's
         # sums run over its flows in order) then depends on the component alone - not on the resources that
-        # led to its flows, so leaving dominated resources out changes nothing (_Dominance), and a sharing
-        # pattern is remembered whatever the order its flows arrived in.
-        flows = dict(sorted(flows.items()))
-        seen = dict(sorted(seen.items()))
+        # led to its flows, so leaving dominated resources out changes nothing (_Dominance) - and a sharing
+        # pattern is remembered whatever order its flows' routes started in.
+        if len(flows) > 1:
+            flows = {f.id: f for _, f in sorted([(f.order, f) for f in flows.values()])}
         if not flows:
             if self.record_utilisation:
                 for r in seen.values():
@@ -1182,14 +1188,14 @@ class FluidNetwork:
                 self._set_rate(sparse.flows[i], float(rates[i]), now)
         else:
             # Pipelined schedules meet the same sharing pattern again and again: the rates are a function
-            # of the resources and flows in order (which also fixes the arithmetic's order),
-            # so a pattern met before is answered from memory, bit for bit as solving it again. A flow's
-            # route is its uses object (one per rank pair, kept by the network).
-            key = (tuple(seen), tuple([(f.bound, f.uses) for f in flows.values()]))
-            rates = self._solved.get(key)
+            # of the flows in order (their routes fix the resources; the order fixes the arithmetic's), so a
+            # pattern met before is answered from memory, bit for bit as solving it again. A flow's part of
+            # the pattern is its route's number in the network (one route per rank pair) and its bound.
+            pattern = tuple([f.pattern for f in flows.values()])
+            rates = self._solved.get(pattern)
             if rates is None:
                 if len(flows) < _NUMPY_FROM:
-                    new = _max_min(flows, seen)
+                    new = _max_min(flows, dict(sorted(seen.items())))  # (it freezes resource by resource)
                     rates = tuple([new[fid] for fid in flows])
                 else:
                     sparse = _Sparse(flows, seen, self._uses_table, self._capacities)
@@ -1198,7 +1204,7 @@ class FluidNetwork:
                 if self._solved_flows > _SOLVED_MAX_FLOWS:  # memory stays bounded: forget, start again
                     self._solved.clear()
                     self._solved_flows = len(flows)
-                self._solved[key] = rates
+                self._solved[pattern] = rates
             else:
                 self.recomputes_remembered += 1
         if len(flows) <= _REMEMBER_UP_TO:  # (larger components set their changed rates above)

@@ -221,7 +221,7 @@ class _Dominance:
     changes no rate: the level of each round is a minimum A never attains,
     the resources that fill are the same, and every other resource sums
     the same flows in the same order (a component's flows are ordered by
-    id, whatever resources led to them). Routes arrive one rank pair at a
+    route and id, whatever resources led to them). Routes arrive one rank pair at a
     time; a route through A that lacks such a B ends A's domination, and
     the pairs that left A out get it back (:meth:`FluidNetwork._restore`).
 

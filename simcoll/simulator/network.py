@@ -12,10 +12,10 @@ Sharing is max-min fair (progressive filling with per-hop weights), recomputed
 at every flow start and end over the connected component of flows that share
 resources with the changed one, so unrelated traffic costs nothing (and not
 at all where each flow that starts takes the place of one that ended on the
-same route at that instant: the solution in force still holds). A resource
-that can never limit a rate - another resource of every route through it is
-slower and carries it at least as heavily - is left out of the max-min
-(:class:`_Dominance`). A flow is
+same route at that instant: the solution in force still holds). Where no
+utilisation is recorded, a resource that can never limit a rate - another
+resource of every route through it is slower and carries it at least as
+heavily - is left out of the max-min (:class:`_Dominance`). A flow is
 also capped by ``cap_Bps`` (what its executor can drive) and carries
 ``size / efficiency`` wire bytes (protocol efficiency, e.g. LL = 0.5).
 
@@ -57,7 +57,7 @@ from __future__ import annotations
 import itertools
 import math
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -135,11 +135,9 @@ class Resource:
 
 class _Uses:
     """A route's resources as the max-min solvers read them: by id (the
-    component search), as (resource, weight) pairs (the pure-Python solve)
-    and as arrays of ids and weights (the vectorised one); a resource listed
-    twice is there once, with both weights."""
+    component search), and their ids and weights as arrays."""
 
-    __slots__ = ("by_id", "pairs", "ids", "weights", "index", "order")
+    __slots__ = ("by_id", "ids", "weights", "index", "order")
 
     def __init__(self, resources: Sequence[tuple[Resource, float]], order: int = -1):
         self.index = -1  # its place in the network's _UsesTable, once added
@@ -151,7 +149,6 @@ class _Uses:
             else:
                 merged[r.id] = [r, 0.0 + w]
         self.by_id = {rid: r for rid, (r, _) in merged.items()}
-        self.pairs = tuple((r, w) for r, w in merged.values())
         self.ids = np.array(list(merged), dtype=np.int64)
         self.weights = np.array([w for _, w in merged.values()], dtype=float)
 
@@ -373,8 +370,8 @@ class FluidNetwork:
         self._fast: dict[tuple[int, int], tuple[float, float, tuple[tuple[Resource, float], ...], float, _Uses]] = {}
         self._uses_table = _UsesTable()
         self._capacities = _CapacityTable()
-        # dominated resources are left out of the routes the max-min reads (:meth:`_route_info`)
-        self._dominance = _Dominance() if contention else None
+        # dominated resources are left out of routes where no utilisation is recorded (:meth:`_route_info`)
+        self._dominance = _Dominance() if contention and not record_utilisation else None
         # Routes depend on the machine and on ``contention`` alone: each is worked out once per machine
         # (:meth:`route`), and another network of the machine replays the resources it creates.
         self._recipes: dict = machine.derived.setdefault((_ROUTES_KEY, contention), {})
@@ -387,7 +384,6 @@ class FluidNetwork:
         self.max_sharing = 1
         self._tracks: dict[tuple[int, int], str] = {}
         self._dirty: dict[int, Resource] = {}
-        self._emptied: dict[int, Resource] = {}  # left-out resources whose last flow ended (utilisation only)
         self._flush_scheduled = False
         # flows that left shared resources, and flows that joined them, since the last recomputation
         # (:meth:`_flush`): (route, bound, rate) of each that left, and the joining flows
@@ -957,7 +953,7 @@ class FluidNetwork:
                     self.max_sharing = len(flows)
         if shared and self.contention:
             self._joined.append(f)
-            self._mark_dirty(uses.by_id.values())
+            self._mark_dirty(resources)
             return f
         # alone on every resource (or the ideal network): no max-min needed
         rate = alone if self.contention else bandwidth
@@ -972,20 +968,17 @@ class FluidNetwork:
     def _route_info(self, src: int, dst: int) -> tuple:
         """What :meth:`launch` keeps per rank pair: α, bandwidth, the
         resources a flow registers on, its rate alone, and its route as the
-        max-min reads it. A resource another of the route's resources
-        dominates (:class:`_Dominance`) is left out of the latter - it can
-        never limit a rate - and, unless utilisation is recorded (which
-        needs every resource's flows), of the former."""
+        max-min reads it. Without a utilisation record, a resource another
+        of the route's resources dominates (:class:`_Dominance`) is left out
+        of both: it can never limit a rate."""
         alpha, bandwidth, resources = self.route(src, dst)
         alone = alone_rate_Bps(bandwidth, resources)
-        kept = resources
         if self._dominance is not None:
-            kept, revoked = self._dominance.kept(resources, (src, dst))
+            resources, revoked = self._dominance.kept(resources, (src, dst))
             if revoked:
                 self._restore(revoked)
-        uses = self._uses_table.add(_Uses(kept, self._uses_table.count))
-        info = (alpha, bandwidth, resources if self.record_utilisation else kept, alone, uses)
-        self._fast[(src, dst)] = info
+        uses = self._uses_table.add(_Uses(resources, self._uses_table.count))
+        info = self._fast[(src, dst)] = (alpha, bandwidth, resources, alone, uses)
         return info
 
     def _restore(self, pairs: set[tuple[int, int]]) -> None:
@@ -998,13 +991,12 @@ class FluidNetwork:
             info = self._fast.get(pair)
             if info is None:
                 continue
-            alpha, bandwidth, registered, alone, uses = info
-            kept, _ = self._dominance.kept(self.route(*pair)[2], pair)
-            uses.__init__(kept, uses.order)
+            alpha, bandwidth, _, alone, uses = info
+            resources, _ = self._dominance.kept(self.route(*pair)[2], pair)
+            uses.__init__(resources, uses.order)
             self._uses_table.add(uses)
-            if not self.record_utilisation:  # (a utilisation record has every flow on every resource already)
-                self._fast[pair] = (alpha, bandwidth, kept, alone, uses)
-                routes[id(uses)] = kept
+            self._fast[pair] = (alpha, bandwidth, resources, alone, uses)
+            routes[id(uses)] = resources
         for f in self.active.values():
             resources = routes.get(id(f.uses))
             if resources is not None:
@@ -1103,12 +1095,12 @@ class FluidNetwork:
         f.done_event = done
         done.callbacks.append(self._on_complete)
 
-    def _mark_dirty(self, resources: Iterable[Resource]) -> None:
+    def _mark_dirty(self, resources) -> None:
         """Queue a max-min recomputation for the components of ``resources``
         at the end of the current instant: all flows that start or end at one
         simulated time are settled by one recomputation."""
         dirty = self._dirty
-        for res in resources:
+        for res, _ in resources:
             dirty[res.id] = res
         if not self._flush_scheduled:
             self._flush_scheduled = True
@@ -1121,14 +1113,10 @@ class FluidNetwork:
         self._dirty = {}
         left, joined = self._left, self._joined
         self._left, self._joined = [], []
-        emptied, self._emptied = self._emptied, {}
         if left and self._handover(left, joined):
             self.handovers += 1
             return
         self._recompute(seeds, self.env.now)
-        for res in emptied.values():  # idle now, as the solve would have recorded them had they been in it
-            if not res.flows:
-                self._account(res, 0.0, self.env.now)
 
     def _handover(self, left: list[tuple[_Uses, float, float]], joined: list[Flow]) -> bool:
         """Settle the instant without a recomputation where every flow that
@@ -1224,45 +1212,19 @@ class FluidNetwork:
                 if rate != f.rate:
                     self._set_rate(f, rate, now)
         if self.record_utilisation:  # the resources' total rates only feed the utilisation record
-            # (the resources the max-min left out carry the component's flows too: summed the same way)
             if len(flows) < _NUMPY_FROM:
                 totals = dict.fromkeys(seen, 0.0)
-                every = dict(seen)
                 for f in flows.values():
                     rate = f.rate
                     for res, w in f.res:
-                        rid = res.id
-                        if rid not in totals:
-                            totals[rid] = 0.0
-                            every[rid] = res
-                        totals[rid] += rate * w
-                for rid, r in every.items():
+                        totals[res.id] += rate * w
+                for rid, r in seen.items():
                     self._account(r, totals[rid], now)
             else:
                 if sparse is None:
                     sparse = _Sparse(flows, seen, self._uses_table, self._capacities)
                 for r, total in zip(seen.values(), sparse.totals(rates), strict=True):
                     self._account(r, total, now)
-                self._account_left_out(flows, seen, now)
-
-    def _account_left_out(self, flows: dict[int, Flow], seen: dict[int, Resource], now: float) -> None:
-        """Utilisation of the resources the component's flows pass but its
-        max-min left out (:class:`_Dominance`): each flow's rate times its
-        weight there (repeats merged), summed in flow order, as
-        :meth:`_Sparse.totals` sums the others."""
-        totals: dict[int, float] = {}
-        every: dict[int, Resource] = {}
-        for f in flows.values():
-            merged: dict[int, float] = {}
-            for res, w in f.res:
-                if res.id not in seen:
-                    merged[res.id] = merged.get(res.id, 0.0) + w
-                    every[res.id] = res
-            rate = f.rate
-            for rid, w in merged.items():
-                totals[rid] = totals.get(rid, 0.0) + rate * w
-        for rid, r in every.items():
-            self._account(r, totals[rid], now)
 
     def _on_complete(self, event: simpy.Event) -> None:
         f = event.value
@@ -1287,12 +1249,7 @@ class FluidNetwork:
         if others and self.contention:
             self._left.append((f.uses, f.bound, rate))
             f.rate = 0.0
-            kept = f.uses.by_id
-            self._mark_dirty(kept.values())
-            if self.record_utilisation and len(kept) < len(f.res):  # left out of the max-min, so of its solve
-                for res, _ in f.res:
-                    if not res.flows and res.id not in kept:
-                        self._emptied[res.id] = res
+            self._mark_dirty(f.res)
         else:
             if self.record_utilisation:
                 for res, w in f.res:
@@ -1425,7 +1382,7 @@ def _max_min(flows: dict[int, Flow], resources: dict[int, Resource]) -> dict[int
     weight_sum = dict.fromkeys(resources, 0.0)
     on: dict[int, list[tuple[Flow, float]]] = {rid: [] for rid in resources}
     for f in flows.values():
-        for r, w in f.uses.pairs:
+        for r, w in f.res:
             weight_sum[r.id] += w
             on[r.id].append((f, w))
     rates: dict[int, float] = {}
@@ -1448,7 +1405,7 @@ def _max_min(flows: dict[int, Flow], resources: dict[int, Resource]) -> dict[int
             if f is None:
                 continue
             rates[fid] = level
-            for r, w in f.uses.pairs:
+            for r, w in f.res:
                 residual[r.id] -= level * w
                 weight_sum[r.id] -= w
                 if weight_sum[r.id] < 1e-12:

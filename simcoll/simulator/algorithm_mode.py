@@ -60,7 +60,8 @@ bit for bit (``tests/test_sim_algorithm.py``). When every pair is private and
 the schedule is large (:data:`BATCH_MIN_MESSAGES`), the messages completing at
 one time land, release the reads waiting for them and start what became ready
 as NumPy columns, a batch per event (``stats["batched_landings"]``), with the
-same arithmetic and so the same results.
+same arithmetic and so the same results; a run whose first landings come a
+message or two at a time (a chain) goes back to the per-message handlers.
 
 The static part is a :class:`~.plan.Plan`. When no utilisation is recorded
 and the schedule is symmetric under shifting every rank by whole nodes,

@@ -7,7 +7,10 @@ repeated and fractional weights, bounds that bind and resources that fill)
 the pure-Python ``_max_min`` agrees with both to rounding. A network gathers a
 component's entries from its table of routes (``_UsesTable``, grown as routes
 appear): the same entries as from the flows' own arrays, and the same
-capacities from its table of resources (``_CapacityTable``).
+capacities from its table of resources (``_CapacityTable``). A resource
+another of every route through it dominates is left out of the max-min until
+a route without its dominator arrives (``_Dominance``), with the rates of
+keeping it.
 """
 
 from __future__ import annotations
@@ -16,11 +19,14 @@ import random
 
 import numpy as np
 import pytest
+import simpy
 
+from simcoll import load_machine
 from simcoll.cost_model import SwitchParams
 from simcoll.simulator.network import (
     _REL_TOL,
     Flow,
+    FluidNetwork,
     Resource,
     _CapacityTable,
     _max_min,
@@ -144,13 +150,8 @@ def test_capacities_gathered_from_the_network_table_are_the_resources_own(seed):
     assert np.array_equal(asked.max_min(), gathered.max_min())
 
 
-def _pair_routes(monkeypatch, routes):
+def _pair_routes(routes):
     """A network whose rank pairs take the given routes (pair -> [(capacity, name)])."""
-    import simpy
-
-    from simcoll import load_machine
-    from simcoll.simulator.network import FluidNetwork
-
     net = FluidNetwork(simpy.Environment(), load_machine("ring:4"), record_utilisation=False, record_timeline=False)
     made = {}
     for pair, hops in routes.items():
@@ -163,7 +164,7 @@ def _pair_routes(monkeypatch, routes):
     return net, made
 
 
-def test_a_dominated_resource_is_left_out_until_a_route_without_its_dominator_arrives(monkeypatch):
+def test_a_dominated_resource_is_left_out_until_a_route_without_its_dominator_arrives():
     """A (54 GB/s) is dominated by B (47 GB/s) while every route through A
     passes B; a route through A and C (60 GB/s) ends that, and the first
     pair's route gets A back, its flow registered on it: both flows then
@@ -171,7 +172,7 @@ def test_a_dominated_resource_is_left_out_until_a_route_without_its_dominator_ar
     routes = {(0, 1): [(54e9, "A"), (47e9, "B")], (2, 3): [(54e9, "A"), (60e9, "C")]}
     rates = {}
     for prune in (True, False):
-        net, made = _pair_routes(monkeypatch, routes)
+        net, made = _pair_routes(routes)
         if not prune:
             net._dominance = None
         first = net.start_flow(0, 1, 1e9)
@@ -187,15 +188,15 @@ def test_a_dominated_resource_is_left_out_until_a_route_without_its_dominator_ar
     assert rates[True] == rates[False] == (27e9, 27e9)
 
 
-def test_resources_of_equal_capacity_or_varying_with_their_flows_are_kept(monkeypatch):
+def test_resources_of_equal_capacity_or_varying_with_their_flows_are_kept():
     """Domination needs a capacity larger by the margin and capacities fixed:
     parallel links of one capacity all stay, as do switch ports whose
     capacity falls with their connections."""
-    net, made = _pair_routes(monkeypatch, {(0, 1): [(47e9, "A"), (47e9, "B"), (47e9 * (1 + 1e-7), "C")]})
+    net, made = _pair_routes({(0, 1): [(47e9, "A"), (47e9, "B"), (47e9 * (1 + 1e-7), "C")]})
     net.start_flow(0, 1, 1e9)
     assert sorted(r.name for r in net._fast[(0, 1)][4].by_id.values()) == ["A", "B", "C"]
     crowded = SwitchParams(latency_s=0.0, source="test", concurrency_efficiency=((1, 1.0), (4, 0.5)))
-    net, made = _pair_routes(monkeypatch, {})
+    net, made = _pair_routes({})
     port = net._resource(("test", "port"), "port", "switch_port", 90e9, crowded)
     link = net._resource(("test", "link"), "link", "nvlink", 50e9)
     net._routes[(0, 1)] = (0.0, 50e9, ((port, 1.0), (link, 1.0)))

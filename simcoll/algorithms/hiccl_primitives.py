@@ -456,7 +456,7 @@ def compose(phases: Sequence[Sequence[Primitive]], plan: Plan) -> TransferTable:
             n = len(primitive.chunks)
             for position, chunk in enumerate(primitive.chunks):
                 channel.setdefault(chunk, position * plan.pipeline // n)
-    fenced = fence(*(TransferTable.concatenate([p.table(plan) for p in phase] or [_EMPTY]) for phase in phases))
+    fenced = fence(*(TransferTable.concatenate([p.table(plan) for p in phase]) for phase in phases))
     table = pipeline(fenced, channel)
     if not len(table):
         return table

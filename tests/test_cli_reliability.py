@@ -277,6 +277,72 @@ def test_ctrl_c_while_the_command_line_loads_exits_130_with_one_line(tmp_path):
     assert done.stderr.strip() == "simcoll: interrupted"
 
 
+def _interrupt_on_import(tmp_path: Path, module: str, raise_statement: str) -> dict[str, str]:
+    """An environment whose interpreters run ``raise_statement`` when ``module`` is first imported
+    (a ``sitecustomize`` on PYTHONPATH), the way a real Ctrl-C lands at a random instant."""
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    (hooks / "sitecustomize.py").write_text(
+        "import sys\n"
+        "class Interrupt:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        f"        if name == {module!r}:\n"
+        f"            {raise_statement}\n"
+        "sys.meta_path.insert(0, Interrupt())\n"
+    )
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(hooks), os.environ.get("PYTHONPATH")]))}
+
+
+def test_ctrl_c_inside_an_exec_of_source_text_still_exits_130_under_python_m(tmp_path):
+    """Dataclasses and named tuples are built by ``exec`` of source text; CPython killed a
+    ``python -m`` process with SIGINT at exit (-2, not 130) when an interrupt had left one,
+    even though the command caught it (seen once in CI: "interrupted" printed, exit -2)."""
+    env = _interrupt_on_import(tmp_path, "simcoll.cli.algo", 'exec("raise KeyboardInterrupt")')
+    done = subprocess.run([*SIMCOLL, "topo", "list"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 130, done.stderr
+    assert done.stderr.strip() == "simcoll: interrupted"
+
+
+def test_ctrl_c_inside_an_extension_modules_initialisation_exits_130_with_one_line(tmp_path):
+    """The interpreter turns an interrupt inside an extension module's initialisation into
+    ``ImportError: initialization failed`` (seen with NumPy's); that is still Ctrl-C."""
+    raise_statement = (
+        "try: raise KeyboardInterrupt\n            except KeyboardInterrupt: raise ImportError('initialization failed')"
+    )
+    env = _interrupt_on_import(tmp_path, "simcoll.cli.algo", raise_statement)
+    done = subprocess.run([*SIMCOLL, "topo", "list"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 130, done.stderr
+    assert done.stderr.strip() == "simcoll: interrupted"
+
+
+def test_ctrl_c_inside_a_commands_own_imports_exits_130(tmp_path, monkeypatch, capsys):
+    class InterruptedInitialisation:
+        def find_spec(self, name, path=None, target=None):
+            if name == "simcoll.draw":
+                try:
+                    raise KeyboardInterrupt
+                except KeyboardInterrupt:
+                    raise ImportError("initialization failed")  # noqa: B904 (the interpreter's own wording, no cause)
+
+    monkeypatch.delitem(sys.modules, "simcoll.draw", raising=False)
+    monkeypatch.setattr(sys, "meta_path", [InterruptedInitialisation(), *sys.meta_path])
+    assert main(["topo", "draw", "dgx1", "-o", str(tmp_path / "dgx1.png")]) == 130
+    assert capsys.readouterr().err.strip() == "simcoll: interrupted"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_import_error_that_is_not_ctrl_c_is_not_reported_as_an_interrupt(tmp_path, monkeypatch):
+    class Missing:
+        def find_spec(self, name, path=None, target=None):
+            if name == "simcoll.draw":
+                raise ImportError("no module named 'matplotlib'")
+
+    monkeypatch.delitem(sys.modules, "simcoll.draw", raising=False)
+    monkeypatch.setattr(sys, "meta_path", [Missing(), *sys.meta_path])
+    with pytest.raises(ImportError, match="matplotlib"):
+        main(["topo", "draw", "dgx1", "-o", str(tmp_path / "dgx1.png")])
+
+
 def test_an_algorithm_json_missing_dst_names_the_file_and_the_transfer(tmp_path, ring4, capsys):
     data = json.loads(ring4.read_text())
     del data["transfers"][3]["dst"]

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .. import __version__
+from ..ctrl_c import caused_by_ctrl_c, report_interrupt
 from ..errors import SimcollError
 from . import algo, bounds, compare, interop, simulate, synth, topo, verify
 from .options import Parser, add_command
@@ -118,9 +119,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_outputs(args)
         return args.func(args)
     except KeyboardInterrupt:
-        # every write is atomic, so nothing half-written is left behind
-        print("simcoll: interrupted", file=sys.stderr)
-        return 130
+        return report_interrupt()
+    except ImportError as exc:  # Ctrl-C inside an extension module's initialisation comes out as ImportError
+        if not caused_by_ctrl_c(exc):
+            raise
+        return report_interrupt()
     except SimcollError as exc:
         print(f"simcoll: error: {exc}", file=sys.stderr)
         return 2

@@ -266,6 +266,7 @@ def test_landing_private_messages_a_batch_at_a_time_changes_nothing(
     # bit for bit: time, timeline rows (in order), utilisation and events.
     machine = load_machine(topo)
     algorithm = applicable(machine, coll)[name]
+    monkeypatch.setattr(algorithm_mode, "IN_SCHEDULE_ORDER", False)  # the events, not the schedule-order timing
 
     def run():
         return simulate(algorithm, machine, SIZE, contention=contention, record_utilisation=utilisation)
@@ -280,12 +281,78 @@ def test_landing_private_messages_a_batch_at_a_time_changes_nothing(
     pd.testing.assert_frame_equal(_canonical(batched.utilisation), _canonical(one_by_one.utilisation), check_exact=True)
 
 
+@pytest.mark.parametrize(
+    "topo, coll, name, contention, utilisation",
+    [
+        ("ring:8", "allreduce", "ring", True, True),  # reductions, utilisation intervals
+        ("ring:64", "allgather", "ring", True, False),
+        ("dgx-h100*4", "allreduce", "ring", True, False),  # over one block of nodes
+        ("dgx2", "alltoall", "direct", False, False),  # every pair private, several messages a pair a step
+        ("fully-connected:16", "allreduce", "recursive-doubling", True, True),
+        ("ring:16", "allreduce", "chain", True, False),  # a pipeline: messages land one at a time
+        ("ring:16", "reducescatter", "ring", True, True),
+    ],
+)
+def test_timing_private_messages_in_schedule_order_gives_what_the_events_give(
+    monkeypatch, topo, coll, name, contention, utilisation
+):
+    # An all-private schedule is timed batch by batch without events: each message starts when its
+    # pair's previous one left the wire and its reads were released; it must give what the events
+    # give, bit for bit: time, timeline rows (in order) and utilisation.
+    machine = load_machine(topo)
+    algorithm = applicable(machine, coll)[name]
+    monkeypatch.setattr(algorithm_mode, "BATCH_MIN_MESSAGES", 0)
+
+    def run():
+        return simulate(algorithm, machine, SIZE, contention=contention, record_utilisation=utilisation)
+
+    monkeypatch.setattr(algorithm_mode, "IN_SCHEDULE_ORDER", False)
+    events = run()
+    monkeypatch.setattr(algorithm_mode, "IN_SCHEDULE_ORDER", True)
+    ordered = run()
+    assert ordered.stats["in_schedule_order"] and not events.stats["in_schedule_order"]
+    assert ordered.stats["events"] == 0 < events.stats["events"]
+    assert ordered.stats["private_messages"] == ordered.transfers == events.transfers > 0
+    assert ordered.time_s == events.time_s
+    pd.testing.assert_frame_equal(ordered.timeline, events.timeline, check_exact=True)
+    pd.testing.assert_frame_equal(ordered.utilisation, events.utilisation, check_exact=True)
+
+
+def test_an_update_of_a_later_step_landing_first_leaves_the_timing_to_the_events(monkeypatch):
+    # Rank 2 forwards chunk 2 at step 1, after one update of it: step 0's copy from rank 0 lands
+    # third on its pair, step 1's copy from rank 1 first. A read is released by the first update to
+    # land, whichever step sent it, so timing in schedule order (which takes step 0's) must give way.
+    machine = load_machine("fully-connected:3")
+    transfers = [Transfer(c, 0, 2, step=0) for c in range(3)]
+    transfers += [Transfer(2, 1, 2, step=1), Transfer(2, 2, 1, step=1)]
+    algorithm = Algorithm("early-update", make_collective("allreduce", 3, chunk_factor=3), transfers)
+    monkeypatch.setattr(algorithm_mode, "BATCH_MIN_MESSAGES", 0)
+
+    def run():
+        return simulate(algorithm, machine, SIZE, contention=False, verify=False)
+
+    tried = []
+    original = algorithm_mode._Run._time_in_schedule_order
+    monkeypatch.setattr(
+        algorithm_mode._Run, "_time_in_schedule_order", lambda self: tried.append(original(self)) or tried[-1]
+    )
+    result = run()
+    assert tried == [False] and not result.stats["in_schedule_order"] and result.stats["batched_landings"]
+    rows = result.timeline.set_index(["src", "dst", "chunk"])
+    assert rows.loc[(2, 1, 2), "start_s"] == rows.loc[(1, 2, 2), "end_s"] < rows.loc[(0, 2, 2), "end_s"]
+    monkeypatch.setattr(algorithm_mode, "IN_SCHEDULE_ORDER", False)
+    events = run()
+    assert result.time_s == events.time_s
+    pd.testing.assert_frame_equal(result.timeline, events.timeline, check_exact=True)
+
+
 def test_a_batched_run_whose_messages_land_one_at_a_time_goes_on_per_message(monkeypatch):
     # A chain's messages land one at a time: after a trial of landing events
     # that average too few messages for NumPy to pay, the run goes on with
     # the per-message handlers - with the same time, timeline and events.
     machine = load_machine("ring:16")
     algorithm = generate("chain", machine, "allreduce")
+    monkeypatch.setattr(algorithm_mode, "IN_SCHEDULE_ORDER", False)  # the events, not the schedule-order timing
 
     def run():
         return simulate(algorithm, machine, SIZE, record_utilisation=False)

@@ -62,6 +62,10 @@ one time land, release the reads waiting for them and start what became ready
 as NumPy columns, a batch per event (``stats["batched_landings"]``), with the
 same arithmetic and so the same results; a run whose first landings come a
 message or two at a time (a chain) goes back to the per-message handlers.
+Before any event, such a schedule is timed without events, batch by batch
+in schedule order (:meth:`_Run._time_in_schedule_order`,
+``stats["in_schedule_order"]``), wherever that is sure to give the events'
+times: the same arithmetic again, a NumPy pass per schedule step.
 
 The static part is a :class:`~.plan.Plan`. When no utilisation is recorded
 and the schedule is symmetric under shifting every rank by whole nodes,
@@ -130,6 +134,9 @@ BATCH_MIN_MESSAGES = 20_000
 #: time: NumPy's cost per call then outweighs what it saves.
 BATCH_TRIAL_EVENTS = 256
 BATCH_MIN_WIDTH = 8
+#: Whether a schedule that could land in batches is first timed without events, in schedule order
+#: (:meth:`_Run._time_in_schedule_order`); off, it runs on SimPy events (tests compare the two).
+IN_SCHEDULE_ORDER = True
 
 
 def _prepared(algorithm: Algorithm) -> _Prepared:
@@ -223,6 +230,7 @@ class _Run:
         self.last_s = 0.0
         self.landings: dict[float, list] = {}  # private pairs: completion time -> messages
         self.batched = self._batchable()
+        self.in_schedule_order = False  # timed without events (:meth:`_time_in_schedule_order`)
         self.batch_events = self.batch_landed = 0
         if self.batched:
             self._batch_columns()
@@ -441,6 +449,107 @@ class _Run:
         if ready.size:
             self._start_batch(np.unique(self.msg_q_np[ready]), now)
 
+    def _time_in_schedule_order(self) -> bool:
+        """Time an all-private schedule without events; False (nothing
+        changed) where that might not give what the events give.
+
+        On private pairs a message's times follow from earlier ones: it
+        starts at ``max(when its pair's previous message left the wire,
+        when its reads were released)``, leaves the wire ``size / rate``
+        later and lands ``α (+ reduction)`` after that, and a read waiting
+        for ``k`` updates of a slot is released when the ``k``-th of them
+        lands. Taken batch by batch in schedule order (rank pairs' FIFO
+        order within a batch), the ``k`` updates a read waits for are those
+        of earlier batches (checked), all timed already, so the ``k``-th
+        lands at the latest of them - unless an update of a later batch
+        lands earlier, which is checked too: then the events decide. The same floating-point
+        operations as :meth:`_start_private`, so the same times bit for bit
+        (``tests/test_sim_algorithm.py``); NumPy works a batch (a chain's
+        step) at a time where the events would land messages one by one.
+        """
+        plan = self.plan
+        n = plan.messages
+        if not n:
+            return False
+        batch = np.frombuffer(plan.batch, dtype=np.int32)
+        queue = self.msg_q_np
+        # a message's round: how many earlier messages of its batch share its rank pair (they go first)
+        in_queues = self.b_q_msgs
+        same_queue = queue[in_queues[1:]] == queue[in_queues[:-1]]
+        if (same_queue & (batch[in_queues[1:]] < batch[in_queues[:-1]])).any():
+            return False  # a pair's FIFO order is not batch order: only the events follow both
+        same_run = np.zeros(n, dtype=bool)
+        same_run[1:] = same_queue & (batch[in_queues[1:]] == batch[in_queues[:-1]])
+        run_start = np.maximum.accumulate(np.where(same_run, 0, np.arange(n)))
+        rounds = np.empty(n, dtype=np.int64)
+        rounds[in_queues] = np.arange(n) - run_start
+        key = batch.astype(np.int64) * (int(rounds.max()) + 1) + rounds
+        order = np.argsort(key, kind="stable")
+        key = key[order]
+        cuts = np.flatnonzero(np.diff(key)) + 1
+        group_start = np.concatenate(([0], cuts, [n]))
+        # a batch's writes are checked and counted after its last round
+        batch_ends = np.diff(batch[order][group_start[:-1]], append=np.iinfo(np.int32).max) != 0
+        # each message's reads, in the order their messages are timed
+        position = np.empty(n, dtype=np.int64)
+        position[order] = np.arange(n)
+        wait_position = position[plan.wait_msg]
+        by_position = np.argsort(wait_position, kind="stable")
+        wait_position = wait_position[by_position]
+        wait_slot = plan.wait_slot[by_position].astype(np.int64)
+        wait_landed = plan.wait_landed[by_position]
+        wait_start = np.searchsorted(wait_position, group_start)
+        reducing = self.b_reduce
+        queue = queue.astype(np.int64)
+        duration = self.nbytes / np.where(reducing, self.b_rate_reduce[queue], self.b_rate[queue])
+        tail = self.b_alpha[queue] + np.where(reducing, self.after_one, 0.0)
+        write_slot = self.b_msg_slot
+        start, wire, done = (np.empty(n, dtype=np.float64) for _ in range(3))
+        free = np.zeros(len(self.pairs), dtype=np.float64)
+        num_slots = len(self.arrived)
+        written = np.zeros(num_slots, dtype=np.int64)  # per slot: updates in the batches timed so far
+        latest = np.zeros(num_slots, dtype=np.float64)  # ... and when the last of them landed
+        read_at = np.zeros(num_slots, dtype=np.float64)  # per slot: the latest release read from it
+        batch_first = 0
+        for g in range(len(group_start) - 1):
+            if g % 256 == 255:
+                check_limit(
+                    self.started_s, self.time_limit_s, self.what, f"timing batch {int(batch[order[group_start[g]]])}"
+                )
+            first, last = int(group_start[g]), int(group_start[g + 1])
+            msgs = order[first:last]
+            ready = np.zeros(last - first, dtype=np.float64)
+            w0, w1 = int(wait_start[g]), int(wait_start[g + 1])
+            if w1 > w0:
+                slots = wait_slot[w0:w1]
+                if (written[slots] != wait_landed[w0:w1]).any():
+                    return False  # a read waits for other than all the updates of earlier batches
+                released = latest[slots]
+                np.maximum.at(ready, wait_position[w0:w1] - first, released)
+                read_at[slots] = released
+            queues = queue[msgs]
+            t0 = np.maximum(free[queues], ready)
+            left = t0 + duration[msgs]
+            free[queues] = left
+            start[msgs] = t0
+            wire[msgs] = left
+            done[msgs] = left + tail[msgs]
+            if batch_ends[g]:
+                msgs = order[batch_first:last]
+                slots = write_slot[msgs]
+                landed = done[msgs]
+                if (landed < read_at[slots]).any():  # an update landed before one a read waited for
+                    return False
+                np.maximum.at(latest, slots, landed)
+                np.add.at(written, slots, 1)
+                batch_first = last
+        self.b_start[:] = start
+        self.b_wire[:] = wire
+        self.landed_count = n
+        self.last_s = float(done.max())
+        self.in_schedule_order = True
+        return True
+
     # -- event handlers ------------------------------------------------------------------------
     def _payload(self, m: int) -> tuple[float, float]:
         """Bytes of message ``m`` and the reduction time after it arrives."""
@@ -582,6 +691,8 @@ class _Run:
         """Start every pair's queue, run to the end; the number of SimPy events.
         Raises :class:`~simcoll.errors.SimulationError` when messages are left
         or the wall-clock limit (counted from the set-up) is reached."""
+        if self.batched and IN_SCHEDULE_ORDER and self._time_in_schedule_order():
+            return 0
         if self.batched:
             self._start_batch(np.arange(len(self.pairs), dtype=np.int64), 0.0)
         else:
@@ -720,6 +831,7 @@ def _simulate_algorithm(
             "messages": run.messages,
             "private_messages": int(fast.sum()),
             "batched_landings": run.batched,
+            "in_schedule_order": run.in_schedule_order,
             "node_rotation": 1 if run.rotation is None else run.rotation.order,
             "events": events,
             "plan_s": plan_s,

@@ -395,9 +395,9 @@ def nccl_algorithm(
 
     machine = as_machine(machine)
     collective = canonical_name(collective)
-    algorithms, protocols = environment_restrictions(machine, algorithms, protocols)
-    if collective in P2P_COLLECTIVES:
+    if collective in P2P_COLLECTIVES:  # no tuner choice: NCCL's restrictions of it do not apply
         return nccl_p2p_algorithm(machine, collective, size_bytes)
+    algorithms, protocols = environment_restrictions(machine, algorithms, protocols)
     if collective not in TUNED_COLLECTIVES:
         raise NotApplicableError(f"nccl: NCCL's tuner has no algorithm choice for {collective}")
     best = nccl_choice(

@@ -235,7 +235,7 @@ class _Dominance:
 
     def __init__(self) -> None:
         self.candidates: dict[int, set[int]] = {}  # per resource: the resources dominating it on every route
-        self.left_out: dict[int, list[tuple[int, int]]] = {}  # per dominated resource: the pairs leaving it out
+        self.left_out: dict[int, set[tuple[int, int]]] = {}  # per dominated resource: the pairs leaving it out
 
     def kept(
         self, resources: Sequence[tuple[Resource, float]], pair: tuple[int, int]
@@ -271,7 +271,7 @@ class _Dominance:
                         revoked.update(self.left_out.pop(rid, ()))
             if known:
                 dominated.add(rid)
-                self.left_out.setdefault(rid, []).append(pair)
+                self.left_out.setdefault(rid, set()).add(pair)  # (a restored route is counted again)
         return tuple((r, w) for r, w in resources if r.id not in dominated), revoked
 
 

@@ -36,6 +36,7 @@ Use :func:`check` for the list of problems, :func:`verify` to raise.
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict, deque
 from collections.abc import Iterable
 
@@ -306,7 +307,7 @@ def _layout_columns(layout) -> tuple[np.ndarray, np.ndarray]:
     """(ranks, chunks) of every entry of a per-rank layout, as arrays."""
     lengths = np.fromiter((len(chunks) for chunks in layout), dtype=np.int64, count=len(layout))
     ranks = np.repeat(np.arange(len(layout), dtype=np.int64), lengths)
-    chunks = np.fromiter((c for chunks in layout for c in chunks), dtype=np.int64, count=int(lengths.sum()))
+    chunks = np.fromiter(itertools.chain.from_iterable(layout), dtype=np.int64, count=int(lengths.sum()))
     return ranks, chunks
 
 

@@ -392,6 +392,14 @@ _DENSE_CELLS_PER_ROW = 2
 _PLAIN_INT = {int}
 
 
+def _known_ranks(ranks: tuple, valid: dict[tuple, tuple]) -> bool:
+    """Whether a rank tuple equal to ``ranks`` was found valid before (kept
+    in ``valid``) and ``ranks`` holds plain ints too: the same tuple object
+    (a generator reuses a few), or one whose elements are all ``int``."""
+    seen = valid.get(ranks)
+    return seen is ranks or (seen is not None and set(map(type, ranks)) == _PLAIN_INT)
+
+
 class RelationIndex:
     """A bandwidth relation as arrays, to count sends per constraint with
     NumPy: the constraints a directed rank pair ``s * P + d`` falls in
@@ -616,7 +624,7 @@ class Algorithm:
             kinds |= self._check_table(self.transfers)
         for i, t in enumerate(() if isinstance(self.transfers, TransferTable) else self.transfers):
             kinds.add(self._check_transfer(i, t))
-        valid_ranks: set[tuple] = set()  # rank tuples already checked: a schedule reuses a few thousand times
+        valid_ranks: dict[tuple, tuple] = {}  # rank tuples checked: a schedule reuses a few thousand
         for i, r in enumerate(self.switch_reductions):
             kinds.add(self._check_switch_reduction(i, r, valid_ranks))
         if len(kinds) > 1:
@@ -627,28 +635,43 @@ class Algorithm:
             if b.chunks_per_round < 0 or any(not (0 <= a < p and 0 <= z < p) for a, z in b.links):
                 raise AlgorithmError(f"{self.name}: bandwidth constraint {b.label or sorted(b.links)} is out of range")
 
-    def _check_switch_reduction(self, i: int, r: SwitchReduction, valid_ranks: set[tuple]) -> str:
+    def _check_switch_reduction(self, i: int, r: SwitchReduction, valid_ranks: dict[tuple, tuple]) -> str:
         """Structural checks of switch reduction ``i``; its schedule kind.
-        ``valid_ranks`` holds the rank tuples found valid so far (and gains
-        this one's)."""
+        ``valid_ranks`` holds the rank tuples found valid so far
+        (:func:`_known_ranks`) and gains this one's."""
         p, g = self.collective.num_ranks, self.collective.num_chunks
+        chunk, step, rounds = r.chunk, r.step, self.rounds_per_step
+        if (  # the common case, a million times on 1,024 GPUs: plain ints (not bool) in range, known ranks
+            type(chunk) is int
+            and 0 <= chunk < g
+            and type(step) is int
+            and 0 <= step
+            and (not rounds or step < len(rounds))
+            and r.start_s is None
+            and r.end_s is None
+            and type(r.switch) is str
+            and r.switch
+            and _known_ranks(r.sources, valid_ranks)
+            and _known_ranks(r.destinations, valid_ranks)
+        ):
+            return "steps"
         where = f"{self.name}: switch_reductions[{i}] (chunk {r.chunk} in {r.switch!r})"
         if not isinstance(r.chunk, int) or isinstance(r.chunk, bool) or not 0 <= r.chunk < g:
             raise AlgorithmError(f"{where}: chunk {r.chunk!r} out of range 0..{g - 1}")
         if not isinstance(r.switch, str) or not r.switch:
             raise AlgorithmError(f"{where}: switch must be a component name, got {r.switch!r}")
         for name, ranks in (("sources", r.sources), ("destinations", r.destinations)):
-            # plain ints only: True or a NumPy integer would compare equal to a valid rank
-            if ranks in valid_ranks and set(map(type, ranks)) == _PLAIN_INT:
+            if _known_ranks(ranks, valid_ranks):
                 continue
             if not ranks:
                 raise AlgorithmError(f"{where}: {name} is empty")
+            # plain ints only: True or a NumPy integer would compare equal to a valid rank
             bad = [x for x in ranks if not isinstance(x, int) or isinstance(x, bool) or not 0 <= x < p]
             if bad:
                 raise AlgorithmError(f"{where}: {name}: rank {bad[0]!r} out of range 0..{p - 1}")
             if len(set(ranks)) != len(ranks):
                 raise AlgorithmError(f"{where}: {name} names a rank twice: {list(ranks)}")
-            valid_ranks.add(ranks)
+            valid_ranks.setdefault(ranks, ranks)
         if r.step is not None:
             if not isinstance(r.step, int) or isinstance(r.step, bool) or r.step < 0:
                 raise AlgorithmError(f"{where}: step must be a non-negative integer, got {r.step!r}")

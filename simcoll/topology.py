@@ -170,6 +170,23 @@ class Topology:
     def ranks_of_node(self, node: int) -> list[int]:
         return [g.rank for g in self.gpus if g.node == node]
 
+    @cached_property
+    def directed_link_counts(self) -> Mapping[tuple[str, str], int]:
+        """Links from one component to another, every type together, per
+        direction: ``{(src, dst): count}`` (an undirected link counts both
+        ways).
+
+        >>> from simcoll import load_topology
+        >>> links = load_topology("dgx-h100").directed_link_counts
+        >>> links[("gpu0", "nvsw0")], links[("nvsw0", "gpu0")], links[("gpu0", "nvsw1")]
+        (5, 5, 4)
+        """
+        counts: dict[tuple[str, str], int] = {}
+        for link in self.links:
+            for pair in directed_pairs(link):
+                counts[pair] = counts.get(pair, 0) + link.count
+        return counts
+
     @property
     def link_types(self) -> tuple[str, ...]:
         return tuple(sorted({link.type for link in self.links}))

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from simcoll import generate, load_machine, make_collective, simulate
-from simcoll.algorithm import Algorithm, SwitchReduction
+from simcoll.algorithm import Algorithm, SwitchReduction, Transfer, TransferTable
 from simcoll.bounds import time_lower_bound_s
 from simcoll.errors import AlgorithmError, NotApplicableError, TopologyError
 from simcoll.machines import Machine, load_topology
@@ -221,3 +221,24 @@ def test_two_node_nvls_tree_exceeds_what_the_nics_give_a_ring():
     ring_bw = simulate(ring, machine, size, verify=False).busbw_GBps
     assert ring_bw <= nics < tree_bw
     assert 0.85 < tree_bw / 450.0 < 1.15
+
+
+@pytest.mark.parametrize("topo", ["dgx-h100*2", "dgx-h100*5", "dgx-h100*6"])  # odd counts shift tree 1
+def test_nvls_tree_runs_each_chunk_up_and_down_its_double_binary_tree(topo):
+    # nvls-tree builds its inter-node transfers as columns; chunk by chunk they are the reduce-up
+    # then broadcast-down of tree_transfers over the chunk's owners (one per node, local index
+    # c mod G) on tree (c // G) mod 2 from step c // G + 1, the broadcast one step later
+    from simcoll.algorithms.innetwork import tree_transfers
+
+    machine = load_machine(topo)
+    algorithm = generate("nvls-tree", machine, "allreduce")
+    per_node = [machine.topology.ranks_of_node(n) for n in machine.topology.nodes]
+    g = len(per_node[0])
+    expected = []
+    for c in range(algorithm.collective.num_chunks):
+        owners = [ranks[c % g] for ranks in per_node]
+        up, down, _, _ = tree_transfers(owners, c, (c // g) % 2, c // g + 1)
+        expected += up + [Transfer(t.chunk, t.src, t.dst, t.op, step=t.step + 1) for t in down]
+    assert isinstance(algorithm.transfers, TransferTable)
+    assert algorithm.transfers == tuple(expected)
+    assert check(algorithm, machine) == []

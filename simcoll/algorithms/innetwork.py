@@ -28,12 +28,12 @@ model's ``switches.<kind>.reduce_Bps`` per link (:mod:`simcoll.simulator.network
 
 from __future__ import annotations
 
-from dataclasses import replace
 from functools import lru_cache
 
 import networkx as nx
+import numpy as np
 
-from ..algorithm import Algorithm, SwitchReduction, Transfer
+from ..algorithm import Algorithm, SwitchReduction, Transfer, TransferTable
 from ..collectives import Collective
 from ..errors import NotApplicableError
 from ..routes import Routes
@@ -51,11 +51,7 @@ def node_switch_shares(topology: Topology, node: int, name: str, *, multicast: b
     Raises :class:`NotApplicableError` naming the topology when there is none."""
     ranks = topology.ranks_of_node(node)
     gpus = {topology.gpu(r).name for r in ranks}
-    links: dict[tuple[str, str], int] = {}
-    for link in topology.links:
-        links[(link.src, link.dst)] = links.get((link.src, link.dst), 0) + link.count
-        if not link.directed:
-            links[(link.dst, link.src)] = links.get((link.dst, link.src), 0) + link.count
+    links = topology.directed_link_counts
     shares = []
     for sw in topology.reducing_switches(node):
         if multicast and not sw.multicast:
@@ -76,8 +72,14 @@ def _deal(shares: list[tuple[str, int]], index: int) -> str:
     interleaved (stride scheduling: the k-th turn of a switch of weight w
     falls at (k + 1/2) / w of the cycle), so that any few consecutive chunks,
     those in flight at once, already spread over all the switches."""
-    cycle = _deal_cycle(tuple(w for _, w in shares))
-    return shares[cycle[index % len(cycle)]][0]
+    turns = _turns(shares)
+    return turns[index % len(turns)]
+
+
+def _turns(shares: list[tuple[str, int]]) -> tuple[str, ...]:
+    """The switches of one cycle of :func:`_deal`, in turn: the ``index``-th
+    chunk goes to ``turns[index % len(turns)]``."""
+    return tuple(shares[i][0] for i in _deal_cycle(tuple(w for _, w in shares)))
 
 
 @lru_cache(maxsize=64)
@@ -138,7 +140,7 @@ def _algorithm(
     name: str,
     collective: Collective,
     topology: Topology,
-    transfers: list[Transfer],
+    transfers: list[Transfer] | TransferTable,
     reductions: list[SwitchReduction],
     **metadata,
 ) -> Algorithm:
@@ -146,13 +148,18 @@ def _algorithm(
     links allow (one round where only switches work)."""
     routes = Routes(topology)
     require_routes(name, topology, routes, transfers)
-    steps = 1 + max((x.step for x in (*transfers, *reductions)), default=-1)
-    rounds = list(minimal_rounds(transfers, topology, routes)) if transfers else []
+    if isinstance(transfers, TransferTable):
+        last = int(transfers.step.max()) if len(transfers) else -1
+    else:
+        last = max((t.step for t in transfers), default=-1)
+        transfers = tuple(transfers)
+    steps = 1 + max(last, max((r.step for r in reductions), default=-1))
+    rounds = list(minimal_rounds(transfers, topology, routes)) if len(transfers) else []
     rounds += [1] * (steps - len(rounds))
     return Algorithm(
         name=name,
         collective=collective,
-        transfers=tuple(transfers),
+        transfers=transfers,
         rounds_per_step=tuple(rounds),
         topology=topology.name,
         metadata={"generator": name, **metadata},
@@ -219,6 +226,29 @@ def double_tree_parent(num: int, index: int, tree: int) -> int | None:
     return None if parent is None else (parent + 1) % num
 
 
+def tree_edges(num: int, tree: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """The edges of tree ``tree`` (0 or 1) of NCCL's double binary tree on
+    ``num`` members: (children, their parents, their depths, the tree's
+    depth), children in ascending order (the root has no edge)."""
+    parent = [double_tree_parent(num, i, tree) for i in range(num)]
+    depth = [_ancestors(parent, i) for i in range(num)]
+    children = [i for i in range(num) if parent[i] is not None]
+    return (
+        np.array(children, dtype=np.int64),
+        np.array([parent[i] for i in children], dtype=np.int64),
+        np.array([depth[i] for i in children], dtype=np.int64),
+        max(depth),
+    )
+
+
+def _ancestors(parent: list[int | None], i: int) -> int:
+    """How many ancestors member ``i`` has: its depth."""
+    count = 0
+    while parent[i] is not None:
+        i, count = parent[i], count + 1
+    return count
+
+
 def tree_transfers(
     members: list[int], chunk: int, tree: int, first_step: int
 ) -> tuple[list[Transfer], list[Transfer], int, int]:
@@ -227,23 +257,11 @@ def tree_transfers(
     ``first_step``: (up, down, first step after the reduction, first step after
     the broadcast). A member at depth d sends up at step first + D - d and
     receives the result at step first + D + d - 1 (D: the tree's depth)."""
-    n = len(members)
-    parent = {i: double_tree_parent(n, i, tree) for i in range(n)}
-    depth: dict[int, int] = {}
-
-    def depth_of(i: int) -> int:
-        if i not in depth:
-            depth[i] = 0 if parent[i] is None else depth_of(parent[i]) + 1
-        return depth[i]
-
-    tall = max(depth_of(i) for i in range(n))
+    children, parents, depths, tall = tree_edges(len(members), tree)
     up, down = [], []
-    for i in range(n):
-        if parent[i] is None:
-            continue
-        d = depth_of(i)
-        up.append(Transfer(chunk, members[i], members[parent[i]], "reduce", step=first_step + tall - d))
-        down.append(Transfer(chunk, members[parent[i]], members[i], "copy", step=first_step + tall + d - 1))
+    for i, parent, d in zip(children.tolist(), parents.tolist(), depths.tolist(), strict=True):
+        up.append(Transfer(chunk, members[i], members[parent], "reduce", step=first_step + tall - d))
+        down.append(Transfer(chunk, members[parent], members[i], "copy", step=first_step + tall + d - 1))
     return up, down, first_step + tall, first_step + 2 * tall
 
 
@@ -253,31 +271,57 @@ def _owner(chunk: int, g: int) -> int:
 
 @implements("nvls-tree", ("allreduce",))
 def nvls_tree(topology: Topology, collective: Collective) -> Algorithm:
-    """NVLS inside nodes plus NCCL's double binary tree across them (module docstring)."""
+    """NVLS inside nodes plus NCCL's double binary tree across them (module docstring).
+
+    Per chunk ``c`` (node-local owner ``c mod G``, piece ``c // G``): the
+    NVLS reductions into the owners (step = piece), :func:`tree_transfers`
+    on tree ``piece mod 2`` from step piece + 1 with the broadcast one step
+    later, then the owners' multicasts. The tree's transfers of all chunks
+    are built as columns, in the order of the chunks, each chunk's
+    reductions up then broadcasts down.
+    """
     per_node = _nodes(topology, "nvls-tree", multi=True)
-    shares = [node_switch_shares(topology, n, "nvls-tree") for n in topology.nodes]
+    turns = [_turns(node_switch_shares(topology, n, "nvls-tree")) for n in topology.nodes]
     g = len(per_node[0])
-    transfers: list[Transfer] = []
+    num_chunks = collective.num_chunks
+    # piece p starts at step p and its broadcast waits one step more, so that an owner pair's
+    # FIFO carries the pieces in order with tree 1's reduction of piece p + 1 ahead of tree 0's
+    # broadcast of piece p: the two trees then keep both directions busy, as NCCL's channels (one
+    # connection each) do side by side; steps order reads only, they are no barriers
+    edges = [tree_edges(len(per_node), tree) for tree in (0, 1)]
+    children, parents, depths = (np.stack([e[k] for e in edges]) for k in range(3))
+    tall = np.array([e[3] for e in edges], dtype=np.int64)
+    chunk = np.arange(num_chunks, dtype=np.int64)
+    piece, local = chunk // g, chunk % g
+    tree = piece % 2
+    rank = np.array(per_node, dtype=np.int64)  # [node, local index]
+    child, parent = rank[children[tree], local[:, None]], rank[parents[tree], local[:, None]]
+    top = (piece + 1 + tall[tree])[:, None]  # the step the last reduction lands by
+    up_step, down_step = top - depths[tree], top + depths[tree]
+    edges_per_chunk = children.shape[1]
+    table = TransferTable(
+        chunk=np.repeat(chunk, 2 * edges_per_chunk),
+        src=np.concatenate((child, parent), axis=1).ravel(),
+        dst=np.concatenate((parent, child), axis=1).ravel(),
+        reduce=np.tile(np.repeat([True, False], edges_per_chunk), num_chunks),
+        step=np.concatenate((up_step, down_step), axis=1).ravel(),
+    )
+    after = (piece + 2 + 2 * tall[tree]).tolist()  # the step the owners' multicasts start at
+    everyone = [tuple(ranks) for ranks in per_node]
+    owner = [[(r,) for r in ranks] for ranks in per_node]
+    others = [[tuple(x for x in ranks if x != r) for r in ranks] for ranks in per_node]
     reductions: list[SwitchReduction] = []
-    for c in range(collective.num_chunks):
-        local = _owner(c, g)
-        piece = c // g
-        owners = [ranks[local] for ranks in per_node]
+    for c in range(num_chunks):
+        at, p = c % g, c // g
         # dealt by chunk, not by chunk group: the G chunks in flight at once (one per owner) then
         # spread over all the node's NVSwitches in proportion to their links, as NCCL's channels do
-        for j, ranks in enumerate(per_node):
-            reductions.append(SwitchReduction(c, _deal(shares[j], c), tuple(ranks), (owners[j],), step=piece))
-        # piece p starts at step p and its broadcast waits one step more, so that an owner pair's
-        # FIFO carries the pieces in order with tree 1's reduction of piece p + 1 ahead of tree 0's
-        # broadcast of piece p: the two trees then keep both directions busy, as NCCL's channels (one
-        # connection each) do side by side; steps order reads only, they are no barriers
-        up, down, _, after = tree_transfers(owners, c, piece % 2, piece + 1)
-        transfers += up + [replace(t, step=t.step + 1) for t in down]
-        after += 1
-        for j, ranks in enumerate(per_node):
-            others = tuple(r for r in ranks if r != owners[j])
-            reductions.append(SwitchReduction(c, _deal(shares[j], c), (owners[j],), others, step=after))
-    return _algorithm("nvls-tree", collective, topology, transfers, reductions)
+        for j in range(len(per_node)):
+            reductions.append(SwitchReduction(c, turns[j][c % len(turns[j])], everyone[j], owner[j][at], step=p))
+        for j in range(len(per_node)):
+            reductions.append(
+                SwitchReduction(c, turns[j][c % len(turns[j])], owner[j][at], others[j][at], step=after[c])
+            )
+    return _algorithm("nvls-tree", collective, topology, table, reductions)
 
 
 @implements("collnet", ("allreduce",))
@@ -292,19 +336,22 @@ def collnet(topology: Topology, collective: Collective) -> Algorithm:
         except NotApplicableError:
             node_shares.append(None)
     fabric = {local: fabric_reducing_switch(topology, [r[local] for r in per_node], "collnet") for local in range(g)}
+    turns = [None if shares is None else _turns(shares) for shares in node_shares]
+    everyone = [tuple(ranks) for ranks in per_node]
+    others_of = [[tuple(x for x in ranks if x != r) for r in ranks] for ranks in per_node]
+    owners_of = [tuple(ranks[local] for ranks in per_node) for local in range(g)]
     transfers: list[Transfer] = []
     reductions: list[SwitchReduction] = []
     for c in range(collective.num_chunks):
         local = _owner(c, g)
-        owners = tuple(ranks[local] for ranks in per_node)
-        for j, ranks in enumerate(per_node):
-            others = tuple(r for r in ranks if r != owners[j])
-            shares = node_shares[j]
+        owners = owners_of[local]
+        for j in range(len(per_node)):
+            others = others_of[j][local]
             if not others:
                 continue
-            if shares is not None:
-                sw = _deal(shares, c)
-                reductions.append(SwitchReduction(c, sw, tuple(ranks), (owners[j],), step=0))
+            if turns[j] is not None:
+                sw = turns[j][c % len(turns[j])]
+                reductions.append(SwitchReduction(c, sw, everyone[j], (owners[j],), step=0))
                 reductions.append(SwitchReduction(c, sw, (owners[j],), others, step=2))
             else:
                 transfers += [Transfer(c, r, owners[j], "reduce", step=0) for r in others]

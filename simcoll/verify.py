@@ -248,7 +248,7 @@ def algorithm_is_correct(algorithm: Algorithm, topology: Topology | None = None)
         return False
     pairs = table.src * p + table.dst
     routes = Routes(topology) if topology is not None else None
-    if routes is not None and not all(routes.connected(*divmod(k, p)) for k in _distinct(pairs, p * p).tolist()):
+    if routes is not None and not all(routes.connected(*divmod(k, p)) for k in table.rank_pairs(p).tolist()):
         return False
     if not _bandwidth_ok(algorithm, topology, routes, pairs):
         return False
@@ -294,13 +294,6 @@ def algorithm_is_correct(algorithm: Algorithm, topology: Topology | None = None)
 #: Up to this many 64-bit words of contribution bitsets, :func:`algorithm_is_correct`
 #: keeps one per (rank, chunk) slot (256 MB); beyond, only the slots in use.
 _DENSE_SLOT_WORDS = 1 << 25
-
-
-def _distinct(keys: np.ndarray, bound: int) -> np.ndarray:
-    """The distinct values of non-negative ``keys`` below ``bound``, ascending."""
-    if bound <= 1 << 26:
-        return np.flatnonzero(np.bincount(keys, minlength=bound))
-    return np.unique(keys)
 
 
 def _layout_columns(layout) -> tuple[np.ndarray, np.ndarray]:
@@ -360,7 +353,7 @@ def _bandwidth_ok(algorithm: Algorithm, topology: Topology | None, routes: Route
     step, cons, counts = index.step_loads(algorithm.table.step, pairs)
     if (counts > index.capacity[cons] * rounds[step]).any():
         return False
-    return bool(index.covered(_distinct(pairs, p * p)).all())
+    return bool(index.covered(algorithm.table.rank_pairs(p)).all())
 
 
 def _check_algorithm_symbolic(algorithm: Algorithm, topology: Topology | None = None) -> list[str]:

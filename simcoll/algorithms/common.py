@@ -207,13 +207,14 @@ def require_routes(name: str, topology: Topology, routes: Routes, transfers: Ite
     transfers use that has no route."""
     if isinstance(transfers, TransferTable):
         p = topology.num_ranks
-        keys, first = np.unique(transfers.src * p + transfers.dst, return_index=True)
-        pairs = [divmod(k, p) for k in keys[np.argsort(first)].tolist()]  # in order of first use
+        missing = [k for k in transfers.rank_pairs(p).tolist() if not routes.connected(*divmod(k, p))]
+        keys = transfers.src * p + transfers.dst if missing else None
+        pairs = [divmod(int(keys[np.isin(keys, missing).argmax()]), p)] if missing else []  # the first used
     else:
-        pairs = dict.fromkeys((t.src, t.dst) for t in transfers)
-    for src, dst in pairs:
-        if not routes.connected(src, dst):
-            raise NotApplicableError(f"{name}: {topology.name} has no route from rank {src} to rank {dst}")
+        pairs = [pair for pair in dict.fromkeys((t.src, t.dst) for t in transfers) if not routes.connected(*pair)]
+    if pairs:
+        src, dst = pairs[0]
+        raise NotApplicableError(f"{name}: {topology.name} has no route from rank {src} to rank {dst}")
 
 
 def one_message_per_step(transfers: Iterable[Transfer] | TransferTable) -> TransferTable:

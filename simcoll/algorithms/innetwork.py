@@ -226,19 +226,20 @@ def double_tree_parent(num: int, index: int, tree: int) -> int | None:
     return None if parent is None else (parent + 1) % num
 
 
+@lru_cache(maxsize=64)
 def tree_edges(num: int, tree: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """The edges of tree ``tree`` (0 or 1) of NCCL's double binary tree on
     ``num`` members: (children, their parents, their depths, the tree's
-    depth), children in ascending order (the root has no edge)."""
+    depth), children in ascending order (the root has no edge). Cached, so
+    the arrays are read-only."""
     parent = [double_tree_parent(num, i, tree) for i in range(num)]
     depth = [_ancestors(parent, i) for i in range(num)]
     children = [i for i in range(num) if parent[i] is not None]
-    return (
-        np.array(children, dtype=np.int64),
-        np.array([parent[i] for i in children], dtype=np.int64),
-        np.array([depth[i] for i in children], dtype=np.int64),
-        max(depth),
-    )
+    columns = (children, [parent[i] for i in children], [depth[i] for i in children])
+    arrays = [np.array(column, dtype=np.int64) for column in columns]
+    for array in arrays:
+        array.setflags(write=False)
+    return (*arrays, max(depth))
 
 
 def _ancestors(parent: list[int | None], i: int) -> int:

@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import operator
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -84,6 +85,8 @@ _ROUTES_KEY, _FLOW_SHARES_KEY, _PATHS_KEY, _NICS_KEY = "network routes", "flow s
 #: Paths asked from one component before it gets a breadth-first tree (:meth:`FluidNetwork._shortest_path`).
 _TREE_FROM = 8
 _TREES_KEPT = 16  # trees kept (most recently used): sources are asked in runs, one rank's pairs after another
+#: A flow's place among a component's flows (:meth:`FluidNetwork._recompute`): by route, then by id.
+_ORDER = operator.attrgetter("order")
 _REMEMBER_UP_TO = 512  # flows in a pattern worth remembering (larger ones rarely recur and cost more to key)
 
 
@@ -1169,7 +1172,7 @@ class FluidNetwork:
         # led to its flows, so leaving dominated resources out changes nothing (_Dominance) - and a sharing
         # pattern is remembered whatever order its flows' routes started in.
         if len(flows) > 1:
-            flows = {f.id: f for _, f in sorted([(f.order, f) for f in flows.values()])}
+            flows = {f.id: f for f in sorted(flows.values(), key=_ORDER)}
         if not flows:
             if self.record_utilisation:
                 for r in seen.values():
@@ -1467,21 +1470,18 @@ class _Sparse:
         bound = np.array([f.bound for f in self.flows])
         rates = np.zeros(nf)
         unfrozen = np.ones(nf, dtype=bool)
+        # Sums over the live entries are taken over every entry with the others weighted 0: adding
+        # zeros leaves each partial sum as it was, so the same bits in fewer NumPy calls.
         while unfrozen.any():
-            live = unfrozen[entry_flow]
-            weight_sum = np.bincount(entry_res[live], weights=values[live], minlength=nr)
-            active = weight_sum > 1e-12
-            share = np.full(nr, np.inf)
-            share[active] = residual[active] / weight_sum[active]
-            level = max(min(share.min(), bound[unfrozen].min()), 0.0)
+            weight_sum = np.bincount(entry_res, weights=values * unfrozen[entry_flow], minlength=nr)
+            share = np.divide(residual, weight_sum, out=np.full(nr, np.inf), where=weight_sum > 1e-12)
+            level = max(min(share.min(), bound.min(where=unfrozen, initial=np.inf)), 0.0)
             limit = level * (1 + _REL_TOL)
-            tight = share <= limit
             hit = np.zeros(nf, dtype=bool)
-            hit[entry_flow[used & tight[entry_res]]] = True
+            hit[entry_flow[used & (share <= limit)[entry_res]]] = True
             newly = unfrozen & ((bound <= limit) | hit)
             rates[newly] = level
-            taken = newly[entry_flow]
-            residual -= level * np.bincount(entry_res[taken], weights=values[taken], minlength=nr)
+            residual -= level * np.bincount(entry_res, weights=values * newly[entry_flow], minlength=nr)
             unfrozen &= ~newly
         return rates
 

@@ -459,39 +459,22 @@ class _Run:
         later and lands ``α (+ reduction)`` after that, and a read waiting
         for ``k`` updates of a slot is released when the ``k``-th of them
         lands. Taken batch by batch in schedule order (rank pairs' FIFO
-        order within a batch), the ``k`` updates a read waits for are those
-        of earlier batches (checked), all timed already, so the ``k``-th
-        lands at the latest of them - unless an update of a later batch
-        lands earlier, which is checked too: then the events decide. The same floating-point
-        operations as :meth:`_start_private`, so the same times bit for bit
+        order within a batch: :func:`_timing_groups`), the ``k`` updates a
+        read waits for are those of earlier batches (checked), all timed
+        already, so the ``k``-th lands at the latest of them - unless an
+        update of a later batch lands earlier, which is checked too: then
+        the events decide. The same floating-point operations as
+        :meth:`_start_private`, so the same times bit for bit
         (``tests/test_sim_algorithm.py``); NumPy works a batch (a chain's
         step) at a time where the events would land messages one by one.
         """
         plan = self.plan
         n = plan.messages
-        if not n:
-            return False
         batch = np.frombuffer(plan.batch, dtype=np.int32)
-        queue = self.msg_q_np
-        # a message's round: how many earlier messages of its batch share its rank pair (they go first)
-        in_queues = self.b_q_msgs
-        same_queue = queue[in_queues[1:]] == queue[in_queues[:-1]]
-        if (same_queue & (batch[in_queues[1:]] < batch[in_queues[:-1]])).any():
-            return False  # a pair's FIFO order is not batch order: only the events follow both
-        same_run = np.zeros(n, dtype=bool)
-        same_run[1:] = same_queue & (batch[in_queues[1:]] == batch[in_queues[:-1]])
-        run_start = np.maximum.accumulate(np.where(same_run, 0, np.arange(n)))
-        rounds = np.empty(n, dtype=np.int64)
-        rounds[in_queues] = np.arange(n) - run_start
-        key = batch.astype(np.int64) * (int(rounds.max()) + 1) + rounds
-        del same_queue, same_run, run_start, rounds
-        order = _stable_order(key)
-        key = key[order]
-        cuts = np.flatnonzero(np.diff(key)) + 1
-        del key
-        group_start = np.concatenate(([0], cuts, [n]))
-        # a batch's writes are checked and counted after its last round
-        batch_ends = np.diff(batch[order][group_start[:-1]], append=np.iinfo(np.int32).max) != 0
+        groups = _timing_groups(batch, self.msg_q_np, self.b_q_msgs) if n else None
+        if groups is None:
+            return False
+        order, group_start, batch_ends = groups
         # each message's reads, in the order their messages are timed
         position = np.empty(n, dtype=np.int64)
         position[order] = np.arange(n)
@@ -503,7 +486,7 @@ class _Run:
         wait_landed = plan.wait_landed[by_position]
         wait_start = np.searchsorted(wait_position, group_start)
         reducing = self.b_reduce
-        queue = queue.astype(np.int64)
+        queue = self.msg_q_np.astype(np.int64)
         duration = self.nbytes / np.where(reducing, self.b_rate_reduce[queue], self.b_rate[queue])
         tail = self.b_alpha[queue] + np.where(reducing, self.after_one, 0.0)
         write_slot = self.b_msg_slot
@@ -955,6 +938,36 @@ def protocol_of(algorithm: Algorithm, protocol: str | None = None) -> str | None
         return protocol
     named = algorithm.metadata.get("protocol") if algorithm.metadata else None
     return str(named) if named is not None else None
+
+
+def _timing_groups(
+    batch: np.ndarray, queue: np.ndarray, in_queues: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The messages in the order :meth:`_Run._time_in_schedule_order` times
+    them, cut into groups it times at once: per batch, the first message of
+    each rank pair's queue in the batch, then the second, ... (a pair's FIFO
+    order). Returns ``(order, group_start, batch_ends)`` - messages, where each
+    group starts (and the end), whether a group is its batch's last - or None
+    where a pair's queue is not in batch order (only the events follow both).
+    ``batch`` and ``queue`` are per message; ``in_queues`` lists the messages
+    queue by queue, each in FIFO order."""
+    n = len(batch)
+    same_queue = queue[in_queues[1:]] == queue[in_queues[:-1]]
+    if (same_queue & (batch[in_queues[1:]] < batch[in_queues[:-1]])).any():
+        return None
+    # a message's round: how many earlier messages of its batch share its rank pair (they go first)
+    same_run = np.zeros(n, dtype=bool)
+    same_run[1:] = same_queue & (batch[in_queues[1:]] == batch[in_queues[:-1]])
+    run_start = np.maximum.accumulate(np.where(same_run, 0, np.arange(n)))
+    rounds = np.empty(n, dtype=np.int64)
+    rounds[in_queues] = np.arange(n) - run_start
+    key = batch.astype(np.int64) * (int(rounds.max()) + 1) + rounds
+    del same_queue, same_run, run_start, rounds
+    order = _stable_order(key)
+    cuts = np.flatnonzero(np.diff(key[order])) + 1
+    group_start = np.concatenate(([0], cuts, [n]))
+    batch_ends = np.diff(batch[order][group_start[:-1]], append=np.iinfo(np.int32).max) != 0
+    return order, group_start, batch_ends
 
 
 def _stable_order(key: np.ndarray) -> np.ndarray:

@@ -277,17 +277,17 @@ def test_ctrl_c_while_the_command_line_loads_exits_130_with_one_line(tmp_path):
     assert done.stderr.strip() == "simcoll: interrupted"
 
 
-def _interrupt_on_import(tmp_path: Path, module: str, raise_statement: str) -> dict[str, str]:
-    """An environment whose interpreters run ``raise_statement`` when ``module`` is first imported
-    (a ``sitecustomize`` on PYTHONPATH), the way a real Ctrl-C lands at a random instant."""
+def _interrupt_on_import(tmp_path: Path, module: str, *lines: str) -> dict[str, str]:
+    """An environment whose interpreters run ``lines`` when ``module`` is first imported (a
+    ``sitecustomize`` on PYTHONPATH): an interrupt placed where a real Ctrl-C lands by chance."""
     hooks = tmp_path / "hooks"
     hooks.mkdir()
+    body = "".join(f"            {line}\n" for line in lines)
     (hooks / "sitecustomize.py").write_text(
         "import sys\n"
         "class Interrupt:\n"
         "    def find_spec(self, name, path=None, target=None):\n"
-        f"        if name == {module!r}:\n"
-        f"            {raise_statement}\n"
+        f"        if name == {module!r}:\n{body}"
         "sys.meta_path.insert(0, Interrupt())\n"
     )
     return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(hooks), os.environ.get("PYTHONPATH")]))}
@@ -306,10 +306,14 @@ def test_ctrl_c_inside_an_exec_of_source_text_still_exits_130_under_python_m(tmp
 def test_ctrl_c_inside_an_extension_modules_initialisation_exits_130_with_one_line(tmp_path):
     """The interpreter turns an interrupt inside an extension module's initialisation into
     ``ImportError: initialization failed`` (seen with NumPy's); that is still Ctrl-C."""
-    raise_statement = (
-        "try: raise KeyboardInterrupt\n            except KeyboardInterrupt: raise ImportError('initialization failed')"
+    env = _interrupt_on_import(
+        tmp_path,
+        "simcoll.cli.algo",
+        "try:",
+        "    raise KeyboardInterrupt",
+        "except KeyboardInterrupt:",
+        "    raise ImportError('initialization failed')",
     )
-    env = _interrupt_on_import(tmp_path, "simcoll.cli.algo", raise_statement)
     done = subprocess.run([*SIMCOLL, "topo", "list"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 130, done.stderr
     assert done.stderr.strip() == "simcoll: interrupted"

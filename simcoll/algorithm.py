@@ -409,7 +409,10 @@ def _known_ranks(ranks: tuple, valid: dict[tuple, tuple]) -> bool:
     """Whether a rank tuple equal to ``ranks`` was found valid before (kept
     in ``valid``) and ``ranks`` holds plain ints too: the same tuple object
     (a generator reuses a few), or one whose elements are all ``int``."""
-    seen = valid.get(ranks)
+    try:
+        seen = valid.get(ranks)
+    except TypeError:  # an unhashable element: the full check names it
+        return False
     return seen is ranks or (seen is not None and set(map(type, ranks)) == _PLAIN_INT)
 
 

@@ -89,9 +89,10 @@ def test_structure_errors_name_the_field():
         _allreduce_by_switch(range(8), [9])
 
 
-@pytest.mark.parametrize("bad", [(True, 0), (np.int64(1), 0)])
+@pytest.mark.parametrize("bad", [(True, 0), (np.int64(1), 0), ([1], 0)])
 def test_ranks_equal_to_checked_ones_but_not_ints_are_refused(bad):
-    # rank tuples are checked once per schedule; (True, 0) and (np.int64(1), 0) equal (1, 0) but are no ranks
+    # rank tuples are checked once per schedule; (True, 0) and (np.int64(1), 0) equal (1, 0) but are no
+    # ranks, and ([1], 0) cannot even be looked up among those checked
     ok = SwitchReduction(0, "nvsw0", (1, 0), (0, 1), step=0)
     with pytest.raises(AlgorithmError, match=r"switch_reductions\[1\].*sources: rank .* out of range"):
         Algorithm(

@@ -595,15 +595,18 @@ class _Run:
             return
         self.q_head[qi] = head + 1
         self.q_busy[qi] = 1
-        size, after = self._payload(m)
         plan = self.plan
+        reduces = plan.reduce[m]
+        if m in self.groups:
+            size, after = self._payload(m)
+        else:  # the hot path: :meth:`_payload` inlined
+            size, after = self.nbytes, (self.after_one if reduces else 0.0)
         src, dst = self.pairs[qi]
-        kind = _KINDS[plan.reduce[m]]
-        label = plan.labels[plan.batch[m]]
         eff = self.efficiency
-        cap = self.reduce_cap / eff if plan.reduce[m] else math.inf  # on wire bytes
+        cap = self.reduce_cap / eff if reduces else math.inf  # on wire bytes
         after += self.protocol.hop_latency_s
-        self.net.launch(src, dst, size, cap, eff, self._sent, self._landed, after, kind, None, label, plan.chunk[m], m)
+        # no kind, track, label or chunk: the network records no timeline here (:meth:`timeline` builds it)
+        self.net.launch(src, dst, size, cap, eff, self._sent, self._landed, after, None, None, None, None, m)
 
     def _release(self, slot: int, now: float) -> None:
         """One more update of ``slot`` has landed: start the messages whose
@@ -669,8 +672,13 @@ class _Run:
         self.msg_start[m] = flow.start_s
         self.msg_wire[m] = flow.wire_end_s
         now = self.env.now
-        self._landed_at(now, 1)
-        self._complete(m, now)
+        self.landed_count += 1  # :meth:`_landed_at` inlined (once a message)
+        if now > self.last_s:
+            self.last_s = now
+        if self.groups or self.fanout:
+            self._complete(m, now)
+        else:
+            self._release(self.msg_slot[m], now)
 
     # -- driving -------------------------------------------------------------------------------
     def run(self) -> int:
@@ -750,9 +758,6 @@ class _Run:
         plan = self.plan if self.rotation is None else self.full_plan
         size, after = _sizes(plan, self.nbytes, self.reduce_time)
         return _timeline_frame(plan, start, wire + alpha, wire + (alpha + after), size)
-
-
-_KINDS = ("copy", "reduce")
 
 
 def _simulate_algorithm(

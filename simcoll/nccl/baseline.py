@@ -72,8 +72,6 @@ GENERATOR_OF = {
 #: Collectives the ``nccl`` row has an Algorithm for: those NCCL's tuner
 #: chooses for, and nccl-tests' point-to-point ones (:mod:`simcoll.nccl.p2p`).
 BASELINE_COLLECTIVES = (*TUNED_COLLECTIVES, *P2P_COLLECTIVES)
-#: simcoll protocol names (cost model spelling) of NCCL's protocols.
-PROTOCOL_OF = {"ll": "LL", "ll128": "LL128", "simple": "Simple"}
 
 
 @lru_cache(maxsize=2)
@@ -461,7 +459,7 @@ def nccl_algorithm(
             num_nodes=described.num_nodes, compute_capability=described.compute_capability,
         )  # fmt: skip
     metadata.update(
-        protocol=PROTOCOL_OF[choice.protocol],
+        protocol=PROTOCOL_NAMES[choice.protocol],
         nccl_choice=choice.label,
         nccl_reason=choice.reason,
         nccl_predicted_time_us=choice.time_us,
@@ -504,7 +502,7 @@ def protocol_for(schedule: Any, machine: Machine | str, size_bytes: float) -> st
         choice = nccl_choice(machine, name, int(size_bytes))
     except SimcollError:
         return "Simple"
-    return PROTOCOL_OF[choice.protocol]
+    return PROTOCOL_NAMES[choice.protocol]
 
 
 def _registry_names(collective: str) -> set[str]:

@@ -369,13 +369,20 @@ class _Run:
                 return
             free = self.b_q_free[queues]
             t0 = np.where(free > now, free, now)
-            red = reducing[m]
-            wire = t0 + self.nbytes / np.where(red, self.b_rate_reduce[queues], self.b_rate[queues])
+            duration, tail = self._costs(queues, reducing[m])
+            wire = t0 + duration
             self.b_start[m] = t0
             self.b_wire[m] = wire
-            self._schedule_landings(m, wire + (self.b_alpha[queues] + np.where(red, self.after_one, 0.0)))
+            self._schedule_landings(m, wire + tail)
             self.b_q_head[queues] += 1
             self.b_q_free[queues] = wire
+
+    def _costs(self, queues: np.ndarray, reducing: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per message on private pair ``queues[i]`` (a reduction where
+        ``reducing[i]``): its time on the wire and the rest until it lands
+        (α, then the reduction), as :meth:`_start_private` works them out."""
+        duration = self.nbytes / np.where(reducing, self.b_rate_reduce[queues], self.b_rate[queues])
+        return duration, self.b_alpha[queues] + np.where(reducing, self.after_one, 0.0)
 
     def _unbatch(self) -> None:
         """Go on a message at a time (:meth:`_land_private`): the pairs'
@@ -485,10 +492,8 @@ class _Run:
         wait_slot = plan.wait_slot[by_position].astype(np.int64)
         wait_landed = plan.wait_landed[by_position]
         wait_start = np.searchsorted(wait_position, group_start)
-        reducing = self.b_reduce
         queue = self.msg_q_np.astype(np.int64)
-        duration = self.nbytes / np.where(reducing, self.b_rate_reduce[queue], self.b_rate[queue])
-        tail = self.b_alpha[queue] + np.where(reducing, self.after_one, 0.0)
+        duration, tail = self._costs(queue, self.b_reduce)
         write_slot = self.b_msg_slot
         start, wire, done = (np.empty(n, dtype=np.float64) for _ in range(3))
         free = np.zeros(len(self.pairs), dtype=np.float64)
@@ -595,15 +600,10 @@ class _Run:
             return
         self.q_head[qi] = head + 1
         self.q_busy[qi] = 1
-        plan = self.plan
-        reduces = plan.reduce[m]
-        if m in self.groups:
-            size, after = self._payload(m)
-        else:  # the hot path: :meth:`_payload` inlined
-            size, after = self.nbytes, (self.after_one if reduces else 0.0)
+        size, after = self._payload(m)
         src, dst = self.pairs[qi]
         eff = self.efficiency
-        cap = self.reduce_cap / eff if reduces else math.inf  # on wire bytes
+        cap = self.reduce_cap / eff if self.plan.reduce[m] else math.inf  # on wire bytes
         after += self.protocol.hop_latency_s
         # no kind, track, label or chunk: the network records no timeline here (:meth:`timeline` builds it)
         self.net.launch(src, dst, size, cap, eff, self._sent, self._landed, after, None, None, None, None, m)
@@ -672,13 +672,8 @@ class _Run:
         self.msg_start[m] = flow.start_s
         self.msg_wire[m] = flow.wire_end_s
         now = self.env.now
-        self.landed_count += 1  # :meth:`_landed_at` inlined (once a message)
-        if now > self.last_s:
-            self.last_s = now
-        if self.groups or self.fanout:
-            self._complete(m, now)
-        else:
-            self._release(self.msg_slot[m], now)
+        self._landed_at(now, 1)
+        self._complete(m, now)
 
     # -- driving -------------------------------------------------------------------------------
     def run(self) -> int:

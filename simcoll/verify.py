@@ -248,9 +248,10 @@ def algorithm_is_correct(algorithm: Algorithm, topology: Topology | None = None)
         return False
     pairs = table.src * p + table.dst
     routes = Routes(topology) if topology is not None else None
-    if routes is not None and not all(routes.connected(*divmod(k, p)) for k in table.rank_pairs(p).tolist()):
+    distinct = table.rank_pairs(p)
+    if routes is not None and not all(routes.connected(*divmod(k, p)) for k in distinct.tolist()):
         return False
-    if not _bandwidth_ok(algorithm, topology, routes, pairs):
+    if not _bandwidth_ok(algorithm, topology, routes, pairs, distinct):
         return False
     # Slots: rank * G + chunk, renumbered densely over those in use.
     pre_rank, pre_chunk = _layout_columns(coll.input_layout)
@@ -342,18 +343,20 @@ def _apply_step(bits: np.ndarray, present: np.ndarray, src: np.ndarray, dst: np.
     return True
 
 
-def _bandwidth_ok(algorithm: Algorithm, topology: Topology | None, routes: Routes | None, pairs: np.ndarray) -> bool:
-    """:func:`_check_bandwidth` finds nothing (vectorised, :class:`RelationIndex`)."""
+def _bandwidth_ok(
+    algorithm: Algorithm, topology: Topology | None, routes: Routes | None, pairs: np.ndarray, distinct: np.ndarray
+) -> bool:
+    """:func:`_check_bandwidth` finds nothing (vectorised, :class:`RelationIndex`); ``pairs`` are the
+    transfers' ``src × P + dst``, ``distinct`` the same without repeats (:meth:`TransferTable.rank_pairs`)."""
     relation = algorithm.bandwidth or (bandwidth_relation(topology, routes) if topology is not None else ())
     if not relation or not len(pairs):
         return True
-    p = algorithm.num_ranks
     index = RelationIndex.of(relation, algorithm.num_ranks)
     rounds = np.asarray(algorithm.rounds_per_step, dtype=np.int64)
     step, cons, counts = index.step_loads(algorithm.table.step, pairs)
     if (counts > index.capacity[cons] * rounds[step]).any():
         return False
-    return bool(index.covered(algorithm.table.rank_pairs(p)).all())
+    return bool(index.covered(distinct).all())
 
 
 def _check_algorithm_symbolic(algorithm: Algorithm, topology: Topology | None = None) -> list[str]:

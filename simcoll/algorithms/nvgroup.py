@@ -186,7 +186,7 @@ class _Schedule:
         # the transfers as columns (chunk, src, dst, reduces, step): millions on 1,024 GPUs
         self.columns: tuple[list[int], list[int], list[int], list[bool], list[int]] = ([], [], [], [], [])
         self.portions = [[_portion(collective, r) for r in g] for g in self.groups]
-        depth = max(len(_portion(collective, r)) for g in self.groups for r in g)
+        depth = max(len(portion) for group in self.portions for portion in group)
         # The order in which a leader holds the chunks of its first block: its
         # own portion first (it has no store to wait for), then the others'.
         self.first = [(0, i) for i in range(depth)] + [(k, i) for i in range(depth) for k in range(1, self.m)]

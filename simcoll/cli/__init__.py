@@ -118,9 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return exc.code if isinstance(exc.code, int) else 2
         check_outputs(args)
         return args.func(args)
-    except KeyboardInterrupt:
-        return report_interrupt()
-    except ImportError as exc:  # Ctrl-C inside an extension module's initialisation comes out as ImportError
+    except (KeyboardInterrupt, ImportError) as exc:  # Ctrl-C inside an extension's initialisation: ImportError
         if not caused_by_ctrl_c(exc):
             raise
         return report_interrupt()

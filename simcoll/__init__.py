@@ -110,6 +110,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "SimulationError": ("errors", "SimulationError"),
     "SizeError": ("errors", "SizeError"),
     "SynthesisError": ("errors", "SynthesisError"),
+    "TimeLimitError": ("errors", "TimeLimitError"),
     "TopologyError": ("errors", "TopologyError"),
     "VerificationError": ("errors", "VerificationError"),
 }
@@ -189,6 +190,7 @@ __all__ = [
     "SimulationError",
     "SizeError",
     "SynthesisError",
+    "TimeLimitError",
     "TopologyError",
     "VerificationError",
 ]

@@ -41,7 +41,7 @@ from .analytic import algbw_GBps, busbw_GBps, critical_path_time_s
 from .bounds import time_lower_bound_s
 from .collectives import Collective, canonical_name, make_collective
 from .collector import collector_paused
-from .errors import SimcollError, SimulationError
+from .errors import SimcollError, SimulationError, TimeLimitError
 from .files import save_figure
 from .machines import Machine, as_machine
 from .units import check_size_bytes, format_size
@@ -112,7 +112,11 @@ def compare(
     time_limit_s : float, optional
         Wall-clock limit of each simulation (seconds); a simulation that
         reaches it leaves its row out, with the reason in ``skipped`` under
-        ``"<name> at <size>"``, and the other rows still come.
+        ``"<name> at <size>"``, and the other rows still come. The same
+        schedule is then not simulated at the sizes after that one (its
+        simulation runs the same messages at every size, so it would take
+        about as long again): their rows are left out too, saying so.
+        NCCL's row, whose schedule depends on the size, is always tried.
     algorithms : list of str, optional
         Only these rows: registry names and/or ``"nccl"`` (default: every
         applicable algorithm and the ``nccl`` row). An unknown name raises.
@@ -225,6 +229,7 @@ def _compare(
     unit_bound_s, _ = time_lower_bound_s(coll, machine, coll.size_chunks)
     lowered = _lower_all(algorithms, machine, skipped) if program else {}
     rows = []
+    stopped: dict[tuple[str, str], int] = {}  # (row, method): the size whose simulation reached the limit
     for size in sizes:
         runs_at_size = list(algorithms.items())
         if nccl_ok:
@@ -254,11 +259,16 @@ def _compare(
                 label = f"{name}{' (program)' if how == 'program' else ''} at {format_size(size)}"
                 if how == method and (name, size) in timed:
                     t = timed[(name, size)]
+                elif (name, how) in stopped:
+                    t = _NotTried.after(stopped[(name, how)], time_limit_s)
+                    report.row(label, t)
                 else:
                     started = time.perf_counter()
                     t = _time(schedule, machine, size, how, contention, time_limit_s)
                     choice = f" ({_choice(algorithm)})" if name == NCCL_ROW else ""
                     report.row(f"{name}{choice}{label[len(name) :]}", t, time.perf_counter() - started)
+                    if isinstance(t, _Stopped) and name != NCCL_ROW:
+                        stopped[(name, how)] = size
                 if isinstance(t, str):  # the simulation stopped at the time limit: the other rows still come
                     skipped[label] = t
                     continue
@@ -339,7 +349,34 @@ _SIZES_SHOWN = 4  # a progress line lists this many sizes' times at most
 
 
 def _shown(t: float | str) -> str:
-    return "stopped (wall-clock limit)" if isinstance(t, str) else f"{t * 1e6:.2f} us"
+    if isinstance(t, _Stopped):
+        return "stopped (wall-clock limit)"
+    if isinstance(t, _NotTried):
+        return f"not simulated (the limit was reached at {format_size(t.size)})"
+    return f"failed ({t})" if isinstance(t, str) else f"{t * 1e6:.2f} us"
+
+
+class _Stopped(str):
+    """Why a simulation stopped: its wall-clock limit was reached (the
+    :class:`~simcoll.errors.TimeLimitError`'s message). A ``str``, as every
+    reason in ``skipped``, that also says it was the limit, across worker
+    processes too."""
+
+
+class _NotTried(str):
+    """Why a schedule was not simulated at a size: its simulation reached
+    the wall-clock limit at ``size``, an earlier size of the comparison."""
+
+    size: int
+
+    @classmethod
+    def after(cls, size: int, time_limit_s: float) -> _NotTried:
+        reason = cls(
+            f"not simulated: its simulation at {format_size(size)} reached the {time_limit_s:g} s "
+            "wall-clock limit (raise time_limit_s)"
+        )
+        reason.size = size
+        return reason
 
 
 def _in_parallel(
@@ -452,10 +489,17 @@ def _generate_and_time(
         algorithm = generate(name, machine, collective)
     except NotApplicableError as exc:
         return str(exc), {}
-    times = {}
+    times: dict[int, float | str] = {}
+    stopped_at = None  # the size whose simulation reached the wall-clock limit
     for size in sizes:
-        if size >= algorithm.collective.size_chunks:
-            times[size] = _time(algorithm, machine, size, method, contention, time_limit_s)
+        if size < algorithm.collective.size_chunks:
+            continue
+        if stopped_at is not None:
+            times[size] = _NotTried.after(stopped_at, time_limit_s)
+            continue
+        times[size] = _time(algorithm, machine, size, method, contention, time_limit_s)
+        if isinstance(times[size], _Stopped):
+            stopped_at = size
     if keep:
         return algorithm, times
     return Timed(algorithm.collective, algorithm.chunks, algorithm.steps, algorithm.rounds), times
@@ -528,11 +572,14 @@ def _protocol_for(schedule, machine: Machine, size: int) -> str | None:
 
 def _time(schedule, machine: Machine, size: int, how: str, contention: bool, time_limit_s: float) -> float | str:
     """The time of ``schedule`` at ``size`` by ``how`` (``"analytic"``, else
-    simulated), or why its simulation stopped (its wall-clock limit)."""
+    simulated), or why its simulation stopped (a :class:`_Stopped` where
+    the wall-clock limit was reached)."""
     if how == "analytic":
         return critical_path_time_s(schedule, machine, size, protocol=_protocol_for(schedule, machine, size))
     try:
         return _simulate(schedule, machine, size, contention, time_limit_s)
+    except TimeLimitError as exc:
+        return _Stopped(exc)
     except SimulationError as exc:
         return str(exc)
 

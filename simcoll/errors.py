@@ -53,6 +53,13 @@ class SimulationError(SimcollError):
     simulator does not support (:func:`simcoll.simulator.simulate`)."""
 
 
+class TimeLimitError(SimulationError):
+    """A simulation reached its wall-clock limit (``time_limit_s``) before it
+    finished: the schedule may be fine, only too large to simulate in that
+    time. :func:`simcoll.compare.compare` does not try the same schedule at
+    its other sizes after one of these."""
+
+
 class ProgramDeadlockError(SimulationError, AlgorithmError):
     """A simulated Program stalled with work left. ``waits`` lists, per blocked
     executor, what it waits on (rank, executor, step, tile, op, and the

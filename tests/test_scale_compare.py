@@ -33,7 +33,7 @@ def test_a_simulation_past_the_time_limit_leaves_its_row_out(monkeypatch):
     comparison: its row is left out with the reason, the others come."""
     import importlib
 
-    from simcoll.errors import SimulationError
+    from simcoll.errors import TimeLimitError
 
     compare_module = importlib.import_module("simcoll.compare")  # the package exports a function of that name
 
@@ -41,7 +41,7 @@ def test_a_simulation_past_the_time_limit_leaves_its_row_out(monkeypatch):
 
     def slow_multi_ring(schedule, *args):
         if schedule.name == "multi-ring":
-            raise SimulationError("simulation of multi-ring on dgx-a100*2: wall-clock limit of 60 s reached")
+            raise TimeLimitError("simulation of multi-ring on dgx-a100*2: wall-clock limit of 60 s reached")
         return simulate(schedule, *args)
 
     monkeypatch.setattr(compare_module, "_simulate", slow_multi_ring)
@@ -50,12 +50,85 @@ def test_a_simulation_past_the_time_limit_leaves_its_row_out(monkeypatch):
     assert "wall-clock limit" in skipped["multi-ring at 1MB"]
 
 
+def test_a_schedule_past_the_limit_is_not_simulated_at_the_later_sizes(monkeypatch):
+    """A simulation that reached the wall-clock limit at one size would take
+    about as long at the next (the same messages): a sweep does not spend
+    the limit again at every size. Those rows are left out saying why, the
+    other algorithms are timed at every size, and NCCL's row (another
+    schedule at each size) is tried at each."""
+    import importlib
+
+    from simcoll.errors import TimeLimitError
+
+    compare_module = importlib.import_module("simcoll.compare")
+    simulate = compare_module._simulate
+    tried: list[str] = []
+
+    def slow(schedule, machine, size, *args):
+        tried.append(schedule.name if schedule.name in ("multi-ring", "ring") else "nccl")
+        if schedule.name != "ring":
+            raise TimeLimitError(f"simulation of {schedule.name}: wall-clock limit of 60 s reached")
+        return simulate(schedule, machine, size, *args)
+
+    monkeypatch.setattr(compare_module, "_simulate", slow)
+    lines: list[str] = []
+    sizes = [1 << 10, 1 << 20, 1 << 30]
+    df, skipped = compare(
+        "dgx-a100*2", "allreduce", sizes, algorithms=["ring", "multi-ring", "nccl"], progress=lines.append
+    )
+    assert tried.count("multi-ring") == 1 and tried.count("ring") == 3 and tried.count("nccl") == 3
+    assert list(df.algorithm) == ["ring"] * 3
+    assert "wall-clock limit of 60 s reached" in skipped["multi-ring at 1KB"]
+    for size in ("1MB", "1GB"):
+        assert skipped[f"multi-ring at {size}"].startswith(
+            "not simulated: its simulation at 1KB reached the 60 s wall-clock limit"
+        )
+        assert "wall-clock limit of 60 s reached" in skipped[f"nccl at {size}"]
+    said = [line.split("] ", 1)[1] for line in lines]
+    assert any(
+        s.startswith(
+            "multi-ring: 1KB stopped (wall-clock limit), 1MB not simulated (the limit was reached at 1KB), "
+            "1GB not simulated (the limit was reached at 1KB)"
+        )
+        for s in said
+    )
+
+
+def test_a_program_past_the_limit_is_not_simulated_at_the_later_sizes(monkeypatch):
+    """The same for the lowered Program's rows: its Algorithm's rows still come."""
+    import importlib
+
+    from simcoll.errors import TimeLimitError
+    from simcoll.program import Program
+
+    compare_module = importlib.import_module("simcoll.compare")
+    simulate = compare_module._simulate
+    programs: list[int] = []
+
+    def slow_program(schedule, machine, size, *args):
+        if isinstance(schedule, Program):
+            programs.append(size)
+            raise TimeLimitError("Program-mode simulation of ring: wall-clock limit of 60 s reached")
+        return simulate(schedule, machine, size, *args)
+
+    monkeypatch.setattr(compare_module, "_simulate", slow_program)
+    df, skipped = compare("ring:4", "allgather", [1 << 10, 1 << 20], algorithms=["ring"], program=True)
+    assert programs == [1 << 10]
+    assert list(df.method) == ["simulate", "simulate"]
+    assert skipped["ring (program) at 1MB"].startswith("not simulated: its simulation at 1KB reached")
+
+
 @pytest.mark.parametrize("jobs", [1, 2])
 def test_no_time_at_all_is_an_error_naming_the_limit(jobs):
     """With every simulation past its limit (here 1 ns: each needs more
     than one batch of events) there is no table, and the error says why."""
-    with pytest.raises(SimcollError, match="no algorithm gave a time.*wall-clock limit of 1e-09 s"):
-        compare("dgx-a100*2", "allreduce", [1 << 30], algorithms=["ring", "nccl"], time_limit_s=1e-9, jobs=jobs)
+    with pytest.raises(SimcollError, match="no algorithm gave a time.*wall-clock limit of 1e-09 s") as caught:
+        compare(
+            "dgx-a100*2", "allreduce", [1 << 29, 1 << 30], algorithms=["ring", "nccl"], time_limit_s=1e-9, jobs=jobs
+        )
+    assert "ring at 1GB: not simulated: its simulation at 512MB reached the 1e-09 s wall-clock limit" in str(
+        caught.value
+    )
 
 
 def test_rows_asked_for_are_the_only_ones_generated(monkeypatch):

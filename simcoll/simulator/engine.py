@@ -9,7 +9,7 @@ import simpy
 from simpy.core import EmptySchedule
 
 from ..collector import collector_paused
-from ..errors import SimulationError
+from ..errors import SimulationError, TimeLimitError
 
 _BATCH = 64  # events between wall-clock checks (an event may settle many messages)
 
@@ -18,7 +18,7 @@ def run_with_limit(
     env: simpy.Environment, time_limit_s: float, what: str = "simulation", started_s: float | None = None
 ) -> int:
     """Process events until none is left; raise
-    :class:`~simcoll.errors.SimulationError` when ``time_limit_s`` seconds of
+    :class:`~simcoll.errors.TimeLimitError` when ``time_limit_s`` seconds of
     wall clock have passed since ``started_s`` (a :func:`time.perf_counter`
     reading: the set-up before the events counts too; default now). Returns
     the number of events processed."""
@@ -35,7 +35,7 @@ def run_with_limit(
                     step()
                 events += _BATCH
                 if time.perf_counter() > deadline:
-                    raise SimulationError(
+                    raise TimeLimitError(
                         f"{what}: wall-clock limit of {time_limit_s:g} s reached at simulated time "
                         f"{env.now * 1e6:.3f} us after {events} events (raise time_limit_s)"
                     )
@@ -44,9 +44,9 @@ def run_with_limit(
 
 
 def check_limit(started_s: float, time_limit_s: float, what: str, doing: str) -> None:
-    """Raise :class:`~simcoll.errors.SimulationError` when ``time_limit_s``
+    """Raise :class:`~simcoll.errors.TimeLimitError` when ``time_limit_s``
     seconds have passed since ``started_s`` while still ``doing`` the set-up
     (working out routes of a million rank pairs can take longer than the
     events)."""
     if time.perf_counter() - started_s > time_limit_s:
-        raise SimulationError(f"{what}: wall-clock limit of {time_limit_s:g} s reached {doing} (raise time_limit_s)")
+        raise TimeLimitError(f"{what}: wall-clock limit of {time_limit_s:g} s reached {doing} (raise time_limit_s)")

@@ -318,6 +318,51 @@ def test_timing_private_messages_in_schedule_order_gives_what_the_events_give(
     pd.testing.assert_frame_equal(ordered.utilisation, events.utilisation, check_exact=True)
 
 
+@pytest.mark.parametrize(
+    "topo, coll, name, utilisation",
+    [
+        ("dgx-h100*4", "alltoall", "direct", False),  # P² chunks, most slots never used; over one block of nodes
+        ("dgx-h100*2", "alltoall", "direct", True),  # in full, pairs sharing the network
+        ("ring:8", "allreduce", "ring", True),  # private pairs, timed in schedule order
+        ("ring:16", "allreduce", "chain", False),  # a pipeline landing one message at a time
+        ("dgx-h100", "allreduce", "nvls", False),  # in-switch reductions updating every rank's slot
+        ("dgx-h100*2", "allreduce", "nvls-tree", False),
+    ],
+)
+def test_tables_over_the_slots_in_use_time_alike(monkeypatch, topo, coll, name, utilisation):
+    # The per-slot tables (waiting reads, updates landed, the node-rotation's slot map) are indexed by
+    # the slots in use where a table of every slot would be mostly empty (an Alltoall's P³ slots): the
+    # same times, timeline (rows in order), utilisation and events as tables over every slot.
+    from simcoll.simulator import plan as plan_module
+
+    machine = load_machine(topo)
+
+    def run():  # generated afresh, so that its plan and node rotation are worked out again
+        return simulate(generate(name, machine, coll), machine, SIZE, record_utilisation=utilisation)
+
+    monkeypatch.setattr(plan_module, "DENSE_SLOTS_PER_USE", 1 << 62)  # every slot its own index
+    dense = run()
+    monkeypatch.setattr(plan_module, "DENSE_SLOTS_PER_USE", 0)  # the slots in use, numbered in order
+    compact = run()
+    assert compact.time_s == dense.time_s
+    assert compact.stats["events"] == dense.stats["events"]
+    assert compact.stats["node_rotation"] == dense.stats["node_rotation"]
+    pd.testing.assert_frame_equal(compact.timeline, dense.timeline, check_exact=True)
+    pd.testing.assert_frame_equal(compact.utilisation, dense.utilisation, check_exact=True)
+
+
+def test_an_alltoall_keeps_tables_for_the_slots_it_uses_only():
+    # An Alltoall has P² chunks, so P³ (rank, chunk) slots - a billion on 1,024 GPUs, 8 GB a table - of
+    # which its P(P - 1) messages update P(P - 1) (and read as many, that wait for no update): its
+    # tables have an entry per slot updated or waited on.
+    machine = load_machine("dgx-h100*4")
+    algorithm = generate("direct", machine, "alltoall")
+    p = algorithm.num_ranks
+    run = algorithm_mode._Run(algorithm, machine, SIZE, contention=True, record_utilisation=True)  # in full
+    assert run.rotation is None and run.plan.messages == p * (p - 1)
+    assert len(run.arrived) == len(run.cursor) == p * (p - 1) < p**3
+
+
 def test_an_update_of_a_later_step_landing_first_leaves_the_timing_to_the_events(monkeypatch):
     # Rank 2 forwards chunk 2 at step 1, after one update of it: step 0's copy from rank 0 lands
     # third on its pair, step 1's copy from rank 1 first. A read is released by the first update to
@@ -430,9 +475,7 @@ def _plans_agree(algorithm: Algorithm):
     from simcoll.simulator.plan import plan_grouped, plan_vectorised
 
     num_chunks = algorithm.collective.num_chunks
-    present = np.zeros(num_chunks * algorithm.num_ranks, dtype=bool)
-    for c, r in algorithm.collective.pre:
-        present[c + r * num_chunks] = True
+    present = np.array(sorted(c + r * num_chunks for c, r in algorithm.collective.pre), dtype=np.int64)
     fast, slow = plan_vectorised(algorithm, num_chunks, present), plan_grouped(algorithm, num_chunks, present)
     for name in ("src", "dst", "chunk", "reduce", "batch", "labels", "groups", "pending", "queues"):
         assert getattr(fast, name) == getattr(slow, name), name

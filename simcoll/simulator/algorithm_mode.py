@@ -94,7 +94,7 @@ from ..errors import AlgorithmError, SimulationError
 from ..machines import Machine
 from .engine import check_limit, run_with_limit
 from .network import Flow, FluidNetwork, alone_rate_Bps
-from .plan import Plan, plan_grouped, plan_vectorised
+from .plan import Plan, SlotNumbering, plan_grouped, plan_vectorised
 from .results import TIMELINE_COLUMNS, SimulationResult, make_result
 from .symmetry import NodeRotation, node_rotation, quotient_plan, rebind_routes
 
@@ -239,12 +239,11 @@ class _Run:
     def _make_plan(self) -> Plan:
         """The plan (:class:`Plan`); the chunks the collective starts with are present."""
         algorithm, num_chunks = self.algorithm, self.num_chunks
-        present = np.zeros(num_chunks * algorithm.num_ranks, dtype=bool)
         # the precondition's (chunk, rank) pairs, read from the input layout (a million on 1,024 ranks)
         layout = algorithm.collective.input_layout
         held = [len(chunks) for chunks in layout]
         chunk = np.fromiter(itertools.chain.from_iterable(layout), dtype=np.int64, count=sum(held))
-        present[chunk + np.repeat(np.arange(len(layout), dtype=np.int64), held) * num_chunks] = True
+        present = np.unique(chunk + np.repeat(np.arange(len(layout), dtype=np.int64), held) * num_chunks)
         if algorithm.switch_reductions:
             return plan_grouped(algorithm, num_chunks, present)
         return plan_vectorised(algorithm, num_chunks, present)
@@ -271,24 +270,32 @@ class _Run:
 
     def _wait_tables(self) -> None:
         """Waiters sorted by (slot, updates needed): CSR offsets per slot and a
-        cursor per slot that :meth:`_release` advances."""
+        cursor per slot that :meth:`_release` advances. The tables are
+        indexed by :class:`~.plan.SlotNumbering`: per slot in use only, where
+        most slots are never read or written (an Alltoall's)."""
         plan = self.plan
-        num_slots = self.num_chunks * self.algorithm.num_ranks
-        order = np.lexsort((plan.wait_landed, plan.wait_slot))
-        slots_sorted = plan.wait_slot[order]
-        self.w_landed = array("i", plan.wait_landed[order].astype(np.int32).tobytes())
-        self.w_msg = array("q", plan.wait_msg[order].astype(np.int64).tobytes())
-        offsets = np.searchsorted(slots_sorted, np.arange(num_slots + 1, dtype=np.int64))
-        self.cursor = array("q", offsets[:-1].astype(np.int64).tobytes())
-        self.slot_end = array("q", offsets[1:].astype(np.int64).tobytes())
-        self.arrived = array("i", bytes(4 * num_slots))
         # per message: the slot it updates (its first transfer's chunk at the destination)
         if plan.write_slot is not None:
-            slot = plan.write_slot.astype(np.int64)
+            write = plan.write_slot.astype(np.int64)
         else:
-            slot = np.frombuffer(plan.chunk, dtype=np.int32).astype(np.int64)
-            slot += np.frombuffer(plan.dst, dtype=np.int32).astype(np.int64) * self.num_chunks
-        self.msg_slot = array("q", slot.tobytes())
+            write = np.frombuffer(plan.chunk, dtype=np.int32).astype(np.int64)
+            write += np.frombuffer(plan.dst, dtype=np.int32).astype(np.int64) * self.num_chunks
+        several = [*plan.groups.values(), *(plan.fanout or {}).values()]  # messages that update several slots
+        uses = [plan.wait_slot, write, *(np.asarray(s, dtype=np.int64) for s in several)]
+        index = SlotNumbering.of(uses, self.num_chunks * self.algorithm.num_ranks)
+        # the slots' indices: in _release, and for the timing in schedule order
+        self.wait_index = index(plan.wait_slot)
+        self.msg_slot = array("q", index(write).tobytes())
+        self.group_slots = {m: index(slots).tolist() for m, slots in plan.groups.items()}
+        self.fanout_slots = {m: index(slots).tolist() for m, slots in (plan.fanout or {}).items()}
+        order = np.lexsort((plan.wait_landed, self.wait_index))
+        slots_sorted = self.wait_index[order]
+        self.w_landed = array("i", plan.wait_landed[order].astype(np.int32).tobytes())
+        self.w_msg = array("q", plan.wait_msg[order].astype(np.int64).tobytes())
+        offsets = np.searchsorted(slots_sorted, np.arange(index.count + 1, dtype=np.int64))
+        self.cursor = array("q", offsets[:-1].astype(np.int64).tobytes())
+        self.slot_end = array("q", offsets[1:].astype(np.int64).tobytes())
+        self.arrived = array("i", bytes(4 * index.count))
 
     def _queues(self, contention: bool, record_utilisation: bool) -> None:
         """The FIFO queue of each rank pair, its route, its standalone rate and
@@ -489,7 +496,7 @@ class _Run:
         del position
         by_position = _stable_order(wait_position)
         wait_position = wait_position[by_position]
-        wait_slot = plan.wait_slot[by_position].astype(np.int64)
+        wait_slot = self.wait_index[by_position]
         wait_landed = plan.wait_landed[by_position]
         wait_start = np.searchsorted(wait_position, group_start)
         queue = self.msg_q_np.astype(np.int64)
@@ -630,9 +637,9 @@ class _Run:
 
     def _complete(self, m: int, now: float) -> None:
         """Message ``m`` has landed (and reduced): its chunks are updated."""
-        group = self.groups.get(m)
+        group = self.group_slots.get(m)
         if group is None:
-            fanout = self.fanout.get(m) if self.fanout else None
+            fanout = self.fanout_slots.get(m) if self.fanout_slots else None
             if fanout is None:
                 self._release(self.msg_slot[m], now)
             else:

@@ -45,6 +45,49 @@ class Plan:
         return len(self.src)
 
 
+#: A per-slot table stays indexed by the slot itself (chunk + rank × chunks) unless it would have more than
+#: this many entries per slot use: an Alltoall's P² chunks make P³ slots (a billion on 1,024 ranks), of which
+#: its P² messages read and write 2P².
+DENSE_SLOTS_PER_USE = 4
+
+
+@dataclass(frozen=True)
+class SlotNumbering:
+    """Table indices for slots (chunk + rank × chunks): the slot itself
+    where a table of every slot is small enough, else the slot's rank among
+    the slots in use (:meth:`of`). Both keep the slots' order, so a table
+    walked in index order meets the slots in the same order either way."""
+
+    used: np.ndarray | None  # the slots in use, ascending; None where each slot is its own index
+    count: int  # entries of a table indexed this way
+
+    @classmethod
+    def of(cls, uses: Sequence[np.ndarray], num_slots: int) -> SlotNumbering:
+        """The numbering for tables over the slots ``uses`` name, out of ``num_slots``."""
+        total = sum(len(u) for u in uses)
+        if num_slots <= DENSE_SLOTS_PER_USE * total:
+            return cls(None, num_slots)
+        used = np.unique(np.concatenate([np.asarray(u, dtype=np.int64) for u in uses]))
+        return cls(used, len(used))
+
+    def __call__(self, slots) -> np.ndarray:
+        """The indices of ``slots`` (each one in use)."""
+        slots = np.asarray(slots, dtype=np.int64)
+        return slots if self.used is None else np.searchsorted(self.used, slots)
+
+    def slots(self, indices: np.ndarray) -> np.ndarray:
+        """The slots at ``indices``."""
+        return indices if self.used is None else self.used[indices]
+
+
+def holds(present: np.ndarray, slots: np.ndarray) -> np.ndarray:
+    """Per slot of ``slots``: whether it is in ``present`` (ascending)."""
+    if not len(present):
+        return np.zeros(len(slots), dtype=bool)
+    at = np.minimum(np.searchsorted(present, slots), len(present) - 1)
+    return present[at] == slots
+
+
 def _labels(keys, timed: bool) -> list[str]:
     return [f"t={k:.6g}" if timed else f"step {k}" for k in keys]
 
@@ -54,7 +97,8 @@ def plan_vectorised(algorithm: Algorithm, num_chunks: int, present: np.ndarray) 
     of transfers in seconds. A batch's messages are those of
     :func:`~simcoll.algorithm.messages` (its single transfers in order, then
     its contiguity groups in order of first appearance), as
-    :func:`plan_grouped` builds them transfer by transfer."""
+    :func:`plan_grouped` builds them transfer by transfer. ``present``: the
+    slots the collective starts with, ascending."""
     transfers, table = algorithm.transfers, algorithm.table
     n = len(transfers)
     timed = algorithm.schedule != "steps"
@@ -96,11 +140,12 @@ def plan_vectorised(algorithm: Algorithm, num_chunks: int, present: np.ndarray) 
     landed = np.empty(n, dtype=np.int32)
     landed[by_read] = landed_sorted
     del by_read, landed_sorted
-    missing = (landed == 0) & ~present[read_slot]
-    if missing.any():
-        bad = transfers[int(order[np.flatnonzero(missing)[0]])]
+    unwaited = np.flatnonzero(landed == 0)  # reads of what the collective starts with
+    missing = unwaited[~holds(present, read_slot[unwaited])]
+    if missing.size:
+        bad = transfers[int(order[missing[0]])]
         raise AlgorithmError(f"{algorithm.name}: {bad.describe()} before rank {bad.src} holds the chunk")
-    del missing
+    del missing, unwaited
     waits = landed > 0
     wait_slot, wait_landed, wait_msg = read_slot[waits], landed[waits], msg[waits]
     del read_slot, landed
@@ -182,6 +227,7 @@ def plan_grouped(algorithm: Algorithm, num_chunks: int, present: np.ndarray) -> 
     destination) and contiguity groups (a group on one rank pair in one
     batch is one message); :func:`plan_vectorised` builds the same plan for
     schedules without switch reductions."""
+    present = set(present.tolist())
     written: dict[int, int] = {}
     timed = algorithm.schedule != "steps"
     src, dst, chunk, batch, pending = array("i"), array("i"), array("i"), array("i"), array("i")
@@ -207,7 +253,7 @@ def plan_grouped(algorithm: Algorithm, num_chunks: int, present: np.ndarray) -> 
                     wait_landed.append(landed)
                     wait_msg.append(m)
                     need += 1
-                elif not present[slot]:
+                elif slot not in present:
                     raise AlgorithmError(f"{algorithm.name}: {r.describe()} before rank {s} holds the chunk")
             fanout[m] = [r.chunk + d * num_chunks for d in r.destinations]
             writes += fanout[m]
@@ -231,7 +277,7 @@ def plan_grouped(algorithm: Algorithm, num_chunks: int, present: np.ndarray) -> 
                     wait_landed.append(landed)
                     wait_msg.append(m)
                     need += 1
-                elif not present[slot]:
+                elif slot not in present:
                     raise AlgorithmError(f"{algorithm.name}: {t.describe()} before rank {t.src} holds the chunk")
                 writes.append(t.chunk + t.dst * num_chunks)
             if len(message) > 1:

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .network import FluidNetwork, Resource
-from .plan import Plan
+from .plan import Plan, SlotNumbering
 
 Route = tuple[float, float, tuple[tuple[Resource, float], ...]]
 
@@ -96,15 +96,16 @@ def node_rotation(plan: Plan, net: FluidNetwork, num_ranks: int, num_chunks: int
 def _rotation(plan: Plan, net: FluidNetwork, n: int, num_chunks: int, shift: int) -> NodeRotation | None:
     """:func:`node_rotation` for one shift of ``shift`` ranks."""
     image = _message_image(plan, shift, n)
-    tau = None if image is None else _same_messages(plan, image, num_chunks)
-    if tau is None:
+    same = None if image is None else _same_messages(plan, image, num_chunks)
+    if same is None:
         return None
+    tau, index = same
     order = n // shift
     routes = _orbit_routes(plan, net, shift, n, order)
     if routes is None:
         return None
     representatives, rep_of = _representatives(plan, shift, n)
-    write_slot = _node0_slots(plan, representatives, tau, shift, num_chunks)
+    write_slot = _node0_slots(plan, representatives, tau, index, shift, num_chunks)
     return NodeRotation(order, shift, representatives, rep_of, write_slot, routes)
 
 
@@ -174,11 +175,12 @@ def _message_image(plan: Plan, g: int, n: int) -> np.ndarray | None:
     return image
 
 
-def _same_messages(plan: Plan, image: np.ndarray, num_chunks: int) -> np.ndarray | None:
-    """The slot permutation τ (per slot ``chunk + rank × chunks``: the slot
-    it maps to, -1 where no message reads or writes it) under which every
-    message and its image agree (batch, op, the slot read and the slot
-    written, and the number of updates the read waits for), or None."""
+def _same_messages(plan: Plan, image: np.ndarray, num_chunks: int) -> tuple[np.ndarray, SlotNumbering] | None:
+    """The slot permutation τ under which every message and its image agree
+    (batch, op, the slot read and the slot written, and the number of
+    updates the read waits for), or None. τ is a table over the slots
+    (``chunk + rank × chunks``) in the returned numbering: per slot, the
+    index of the slot it maps to, -1 where no message reads or writes it."""
     batch, pending = _column(plan.batch), _column(plan.pending)
     reduce = np.frombuffer(bytes(plan.reduce), dtype=np.uint8)
     if not (np.array_equal(batch[image], batch) and np.array_equal(reduce[image], reduce)):
@@ -188,7 +190,9 @@ def _same_messages(plan: Plan, image: np.ndarray, num_chunks: int) -> np.ndarray
     chunk = _column(plan.chunk).astype(np.int64)
     read = chunk + _column(plan.src).astype(np.int64) * num_chunks
     write = chunk + _column(plan.dst).astype(np.int64) * num_chunks
-    size = int(max(read.max(), write.max())) + 1
+    index = SlotNumbering.of([read, write], int(max(read.max(), write.max())) + 1)
+    read, write = index(read), index(write)
+    size = index.count
     tau = np.full(size, -1, dtype=np.int64)
     tau[read] = read[image]
     tau[write] = write[image]
@@ -202,7 +206,7 @@ def _same_messages(plan: Plan, image: np.ndarray, num_chunks: int) -> np.ndarray
     landed[plan.wait_msg] = plan.wait_landed
     if not np.array_equal(landed[image], landed):
         return None
-    return tau
+    return tau, index
 
 
 def _orbit_routes(plan: Plan, net: FluidNetwork, g: int, n: int, k: int) -> dict[tuple[int, int], Route] | None:
@@ -262,16 +266,18 @@ def _representatives(plan: Plan, g: int, n: int) -> tuple[np.ndarray, np.ndarray
     return representatives, rep_of
 
 
-def _node0_slots(plan: Plan, representatives: np.ndarray, tau: np.ndarray, g: int, num_chunks: int) -> np.ndarray:
+def _node0_slots(
+    plan: Plan, representatives: np.ndarray, tau: np.ndarray, index: SlotNumbering, g: int, num_chunks: int
+) -> np.ndarray:
     """Per representative landing at a rank of node ``j``: the slot of node 0
-    that ``τ^-j`` maps the slot it updates to."""
+    that ``τ^-j`` maps the slot it updates to (τ a table in ``index``'s numbering)."""
     inverse = np.full(len(tau), -1, dtype=np.int64)
     used = tau >= 0
     inverse[tau[used]] = np.flatnonzero(used)
     dst = _column(plan.dst)[representatives].astype(np.int64)
-    slot = _column(plan.chunk)[representatives].astype(np.int64) + dst * num_chunks
+    slot = index(_column(plan.chunk)[representatives].astype(np.int64) + dst * num_chunks)
     steps = dst // g
     for j in range(1, int(steps.max(initial=0)) + 1):
         moving = steps >= j
         slot[moving] = inverse[slot[moving]]
-    return slot
+    return index.slots(slot)

@@ -107,3 +107,18 @@ def _routes(spec: str, contention: bool, mirrored: bool):
 @pytest.mark.parametrize("contention", [True, False])
 def test_mirrored_routes_equal_worked_out_routes(spec, contention):
     assert _routes(spec, contention, mirrored=True) == _routes(spec, contention, mirrored=False)
+
+
+@pytest.mark.parametrize("spec", ["dgx-h100*3", "ndv2*3", "dgx-h100*4/clos:radix=32"])
+def test_route_ids_read_the_routes_and_create_the_same_resources(spec):
+    # The node-rotation check reads every pair's route once as resource numbers and weights, without
+    # keeping it: the same numbers and weights as the route, the same resources created in the same order.
+    machine = load_machine(spec)
+    routes = FluidNetwork(simpy.Environment(), machine)
+    ids = FluidNetwork(simpy.Environment(), machine)
+    pairs = [(s, d) for s in reversed(range(machine.num_ranks)) for d in range(machine.num_ranks) if s != d]
+    for s, d in pairs:
+        alpha, bandwidth, used = routes.route(s, d)
+        assert ids.route_ids(s, d) == (alpha, bandwidth, tuple(r.id for r, _ in used), tuple(w for _, w in used))
+    assert ids.resource_calls() == routes.resource_calls()
+    assert ids.route_ids(*pairs[0]) == routes.route_ids(*pairs[0])  # a kept route reads the same

@@ -213,19 +213,22 @@ def _orbit_routes(plan: Plan, net: FluidNetwork, g: int, n: int, k: int) -> dict
     """The node-0 pairs' routes over orbit representatives, or None where the
     routes are not rotation-symmetric, an orbit has fewer than ``k``
     resources, or a route uses two resources of one orbit."""
-    image_of: dict[int, int] = {}
-    routes = {pair: net.route(*pair) for pair in plan.queues}
-    for (a, b), (alpha, bandwidth, resources) in routes.items():
-        twin_alpha, twin_bandwidth, twin = routes[((a + g) % n, (b + g) % n)]
-        if twin_alpha != alpha or twin_bandwidth != bandwidth or len(twin) != len(resources):
+    # every pair's route as resource numbers (a million pairs on 1,024 GPUs: not kept as routes)
+    routes = {pair: net.route_ids(*pair) for pair in plan.queues}
+    images: set[tuple[int, int]] = set()  # (resource, the resource in its place on the twin route)
+    for (a, b), (alpha, bandwidth, ids, weights) in routes.items():
+        twin_alpha, twin_bandwidth, twin_ids, twin_weights = routes[((a + g) % n, (b + g) % n)]
+        if twin_alpha != alpha or twin_bandwidth != bandwidth or twin_weights != weights:
             return None
-        for (res, w), (res2, w2) in zip(resources, twin, strict=True):
-            if w != w2 or res.kind != res2.kind or res.capacity_Bps != res2.capacity_Bps or res.switch != res2.switch:
-                return None
-            if image_of.setdefault(res.id, res2.id) != res2.id:
-                return None
-    if len(set(image_of.values())) != len(image_of):
-        return None
+        images.update(zip(ids, twin_ids, strict=True))  # (as long: the weights are equal)
+    image_of = dict(images)
+    if len(image_of) != len(images) or len(set(image_of.values())) != len(image_of):
+        return None  # a resource with two images, or two with one
+    resources = net.resources
+    for rid, rid2 in image_of.items():
+        res, res2 = resources[rid], resources[rid2]
+        if res.kind != res2.kind or res.capacity_Bps != res2.capacity_Bps or res.switch != res2.switch:
+            return None
     canonical: dict[int, int] = {}
     for rid in image_of:
         if rid in canonical:
@@ -239,12 +242,11 @@ def _orbit_routes(plan: Plan, net: FluidNetwork, g: int, n: int, k: int) -> dict
             return None
         first = min(orbit)
         canonical.update(dict.fromkeys(orbit, first))
-    resources = net.resources
     out = {}
-    for (a, b), (alpha, bandwidth, used) in routes.items():
+    for (a, b), (alpha, bandwidth, ids, weights) in routes.items():
         if a >= g:
             continue
-        mapped = tuple((resources[canonical[res.id]], w) for res, w in used)
+        mapped = tuple((resources[canonical[rid]], w) for rid, w in zip(ids, weights, strict=True))
         if len({res.id for res, _ in mapped}) != len(mapped):
             return None
         out[(a, b)] = (alpha, bandwidth, mapped)

@@ -205,6 +205,12 @@ class Routes:
             self._to_first[node] = perm
         return self._to_first[node]
 
+    def first_node_permutation(self, src: int) -> np.ndarray | None:
+        """The rank permutation of :meth:`swap_to_first_node` for rank
+        ``src``'s node (``perm[r]``: the image of rank ``r``; do not write to
+        it), or None where there is no such swap."""
+        return self._to_first_node(src)
+
     def image_in_first_node(self, src: int, dst: int) -> tuple[int, int] | None:
         """The rank pair ``(src, dst)`` maps to when ``src``'s node is swapped
         with the first node (:meth:`swap_to_first_node`), or None."""

@@ -20,7 +20,7 @@ import simpy
 from simcoll import load_machine, load_topology
 from simcoll.algorithm import PairSet
 from simcoll.routes import Routes, _bandwidth_relation
-from simcoll.simulator.network import FluidNetwork
+from simcoll.simulator.network import FluidNetwork, RouteIdTable
 
 CLUSTERS = [
     "dgx-h100*3",
@@ -122,3 +122,32 @@ def test_route_ids_read_the_routes_and_create_the_same_resources(spec):
         assert ids.route_ids(s, d) == (alpha, bandwidth, tuple(r.id for r, _ in used), tuple(w for _, w in used))
     assert ids.resource_calls() == routes.resource_calls()
     assert ids.route_ids(*pairs[0]) == routes.route_ids(*pairs[0])  # a kept route reads the same
+
+
+@pytest.mark.parametrize("spec", ["dgx-h100*3", "ndv2*3", "dgx-a100*4", "perlmutter*4"])
+def test_a_route_table_of_every_pair_at_once_reads_as_pair_by_pair(spec):
+    # Every pair's route at once (the node-rotation check on 1,024 GPUs: a million pairs) gives each
+    # pair's resource numbers and weights as asking pair by pair, and creates the same resources in the
+    # same order - on machines nothing was worked out on before, pairs in no particular order.
+    import random
+
+    machine, fresh = load_machine(spec), load_machine(spec)
+    assert fresh is not machine  # routes are kept per machine: each side works its own out
+    n = machine.num_ranks
+    pairs = [(s, d) for s in range(n) for d in range(n) if s != d]
+    random.Random(15).shuffle(pairs)
+    table = FluidNetwork(simpy.Environment(), machine).route_id_table(pairs)
+    one_by_one = FluidNetwork(simpy.Environment(), fresh)
+    rows = [one_by_one.route_ids(*pair) for pair in pairs]
+    expected = RouteIdTable.from_rows(rows)
+    for field in ("alpha_s", "bandwidth_Bps", "ids", "weights"):
+        assert np.array_equal(getattr(table, field), getattr(expected, field)), field
+    net = FluidNetwork(simpy.Environment(), machine)
+    net.route_id_table(pairs)
+    assert net.resource_calls() == one_by_one.resource_calls()
+
+
+def test_a_route_table_is_left_to_pair_by_pair_where_a_node_swap_is_no_symmetry():
+    machine = load_machine("dgx-h100*4/clos:radix=32")  # nodes under different leaf switches
+    pairs = [(s, d) for s in range(machine.num_ranks) for d in range(machine.num_ranks) if s != d]
+    assert FluidNetwork(simpy.Environment(), machine).route_id_table(pairs) is None

@@ -516,6 +516,136 @@ class FluidNetwork:
         ids = self._resource_ids
         return alpha, bandwidth, tuple([ids[k] for k, _ in used]), tuple([w for _, w in used])
 
+    def route_id_table(self, pairs: Sequence[tuple[int, int]]) -> RouteIdTable | None:
+        """:meth:`route_ids` of every pair of ``pairs`` at once, creating the
+        same resources in the same order as asking pair by pair; or None
+        where it cannot be done at once (then ask pair by pair): this network
+        holds routes already, a pair is not of two GPUs, a source's node
+        swapped with the first node is no symmetry of the topology, or a
+        route is missing (asking for that pair names it).
+
+        A pair whose source is in another node than the first has the route
+        of its image in the first node, mirrored (:meth:`_mirrored_recipe`):
+        here each image's route is worked out once, and each node's swap is
+        applied once to each resource creation call it changes (those
+        naming a component of the two nodes), not once per pair - a million
+        pairs on 1,024 GPUs."""
+        if self._routes or not pairs:
+            return None
+        topology, routes = self._topo, self.machine.routes
+        n, nodes = topology.num_ranks, topology.nodes
+        try:
+            src = np.fromiter((a for a, _ in pairs), dtype=np.int64, count=len(pairs))
+            dst = np.fromiter((b for _, b in pairs), dtype=np.int64, count=len(pairs))
+        except TypeError:  # switch paths
+            return None
+        rank_node = [topology.gpu(r).node for r in range(n)]
+        if not nodes or None in rank_node:
+            return None
+        position = {node: i for i, node in enumerate(nodes)}
+        src_node = np.array([position[node] for node in rank_node], dtype=np.int64)[src]
+        image_src, image_dst = src.copy(), dst.copy()
+        swaps: dict[int, dict[str, str]] = {}  # per node position but the first's: its swap with the first
+        for i in np.unique(src_node).tolist():
+            if i == 0:
+                continue
+            rank = int(src[np.argmax(src_node == i)])
+            swap, perm = routes.swap_to_first_node(rank), routes.first_node_permutation(rank)
+            if swap is None or perm is None:
+                return None
+            swaps[i] = swap
+            mask = src_node == i
+            image_src[mask], image_dst[mask] = perm[src[mask]], perm[dst[mask]]
+        images, image_of_pair = np.unique(image_src * n + image_dst, return_inverse=True)
+        # the images' routes (worked out in the scratch network) as rows of creation calls and uses
+        calls: list[tuple] = []
+        number: dict[tuple, int] = {}
+        by_key: dict[tuple, int] = {}
+        created_rows, used_rows, weight_rows = [], [], []
+        alpha = np.empty(len(images))
+        bandwidth = np.empty(len(images))
+        for row, code in enumerate(images.tolist()):
+            image = divmod(code, n)
+            recipe = self._recipes.get(image)
+            if recipe is None:
+                if self._scratch is None:
+                    self._scratch = self._scratch_network()
+                try:
+                    self._scratch.route(*image)
+                except TopologyError:
+                    return None
+                recipe = self._recipes[image]
+            alpha[row], bandwidth[row], created, used = recipe
+            numbers = []
+            for call in created:
+                c = number.get(call)
+                if c is None:
+                    c = number[call] = len(calls)
+                    calls.append(call)
+                    by_key.setdefault(call[0], c)
+                numbers.append(c)
+            created_rows.append(numbers)
+            used_rows.append([by_key[key] for key, _ in used])
+            weight_rows.append([w for _, w in used])
+        image_calls = len(calls)
+        # per node: the image calls its swap changes (a component of the node in the key, or the node's
+        # prefix in the display name, as _node_renaming rewrites it)
+        owner = {c.name: c.node for c in topology.components if c.node is not None}
+        naming: dict[int, list[int]] = {}
+        for c, (key, name, *_) in enumerate(calls):
+            named = {owner[part] for part in key if isinstance(part, str) and part in owner}
+            named.update(int(m) for m in _NODE_PREFIX.findall(name))
+            for node in named:
+                naming.setdefault(node, []).append(c)
+        # per node position: image call -> the call its pairs make (an index into ``calls``)
+        maps = {0: np.arange(image_calls, dtype=np.int64)}
+        for i, swap in swaps.items():
+            memo = self._swap_memo.get(id(swap))
+            if memo is None or memo[0] is not swap:
+                memo = self._swap_memo[id(swap)] = (swap, {}, {}, _node_renaming(swap))
+            _, swapped, _, rename = memo
+            mapped = maps[0].copy()
+            for c in sorted(set(naming.get(nodes[0], ())) | set(naming.get(nodes[i], ()))):
+                call = calls[c]
+                twin = swapped.get(call)
+                if twin is None:
+                    key, name, kind, cap, sw = call
+                    twin = swapped[call] = (_swapped(key, swap), rename(name), kind, cap, sw)
+                t = number.get(twin)
+                if t is None:
+                    t = number[twin] = len(calls)
+                    calls.append(twin)
+                mapped[c] = t
+            maps[i] = mapped
+        created = _padded(created_rows)[image_of_pair]
+        used = _padded(used_rows)[image_of_pair]
+        weights = _padded(weight_rows, fill=0.0)[image_of_pair]
+        for i, mapped in maps.items():
+            rows = src_node == i
+            for table in (created, used):
+                part = table[rows]
+                table[rows] = np.where(part >= 0, mapped[np.maximum(part, 0)], -1)
+        # the resources, created in the order the pairs would create them one after another
+        flat = created.ravel()
+        made, first = np.unique(flat[flat >= 0], return_index=True)
+        for c in made[np.argsort(first, kind="stable")].tolist():
+            self._resource(*calls[c])
+        # a use names a resource by its key (any call with it): its number
+        ids = self._resource_ids
+        rid = np.fromiter((ids.get(call[0], -1) for call in calls), dtype=np.int64, count=len(calls))
+        return RouteIdTable(
+            alpha[image_of_pair], bandwidth[image_of_pair], np.where(used >= 0, rid[np.maximum(used, 0)], -1), weights
+        )
+
+    def _scratch_network(self) -> FluidNetwork:
+        return FluidNetwork(
+            simpy.Environment(),
+            self.machine,
+            contention=self.contention,
+            record_utilisation=False,
+            record_timeline=False,
+        )
+
     def _mirrored_recipe(self, src: int, dst: int) -> tuple | None:
         """The route recipe of ``(src, dst)`` mapped from its image in the
         first node of a cluster, where swapping the two nodes is a symmetry
@@ -533,13 +663,7 @@ class FluidNetwork:
             return None
         image = routes.image_in_first_node(src, dst)
         if self._scratch is None:
-            self._scratch = FluidNetwork(
-                simpy.Environment(),
-                self.machine,
-                contention=self.contention,
-                record_utilisation=False,
-                record_timeline=False,
-            )
+            self._scratch = self._scratch_network()
         try:
             self._scratch.route(*image)
         except TopologyError:
@@ -1358,6 +1482,40 @@ class FluidNetwork:
 
     def resource_names(self) -> list[str]:
         return [r.name for r in self.resources]
+
+
+@dataclass(frozen=True)
+class RouteIdTable:
+    """Routes of many rank pairs (:meth:`FluidNetwork.route_id_table`), a
+    row per pair: α, the standalone bandwidth, and the resources' numbers
+    and weights in route order (rows padded with -1 and 0.0)."""
+
+    alpha_s: np.ndarray
+    bandwidth_Bps: np.ndarray
+    ids: np.ndarray
+    weights: np.ndarray
+
+    @classmethod
+    def from_rows(cls, rows: Sequence[tuple[float, float, tuple[int, ...], tuple[float, ...]]]) -> RouteIdTable:
+        """The table of :meth:`FluidNetwork.route_ids` rows."""
+        return cls(
+            np.array([r[0] for r in rows], dtype=np.float64),
+            np.array([r[1] for r in rows], dtype=np.float64),
+            _padded([r[2] for r in rows]),
+            _padded([r[3] for r in rows], fill=0.0),
+        )
+
+
+_NODE_PREFIX = re.compile(r"(?<![\w.])n(\d+)\.")  # a node's components' names start n<node>. (_node_renaming)
+
+
+def _padded(rows: list[list], fill=-1) -> np.ndarray:
+    """``rows`` as a 2-D array, short rows padded with ``fill``."""
+    width = max((len(r) for r in rows), default=0)
+    out = np.full((len(rows), width), fill, dtype=np.float64 if isinstance(fill, float) else np.int64)
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = r
+    return out
 
 
 def _swapped(key: tuple, swap: dict[str, str]) -> tuple:

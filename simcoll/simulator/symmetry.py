@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .network import FluidNetwork, Resource
+from .network import FluidNetwork, Resource, RouteIdTable
 from .plan import Plan, SlotNumbering
 
 Route = tuple[float, float, tuple[tuple[Resource, float], ...]]
@@ -213,18 +213,33 @@ def _orbit_routes(plan: Plan, net: FluidNetwork, g: int, n: int, k: int) -> dict
     """The node-0 pairs' routes over orbit representatives, or None where the
     routes are not rotation-symmetric, an orbit has fewer than ``k``
     resources, or a route uses two resources of one orbit."""
-    # every pair's route as resource numbers (a million pairs on 1,024 GPUs: not kept as routes)
-    routes = {pair: net.route_ids(*pair) for pair in plan.queues}
-    images: set[tuple[int, int]] = set()  # (resource, the resource in its place on the twin route)
-    for (a, b), (alpha, bandwidth, ids, weights) in routes.items():
-        twin_alpha, twin_bandwidth, twin_ids, twin_weights = routes[((a + g) % n, (b + g) % n)]
-        if twin_alpha != alpha or twin_bandwidth != bandwidth or twin_weights != weights:
-            return None
-        images.update(zip(ids, twin_ids, strict=True))  # (as long: the weights are equal)
-    image_of = dict(images)
-    if len(image_of) != len(images) or len(set(image_of.values())) != len(image_of):
-        return None  # a resource with two images, or two with one
+    pairs = list(plan.queues)
+    table = net.route_id_table(pairs)  # every pair's route as resource numbers (a million pairs on 1,024 GPUs)
+    if table is None:  # pair by pair
+        table = RouteIdTable.from_rows([net.route_ids(*pair) for pair in pairs])
+    src = np.fromiter((a for a, _ in pairs), dtype=np.int64, count=len(pairs))
+    dst = np.fromiter((b for _, b in pairs), dtype=np.int64, count=len(pairs))
+    code = src * n + dst
+    by_code = np.argsort(code)
+    twin_code = ((src + g) % n) * n + (dst + g) % n
+    twin = by_code[np.minimum(np.searchsorted(code, twin_code, sorter=by_code), len(code) - 1)]
+    ids, weights = table.ids, table.weights
+    if not (
+        np.array_equal(code[twin], twin_code)  # every pair's twin is a pair of the plan (_message_image)
+        and np.array_equal(table.alpha_s[twin], table.alpha_s)
+        and np.array_equal(table.bandwidth_Bps[twin], table.bandwidth_Bps)
+        and np.array_equal(ids[twin] >= 0, ids >= 0)
+        and np.array_equal(weights[twin], weights)
+    ):
+        return None
+    # (resource, the resource in its place on the twin route), each once
+    used = ids >= 0
     resources = net.resources
+    images = np.unique(ids[used] * len(resources) + ids[twin][used])
+    rid, image = np.divmod(images, len(resources))
+    if len(np.unique(rid)) != len(images) or len(np.unique(image)) != len(images):
+        return None  # a resource with two images, or two with one
+    image_of = dict(zip(rid.tolist(), image.tolist(), strict=True))
     for rid, rid2 in image_of.items():
         res, res2 = resources[rid], resources[rid2]
         if res.kind != res2.kind or res.capacity_Bps != res2.capacity_Bps or res.switch != res2.switch:
@@ -243,13 +258,15 @@ def _orbit_routes(plan: Plan, net: FluidNetwork, g: int, n: int, k: int) -> dict
         first = min(orbit)
         canonical.update(dict.fromkeys(orbit, first))
     out = {}
-    for (a, b), (alpha, bandwidth, ids, weights) in routes.items():
-        if a >= g:
-            continue
-        mapped = tuple((resources[canonical[rid]], w) for rid, w in zip(ids, weights, strict=True))
+    for row in np.flatnonzero(src < g).tolist():
+        length = int(used[row].sum())
+        mapped = tuple(
+            (resources[canonical[rid]], w)
+            for rid, w in zip(ids[row, :length].tolist(), weights[row, :length].tolist(), strict=True)
+        )
         if len({res.id for res, _ in mapped}) != len(mapped):
             return None
-        out[(a, b)] = (alpha, bandwidth, mapped)
+        out[pairs[row]] = (float(table.alpha_s[row]), float(table.bandwidth_Bps[row]), mapped)
     return out
 
 

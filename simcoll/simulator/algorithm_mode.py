@@ -94,7 +94,7 @@ from ..errors import AlgorithmError, SimulationError
 from ..machines import Machine
 from .engine import check_limit, run_with_limit
 from .network import Flow, FluidNetwork, alone_rate_Bps
-from .plan import Plan, SlotNumbering, plan_grouped, plan_vectorised
+from .plan import Plan, QueueTable, SlotNumbering, plan_grouped, plan_vectorised
 from .results import TIMELINE_COLUMNS, SimulationResult, make_result
 from .symmetry import NodeRotation, node_rotation, quotient_plan, rebind_routes
 
@@ -302,7 +302,8 @@ class _Run:
         whether it is private (:func:`_private_pairs`)."""
         plan = self.plan
         self.pairs = list(plan.queues)
-        self.q_msgs = [plan.queues[p] for p in self.pairs]
+        queues = plan.queues
+        self.q_msgs = queues.queue_arrays() if isinstance(queues, QueueTable) else [queues[p] for p in self.pairs]
         self.routes = []
         for i, pair in enumerate(self.pairs):
             if i % 1024 == 1023:

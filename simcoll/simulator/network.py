@@ -516,13 +516,13 @@ class FluidNetwork:
         ids = self._resource_ids
         return alpha, bandwidth, tuple([ids[k] for k, _ in used]), tuple([w for _, w in used])
 
-    def route_id_table(self, pairs: Sequence[tuple[int, int]]) -> RouteIdTable | None:
-        """:meth:`route_ids` of every pair of ``pairs`` at once, creating the
-        same resources in the same order as asking pair by pair; or None
-        where it cannot be done at once (then ask pair by pair): this network
-        holds routes already, a pair is not of two GPUs, a source's node
-        swapped with the first node is no symmetry of the topology, or a
-        route is missing (asking for that pair names it).
+    def route_id_table(self, src: np.ndarray, dst: np.ndarray) -> RouteIdTable | None:
+        """:meth:`route_ids` of every rank pair (``src[i]``, ``dst[i]``) at
+        once, creating the same resources in the same order as asking pair
+        by pair; or None where it cannot be done at once (then ask pair by
+        pair): this network holds routes already, a rank is outside the
+        nodes, a source's node swapped with the first node is no symmetry of
+        the topology, or a route is missing (asking for that pair names it).
 
         A pair whose source is in another node than the first has the route
         of its image in the first node, mirrored (:meth:`_mirrored_recipe`):
@@ -530,15 +530,11 @@ class FluidNetwork:
         applied once to each resource creation call it changes (those
         naming a component of the two nodes), not once per pair - a million
         pairs on 1,024 GPUs."""
-        if self._routes or not pairs:
+        if self._routes or not len(src):
             return None
         topology, routes = self._topo, self.machine.routes
         n, nodes = topology.num_ranks, topology.nodes
-        try:
-            src = np.fromiter((a for a, _ in pairs), dtype=np.int64, count=len(pairs))
-            dst = np.fromiter((b for _, b in pairs), dtype=np.int64, count=len(pairs))
-        except TypeError:  # switch paths
-            return None
+        src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
         rank_node = [topology.gpu(r).node for r in range(n)]
         if not nodes or None in rank_node:
             return None

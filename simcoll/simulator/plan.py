@@ -7,7 +7,7 @@ of nodes)."""
 from __future__ import annotations
 
 from array import array
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,7 +35,7 @@ class Plan:
     wait_slot: np.ndarray
     wait_landed: np.ndarray
     wait_msg: np.ndarray
-    queues: dict[tuple[int, int], Sequence[int]]  # per rank pair (or switch path): its messages in order
+    queues: Mapping[tuple[int, int], Sequence[int]]  # per rank pair (or switch path): its messages in order
     describe: Callable[[int], str]
     fanout: dict[int, list[int]] = None  # type: ignore[assignment]  # switch reductions: slots they update
     write_slot: np.ndarray | None = None  # per message: the slot it updates, where not its chunk at its dst
@@ -86,6 +86,68 @@ def holds(present: np.ndarray, slots: np.ndarray) -> np.ndarray:
         return np.zeros(len(slots), dtype=bool)
     at = np.minimum(np.searchsorted(present, slots), len(present) - 1)
     return present[at] == slots
+
+
+class QueueTable(Mapping):
+    """Every rank pair's FIFO message queue in three arrays: the pairs
+    (``src``, ``dst``, ascending by ``src × ranks + dst``), the messages
+    grouped by pair, each pair's in schedule order, and where each pair's
+    start (``starts``, one more than pairs). It reads as the dict
+    ``{(src, dst): array("q") of messages}`` (a fresh array per lookup);
+    the node-rotation search (:mod:`.symmetry`) reads the arrays - a
+    million pairs on 1,024 GPUs, where a dict of arrays costs seconds."""
+
+    def __init__(self, src: np.ndarray, dst: np.ndarray, starts: np.ndarray, messages: np.ndarray, ranks: int):
+        self.src, self.dst, self.starts, self.messages, self.ranks = src, dst, starts, messages, ranks
+        self.codes = src * ranks + dst  # ascending
+        self._rows: dict[tuple[int, int], int] | None = None
+
+    @classmethod
+    def of(cls, pair_code: np.ndarray, ranks: int) -> QueueTable:
+        """The queues of messages whose rank pairs are ``pair_code`` (per
+        message in schedule order: ``src × ranks + dst``)."""
+        messages = np.argsort(pair_code, kind="stable")
+        sorted_codes = pair_code[messages]
+        first = np.flatnonzero(np.diff(sorted_codes, prepend=-1)) if len(messages) else np.zeros(0, dtype=np.int64)
+        codes = sorted_codes[first].astype(np.int64)
+        starts = np.append(first, len(messages)).astype(np.int64)
+        return cls(codes // ranks, codes % ranks, starts, messages.astype(np.int64), ranks)
+
+    def rows_of(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+        """The queue number of each pair (``src[i]``, ``dst[i]``), -1 where it has none."""
+        codes = np.asarray(src, dtype=np.int64) * self.ranks + np.asarray(dst, dtype=np.int64)
+        if not len(self.codes):
+            return np.full(len(codes), -1, dtype=np.int64)
+        at = np.minimum(np.searchsorted(self.codes, codes), len(self.codes) - 1)
+        return np.where(self.codes[at] == codes, at, -1)
+
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.starts)
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        return zip(self.src.tolist(), self.dst.tolist(), strict=True)
+
+    def __getitem__(self, pair: tuple[int, int]) -> array:
+        if self._rows is None:
+            self._rows = {p: k for k, p in enumerate(self)}
+        k = self._rows[pair]
+        return array("q", self.messages[self.starts[k] : self.starts[k + 1]].tobytes())
+
+    def queue_arrays(self) -> list[array]:
+        """Every pair's queue, in pair order (as ``[self[p] for p in self]``)."""
+        pieces = np.split(self.messages, self.starts[1:-1]) if len(self.codes) else []
+        return [array("q", piece.tobytes()) for piece in pieces]
+
+    def select(self, rows: np.ndarray, renumber: np.ndarray) -> QueueTable:
+        """The queues ``rows`` (ascending), their messages renumbered by ``renumber``."""
+        lengths = self.lengths()[rows]
+        starts = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
+        within = np.arange(int(starts[-1]), dtype=np.int64) - np.repeat(starts[:-1], lengths)
+        messages = renumber[self.messages[np.repeat(self.starts[rows], lengths) + within]]
+        return QueueTable(self.src[rows], self.dst[rows], starts, messages, self.ranks)
 
 
 def _labels(keys, timed: bool) -> list[str]:
@@ -159,15 +221,8 @@ def plan_vectorised(algorithm: Algorithm, num_chunks: int, present: np.ndarray) 
             groups[m] = write_slot[heads[m] : heads[m] + sizes[m]].tolist()
         order, src, dst, chunk, reduce, batch = (c[heads] for c in (order, src, dst, chunk, reduce, batch))
     del write_slot, heads
-    pair = src * algorithm.num_ranks + dst
-    by_pair = np.argsort(pair, kind="stable")
-    cuts = np.flatnonzero(np.diff(pair[by_pair])) + 1
-    queues = {}
-    for piece in np.split(by_pair, cuts) if len(pair) else ():
-        m = int(piece[0])
-        # 8 bytes a message, not a list of Python ints (40): 17 M messages on 1,024 GPUs
-        queues[(int(src[m]), int(dst[m]))] = array("q", piece.astype(np.int64, copy=False).tobytes())
-    del pair, by_pair
+    # 8 bytes a message in one array, not a list of Python ints (40) per pair: 17 M messages on 1,024 GPUs
+    queues = QueueTable.of(src.astype(np.int64) * algorithm.num_ranks + dst, algorithm.num_ranks)
     return Plan(
         src=array("i", src.astype(np.int32).tobytes()),
         dst=array("i", dst.astype(np.int32).tobytes()),

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .network import FluidNetwork, Resource, RouteIdTable
-from .plan import Plan, SlotNumbering
+from .plan import Plan, QueueTable, SlotNumbering
 
 Route = tuple[float, float, tuple[tuple[Resource, float], ...]]
 
@@ -83,7 +83,7 @@ def node_rotation(plan: Plan, net: FluidNetwork, num_ranks: int, num_chunks: int
     g = num_ranks // nodes
     if any(topology.node_of(r) != r // g for r in range(num_ranks)):
         return None
-    if any(not isinstance(pair[0], int) for pair in plan.queues):
+    if not isinstance(plan.queues, QueueTable):  # (rank pairs' queues only: no switch paths)
         return None
     for d in range(1, nodes // 2 + 1):
         if nodes % d == 0:
@@ -143,11 +143,7 @@ def quotient_plan(plan: Plan, rotation: NodeRotation) -> Plan:
         wait_slot=plan.wait_slot[keep],
         wait_landed=plan.wait_landed[keep],
         wait_msg=renumber[plan.wait_msg[keep]],
-        queues={
-            pair: array("q", renumber[np.asarray(msgs, dtype=np.int64)].tobytes())
-            for pair, msgs in plan.queues.items()
-            if pair in rotation.routes
-        },
+        queues=plan.queues.select(np.flatnonzero(plan.queues.src < rotation.shift_ranks), renumber),
         describe=lambda m: describe(int(reps[m])),
         write_slot=rotation.write_slot,
     )
@@ -166,13 +162,22 @@ def _column(column) -> np.ndarray:
 def _message_image(plan: Plan, g: int, n: int) -> np.ndarray | None:
     """Per message: the message at the same place of the rotated pair's
     queue, or None where some queue has no rotated twin of its length."""
+    queues = plan.queues
+    twin = queues.rows_of((queues.src + g) % n, (queues.dst + g) % n)
+    lengths = queues.lengths()
+    if (twin < 0).any() or not np.array_equal(lengths[twin], lengths):
+        return None
     image = np.empty(plan.messages, dtype=np.int64)
-    for (a, b), msgs in plan.queues.items():
-        twin = plan.queues.get(((a + g) % n, (b + g) % n))
-        if twin is None or len(twin) != len(msgs):
-            return None
-        image[msgs] = twin
+    image[queues.messages] = queues.messages[_at_same_place(queues, twin)]
     return image
+
+
+def _at_same_place(queues: QueueTable, rows: np.ndarray) -> np.ndarray:
+    """Per message of ``queues`` (in their order): where the message at its
+    place in queue ``rows[k]`` (as long as its own queue ``k``) is stored."""
+    lengths = queues.lengths()
+    within = np.arange(len(queues.messages), dtype=np.int64) - np.repeat(queues.starts[:-1], lengths)
+    return np.repeat(queues.starts[rows], lengths) + within
 
 
 def _same_messages(plan: Plan, image: np.ndarray, num_chunks: int) -> tuple[np.ndarray, SlotNumbering] | None:
@@ -213,20 +218,15 @@ def _orbit_routes(plan: Plan, net: FluidNetwork, g: int, n: int, k: int) -> dict
     """The node-0 pairs' routes over orbit representatives, or None where the
     routes are not rotation-symmetric, an orbit has fewer than ``k``
     resources, or a route uses two resources of one orbit."""
-    pairs = list(plan.queues)
-    table = net.route_id_table(pairs)  # every pair's route as resource numbers (a million pairs on 1,024 GPUs)
+    queues = plan.queues
+    src, dst = queues.src, queues.dst
+    table = net.route_id_table(src, dst)  # every pair's route as resource numbers (a million pairs on 1,024 GPUs)
     if table is None:  # pair by pair
-        table = RouteIdTable.from_rows([net.route_ids(*pair) for pair in pairs])
-    src = np.fromiter((a for a, _ in pairs), dtype=np.int64, count=len(pairs))
-    dst = np.fromiter((b for _, b in pairs), dtype=np.int64, count=len(pairs))
-    code = src * n + dst
-    by_code = np.argsort(code)
-    twin_code = ((src + g) % n) * n + (dst + g) % n
-    twin = by_code[np.minimum(np.searchsorted(code, twin_code, sorter=by_code), len(code) - 1)]
+        table = RouteIdTable.from_rows([net.route_ids(*pair) for pair in queues])
+    twin = queues.rows_of((src + g) % n, (dst + g) % n)  # (every pair has one: _message_image)
     ids, weights = table.ids, table.weights
     if not (
-        np.array_equal(code[twin], twin_code)  # every pair's twin is a pair of the plan (_message_image)
-        and np.array_equal(table.alpha_s[twin], table.alpha_s)
+        np.array_equal(table.alpha_s[twin], table.alpha_s)
         and np.array_equal(table.bandwidth_Bps[twin], table.bandwidth_Bps)
         and np.array_equal(ids[twin] >= 0, ids >= 0)
         and np.array_equal(weights[twin], weights)
@@ -266,7 +266,7 @@ def _orbit_routes(plan: Plan, net: FluidNetwork, g: int, n: int, k: int) -> dict
         )
         if len({res.id for res, _ in mapped}) != len(mapped):
             return None
-        out[pairs[row]] = (float(table.alpha_s[row]), float(table.bandwidth_Bps[row]), mapped)
+        out[(int(src[row]), int(dst[row]))] = (float(table.alpha_s[row]), float(table.bandwidth_Bps[row]), mapped)
     return out
 
 
@@ -278,10 +278,11 @@ def _representatives(plan: Plan, g: int, n: int) -> tuple[np.ndarray, np.ndarray
     representatives = np.flatnonzero(src < g)
     index = np.full(plan.messages, -1, dtype=np.int64)
     index[representatives] = np.arange(len(representatives))
+    queues = plan.queues
+    shift = (queues.src // g) * g
+    back = queues.rows_of(queues.src - shift, (queues.dst - shift) % n)  # there: the rotation maps queues onto queues
     rep_of = np.empty(plan.messages, dtype=np.int64)
-    for (a, b), msgs in plan.queues.items():
-        shift = (a // g) * g
-        rep_of[msgs] = index[plan.queues[(a - shift, (b - shift) % n)]]
+    rep_of[queues.messages] = index[queues.messages[_at_same_place(queues, back)]]
     return representatives, rep_of
 
 

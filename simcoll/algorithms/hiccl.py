@@ -106,7 +106,12 @@ def table2(collective: Collective, steps: str, via: str = "reducescatter") -> tu
         if name == "gather":
             return "Σ_i M(i → {root})", [[mc(i, (root,), given[i]) for i in ranks if i != root]]
         # All-to-all: chunk (k·p + j)·p + i goes from rank i to rank j
-        to = {(i, j): [c for c in given[i] if (c // p) % p == j] for i in ranks for j in ranks if j != i}
+        to = {}
+        for i in ranks:  # (one pass over each rank's chunks, not one per destination: p³ on 1,024 GPUs)
+            by_destination: dict[int, list[int]] = {}
+            for c in given[i]:
+                by_destination.setdefault((c // p) % p, []).append(c)
+            to.update({(i, j): by_destination.get(j, []) for j in ranks if j != i})
         return "Σ_i Σ_j M(i → {j})", [[mc(i, (j,), chunks) for (i, j), chunks in to.items()]]
     if name == "broadcast":
         scatter = [mc(root, (i,), block(i)) for i in ranks if i != root]

@@ -8,11 +8,13 @@ Every transfer a rank sends to one peer in one step is one message (its
 
 from __future__ import annotations
 
-from ..algorithm import Algorithm, Transfer
+import numpy as np
+
+from ..algorithm import Algorithm, TransferTable
 from ..collectives import Collective
 from ..routes import Routes
 from ..topology import Topology
-from .common import finish, implements, one_message_per_step, require_routes
+from .common import blocks_csr, finish, implements, one_message_per_step, require_routes
 from .registry import Generator
 
 
@@ -66,29 +68,64 @@ def bruck(topology: Topology, collective: Collective) -> Algorithm:
     >>> bruck(load_topology("fully-connected:6"), make_collective("alltoall", 6)).steps
     3
     """
-    p = collective.num_ranks
-    steps = (p - 1).bit_length()
-    transfers: list[Transfer] = []
     if collective.name == "allgather":
-        for k, count in enumerate(bruck_allgather_blocks(p)):
-            for r in range(p):
-                dst = (r - (1 << k)) % p
-                for owner in ((r + i) % p for i in range(count)):
-                    transfers += [Transfer(c, r, dst, "copy", k) for c in collective.input_layout[owner]]
+        transfers = _allgather_table(collective)
     else:
-        for s in range(p):
-            for d in range(p):
-                offset = (d - s) % p
-                chunks = [(i * p + d) * p + s for i in range(collective.chunk_factor)]
-                for k in range(steps):
-                    if offset >> k & 1:
-                        here = (s + offset % (1 << k)) % p  # moved by the lower bits already
-                        there = (here + (1 << k)) % p
-                        transfers += [Transfer(c, here, there, "copy", k) for c in chunks]
+        transfers = _alltoall_table(collective)
     routes = Routes(topology)
     require_routes("bruck", topology, routes, transfers)
-    transfers = sorted(transfers, key=lambda t: (t.step, t.src, t.dst))
-    return finish("bruck", collective, topology, one_message_per_step(transfers), routes)
+    # by step, then sender, then receiver; otherwise in the order worked out above (a stable sort)
+    order = np.lexsort((transfers.dst, transfers.src, transfers.step))
+    return finish("bruck", collective, topology, one_message_per_step(transfers.take(order)), routes)
+
+
+def _allgather_table(collective: Collective) -> TransferTable:
+    """Step k, rank r sends to r - 2^k the chunks of the blocks of ranks
+    r .. r + min(2^k, P - 2^k) - 1: by step, rank, block, chunk."""
+    p = collective.num_ranks
+    flat, offsets = blocks_csr(lambda owner: collective.input_layout[owner], p)
+    parts = []
+    for k, count in enumerate(bruck_allgather_blocks(p)):
+        rank = np.repeat(np.arange(p, dtype=np.int64), count)
+        owner = (rank + np.tile(np.arange(count, dtype=np.int64), p)) % p
+        sizes = offsets[owner + 1] - offsets[owner]
+        src = np.repeat(rank, sizes)
+        within = np.arange(int(sizes.sum()), dtype=np.int64) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+        chunk = flat[np.repeat(offsets[owner], sizes) + within]
+        parts.append((chunk, src, (src - (1 << k)) % p, np.full(len(src), k, dtype=np.int64)))
+    return _table(parts)
+
+
+def _alltoall_table(collective: Collective) -> TransferTable:
+    """The block from s to d (offset j = d - s mod P) moves 2^k ranks on in
+    every step k whose bit j has: by (s, d), then step, then chunk."""
+    p, factor = collective.num_ranks, collective.chunk_factor
+    s, d = (side.ravel() for side in np.meshgrid(np.arange(p), np.arange(p), indexing="ij"))
+    offset = (d - s) % p
+    parts = []
+    for k in range((p - 1).bit_length()):
+        moved = np.flatnonzero(offset >> k & 1)
+        here = (s[moved] + offset[moved] % (1 << k)) % p  # moved by the lower bits already
+        # chunk (i·P + d)·P + s for i < chunk_factor, in that order; rows keyed by (s, d), step, i to sort
+        i = np.tile(np.arange(factor, dtype=np.int64), len(moved))
+        pair = np.repeat(moved, factor)
+        chunk = (i * p + d[pair]) * p + s[pair]
+        src = np.repeat(here, factor)
+        parts.append((chunk, src, (src + (1 << k)) % p, np.full(len(src), k, dtype=np.int64), pair, i))
+    key = np.lexsort(
+        (
+            np.concatenate([x[5] for x in parts]),
+            np.concatenate([x[3] for x in parts]),
+            np.concatenate([x[4] for x in parts]),
+        )
+    )
+    return _table([x[:4] for x in parts]).take(key)
+
+
+def _table(parts: list[tuple[np.ndarray, ...]]) -> TransferTable:
+    """Copies from (chunk, src, dst, step) column parts, in order."""
+    chunk, src, dst, step = (np.concatenate([part[c] for part in parts]) for c in range(4))
+    return TransferTable(chunk, src, dst, np.zeros(len(chunk), dtype=bool), step=step)
 
 
 GENERATORS = (

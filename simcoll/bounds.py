@@ -31,6 +31,8 @@ still gives valid, possibly looser, bounds.
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -104,23 +106,49 @@ def _cut_family(topology: Topology) -> tuple[list[np.ndarray], bool]:
 
 
 def _needed_chunks(collective: Collective, masks: list[np.ndarray]) -> np.ndarray:
-    """For each cut mask, the number of chunks that must enter it."""
-    p, g = collective.num_ranks, collective.num_chunks
-    pre = np.zeros((g, p), dtype=bool)
-    post = np.zeros((g, p), dtype=bool)
-    for c, r in collective.pre:
-        pre[c, r] = True
-    for c, r in collective.post:
-        post[c, r] = True
+    """For each cut mask, the number of chunks that must enter it: a chunk
+    wanted inside S that no rank of S holds, or, combining, a chunk wanted
+    inside S with a contribution outside it.
+
+    A chunk one rank holds and one other wants (an Alltoall's P² chunks)
+    enters S when its holder is outside and its receiver inside whether or
+    not it combines, so those are counted per (holder, receiver) pair, from
+    a P × P matrix; the others chunk by chunk."""
     if not masks:
         return np.zeros(0, dtype=int)
+    p, g = collective.num_ranks, collective.num_chunks
     inside = np.stack(masks)  # cuts × ranks
-    wanted_inside = (post.astype(int) @ inside.T.astype(int)) > 0  # chunks × cuts
-    if collective.combining:
-        held_outside = (pre.astype(int) @ (~inside).T.astype(int)) > 0
-        return (wanted_inside & held_outside).sum(axis=0)
-    held_inside = (pre.astype(int) @ inside.T.astype(int)) > 0
-    return (wanted_inside & ~held_inside).sum(axis=0)
+    pre_chunk, pre_rank = _layout_pairs(collective.input_layout)
+    post_chunk, post_rank = _layout_pairs(collective.output_layout)
+    single = (np.bincount(pre_chunk, minlength=g) == 1) & (np.bincount(post_chunk, minlength=g) == 1)
+    needed = np.zeros(len(masks))
+    if single.any():
+        holder, receiver = np.zeros(g, dtype=np.int64), np.zeros(g, dtype=np.int64)
+        holder[pre_chunk], receiver[post_chunk] = pre_rank, post_rank
+        c = np.flatnonzero(single)
+        chunks_between = np.bincount(holder[c] * p + receiver[c], minlength=p * p).reshape(p, p).astype(float)
+        needed += (((~inside).astype(float) @ chunks_between) * inside).sum(axis=1)  # held outside, wanted inside
+    rest = np.flatnonzero(~single)
+    if rest.size:
+        row = np.full(g, -1, dtype=np.int64)
+        row[rest] = np.arange(rest.size)
+        pre, post = (np.zeros((rest.size, p), dtype=np.float32) for _ in range(2))  # (counts < 2^24: exact)
+        for matrix, chunk, rank in ((pre, pre_chunk, pre_rank), (post, post_chunk, post_rank)):
+            kept = row[chunk] >= 0
+            matrix[row[chunk[kept]], rank[kept]] = 1.0
+        wanted_inside = (post @ inside.T.astype(np.float32)) > 0  # chunks × cuts
+        if collective.combining:
+            needed += (wanted_inside & ((pre @ (~inside).T.astype(np.float32)) > 0)).sum(axis=0)
+        else:
+            needed += (wanted_inside & ~((pre @ inside.T.astype(np.float32)) > 0)).sum(axis=0)
+    return needed.astype(np.int64)
+
+
+def _layout_pairs(layout: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """(chunk, rank) of every chunk each rank's ``layout`` lists, as two arrays."""
+    counts = [len(chunks) for chunks in layout]
+    chunk = np.fromiter(itertools.chain.from_iterable(layout), dtype=np.int64, count=sum(counts))
+    return chunk, np.repeat(np.arange(len(layout), dtype=np.int64), counts)
 
 
 def min_steps(collective: Collective, machine: Machine | str) -> int:

@@ -2,6 +2,7 @@
 
 from fractions import Fraction
 
+import numpy as np
 import pytest
 
 from simcoll import (
@@ -117,3 +118,33 @@ def test_no_algorithm_beats_the_time_bound():
 def test_large_machines_use_a_cut_family():
     b, exact = min_rounds_per_chunk(make_collective("allgather", 32), "dgx-a100*4")
     assert not exact and b > 0
+
+
+@pytest.mark.parametrize("name", ["alltoall", "allgather", "reducescatter", "broadcast", "gather", "allreduce"])
+@pytest.mark.parametrize("chunk_factor", [1, 2])
+def test_chunks_a_cut_needs_are_those_wanted_inside_and_not_held_there(name, chunk_factor):
+    # SCCL §3.7's cut: a chunk must enter S when a rank of S wants it and (not combining) no rank of S
+    # holds it, or (combining) a contribution to it is outside S. Counted per chunk here on every one of
+    # the 2^6 - 2 cuts of six ranks; bounds counts an Alltoall's P² one-to-one chunks per rank pair.
+    from simcoll.bounds import _halves, _needed_chunks
+
+    collective = make_collective(name, 6, chunk_factor=chunk_factor)
+    for part in _halves(collective) if name == "allreduce" else (collective,):
+        masks = [np.array([(m >> r) & 1 for r in range(6)], dtype=bool) for m in range(1, 2**6 - 1)]
+        holders, wanters = {}, {}
+        for c, r in part.pre:
+            holders.setdefault(c, set()).add(r)
+        for c, r in part.post:
+            wanters.setdefault(c, set()).add(r)
+        expected = []
+        for mask in masks:
+            s = set(np.flatnonzero(mask).tolist())
+            expected.append(
+                sum(
+                    1
+                    for c, wanting in wanters.items()
+                    if wanting & s
+                    and (bool(holders.get(c, set()) - s) if part.combining else not holders.get(c, set()) & s)
+                )
+            )
+        assert _needed_chunks(part, masks).tolist() == expected

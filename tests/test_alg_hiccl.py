@@ -421,3 +421,27 @@ def test_docstring_examples_run():
 
     for module in (hiccl_module, hiccl_primitives):
         assert doctest.testmod(module).failed == 0
+
+
+@pytest.mark.parametrize("factors", [(4, 8), (2, 2, 4), (3, 5), (12,)])
+def test_point_to_point_multicasts_factorised_together_as_one_by_one(factors):
+    # An All-to-all registers p(p - 1) single-leaf multicasts (a million on 1,024 GPUs): they are
+    # factorised together, giving the rows primitive by primitive gives - hop by hop up the
+    # hierarchy, each hop with the primitive's chunks in order - a leaf equal to its root and an
+    # empty chunk list included.
+    import random
+
+    from simcoll.algorithm import TransferTable
+    from simcoll.algorithms.hiccl_primitives import Hierarchy, Plan, Primitive, _point_to_point
+
+    rng = random.Random(15)
+    plan = Plan(Hierarchy(factors))
+    p = plan.hierarchy.size
+    primitives = [
+        Primitive("multicast", rng.randrange(p), (rng.randrange(p),), tuple(rng.sample(range(50), rng.randrange(4))))
+        for _ in range(200)
+    ]
+    together = _point_to_point(primitives, plan)
+    one_by_one = TransferTable.concatenate([primitive.table(plan) for primitive in primitives])
+    for column in ("chunk", "src", "dst", "reduce", "step"):
+        assert getattr(together, column).tolist() == getattr(one_by_one, column).tolist(), column

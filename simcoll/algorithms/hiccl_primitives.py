@@ -38,6 +38,7 @@ Transfers carry ``step`` = the stage relative to the primitive's start;
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -437,6 +438,65 @@ class Primitive:
         return reduction_table(self.leaves, self.root, self.chunks, plan)
 
 
+def _phase_table(phase: Sequence[Primitive], plan: Plan) -> TransferTable:
+    """The transfers of a phase's primitives, primitive by primitive; runs
+    of point-to-point multicasts (one leaf, unstriped, tree: an All-to-all's
+    p(p − 1)) are factorised together with NumPy (:func:`_point_to_point`)."""
+    parts: list[TransferTable] = []
+    run: list[Primitive] = []
+    tree, striping, node_of = plan.ring == 1, plan.stripes > 1, plan.node_of
+    for primitive in phase:
+        if (
+            tree
+            and primitive.kind == "multicast"
+            and len(primitive.leaves) == 1
+            and not (striping and node_of[primitive.leaves[0]] != node_of[primitive.root])  # (_striped)
+        ):
+            run.append(primitive)
+            continue
+        if run:
+            parts.append(_point_to_point(run, plan))
+            run = []
+        parts.append(primitive.table(plan))
+    if run:
+        parts.append(_point_to_point(run, plan))
+    return TransferTable.concatenate(parts)
+
+
+def _point_to_point(primitives: Sequence[Primitive], plan: Plan) -> TransferTable:
+    """:func:`multicast_table` of single-leaf, unstriped multicasts under a
+    tree, all at once: from the root, at every level where the leaf's digit
+    differs, a hop to the rank with that digit set (stage = level); each
+    hop carries the primitive's chunks in order. The same rows in the same
+    order as primitive by primitive (tested)."""
+    h = plan.hierarchy
+    root = np.fromiter((p.root for p in primitives), dtype=np.int64, count=len(primitives))
+    leaf = np.fromiter((p.leaves[0] for p in primitives), dtype=np.int64, count=len(primitives))
+    sizes = np.fromiter((len(p.chunks) for p in primitives), dtype=np.int64, count=len(primitives))
+    chunks = np.fromiter(itertools.chain.from_iterable(p.chunks for p in primitives), dtype=np.int64)
+    first_chunk = np.cumsum(sizes) - sizes
+    hops = []  # per level: (primitive, sender, receiver) of the hops made there
+    here = root.copy()
+    for level, stride in enumerate(h._strides):
+        factor = h.factors[level]
+        there = here + ((leaf // stride) % factor - (here // stride) % factor) * stride
+        moved = np.flatnonzero(there != here)
+        hops.append((moved, here[moved], there[moved], np.full(len(moved), level, dtype=np.int64)))
+        here = there
+    primitive, src, dst, step = (np.concatenate([hop[c] for hop in hops]) for c in range(4))
+    order = np.lexsort((step, primitive))  # primitive by primitive, its hops in order
+    primitive, src, dst, step = primitive[order], src[order], dst[order], step[order]
+    count = sizes[primitive]
+    within = np.arange(int(count.sum()), dtype=np.int64) - np.repeat(np.cumsum(count) - count, count)
+    return TransferTable(
+        chunks[np.repeat(first_chunk[primitive], count) + within],
+        np.repeat(src, count),
+        np.repeat(dst, count),
+        np.zeros(int(count.sum()), dtype=bool),
+        np.repeat(step, count),
+    )
+
+
 def compose(phases: Sequence[Sequence[Primitive]], plan: Plan) -> TransferTable:
     """The transfers of a multi-step collective: each phase a single-step
     collective (primitives registered together run concurrently, §3.2),
@@ -456,7 +516,7 @@ def compose(phases: Sequence[Sequence[Primitive]], plan: Plan) -> TransferTable:
             n = len(primitive.chunks)
             for position, chunk in enumerate(primitive.chunks):
                 channel.setdefault(chunk, position * plan.pipeline // n)
-    fenced = fence(*(TransferTable.concatenate([p.table(plan) for p in phase]) for phase in phases))
+    fenced = fence(*(_phase_table(phase, plan) for phase in phases))
     table = pipeline(fenced, channel)
     if not len(table):
         return table

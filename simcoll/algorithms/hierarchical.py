@@ -344,20 +344,23 @@ def two_step_alltoall(topology: Topology, collective: Collective, group_size: in
     """
     grid = node_grid(topology, "two-step-alltoall", group_size)
     routes = Routes(topology)
-    p = collective.num_ranks
-    transfers: list[Transfer] = []
-    for src in range(p):
-        m, i = grid.position(src)
-        for dst in range(p):
-            n, g = grid.position(dst)
-            relay = grid.ranks[m][g]
-            for index in range(collective.chunk_factor):
-                chunk = (index * p + dst) * p + src
-                if src != relay:
-                    transfers.append(Transfer(chunk, src, relay, "copy", 0))
-                if relay != dst:
-                    transfers.append(Transfer(chunk, relay, dst, "copy", 1))
-    return _build("two-step-alltoall", topology, collective, routes, grid, [transfers])
+    p, factor = collective.num_ranks, collective.chunk_factor
+    node, local = np.zeros(p, dtype=np.int64), np.zeros(p, dtype=np.int64)
+    for n, ranks in enumerate(grid.ranks):
+        node[list(ranks)], local[list(ranks)] = n, np.arange(len(ranks))
+    # per (src, dst, index), src by src: the chunk goes src -> relay (step 0), then relay -> dst (step 1)
+    src = np.repeat(np.arange(p, dtype=np.int64), p * factor)
+    dst = np.tile(np.repeat(np.arange(p, dtype=np.int64), factor), p)
+    chunk = (np.tile(np.arange(factor, dtype=np.int64), p * p) * p + dst) * p + src
+    relay = np.array(grid.ranks, dtype=np.int64)[node[src], local[dst]]
+    hops = np.stack([np.stack([src, relay, np.zeros_like(src)]), np.stack([relay, dst, np.ones_like(src)])], axis=2)
+    chunk = np.repeat(chunk, 2)
+    senders, receivers, steps = (hops[k].reshape(-1) for k in range(3))
+    kept = senders != receivers  # a hop whose ends coincide is left out
+    table = TransferTable(
+        chunk[kept], senders[kept], receivers[kept], np.zeros(int(kept.sum()), dtype=bool), step=steps[kept]
+    )
+    return _build("two-step-alltoall", topology, collective, routes, grid, [table])
 
 
 # ---------------------------------------------------------------------------

@@ -553,15 +553,41 @@ class FluidNetwork:
             mask = src_node == i
             image_src[mask], image_dst[mask] = perm[src[mask]], perm[dst[mask]]
         images, image_of_pair = np.unique(image_src * n + image_dst, return_inverse=True)
-        # the images' routes (worked out in the scratch network) as rows of creation calls and uses
-        calls: list[tuple] = []
-        number: dict[tuple, int] = {}
-        by_key: dict[tuple, int] = {}
+        rows = self._image_rows([divmod(code, n) for code in images.tolist()])
+        if rows is None:
+            return None
+        calls, alpha, bandwidth, created_rows, used_rows, weight_rows = rows
+        maps = self._swap_maps(calls, swaps, nodes)
+        created = _padded(created_rows)[image_of_pair]
+        used = _padded(used_rows)[image_of_pair]
+        weights = _padded(weight_rows, fill=0.0)[image_of_pair]
+        for i, mapped in maps.items():
+            from_node = src_node == i
+            for table in (created, used):
+                part = table[from_node]
+                table[from_node] = np.where(part >= 0, mapped[np.maximum(part, 0)], -1)
+        # the resources, created in the order the pairs would create them one after another
+        flat = created.ravel()
+        made, first = np.unique(flat[flat >= 0], return_index=True)
+        for c in made[np.argsort(first, kind="stable")].tolist():
+            self._resource(*calls.calls[c])
+        # a use names a resource by its key (any call with it): its number
+        ids = self._resource_ids
+        rid = np.fromiter((ids.get(call[0], -1) for call in calls.calls), dtype=np.int64, count=len(calls.calls))
+        return RouteIdTable(
+            alpha[image_of_pair], bandwidth[image_of_pair], np.where(used >= 0, rid[np.maximum(used, 0)], -1), weights
+        )
+
+    def _image_rows(self, images: list[tuple[int, int]]) -> tuple | None:
+        """The routes of ``images`` (pairs from the first node, worked out in
+        the scratch network): a :class:`_Calls` table of their resource
+        creation calls, α and bandwidth per image, and per image its
+        creation calls, the calls naming its resources, and their weights,
+        as rows of numbers; None where one has no route."""
+        calls = _Calls()
+        alpha, bandwidth = np.empty(len(images)), np.empty(len(images))
         created_rows, used_rows, weight_rows = [], [], []
-        alpha = np.empty(len(images))
-        bandwidth = np.empty(len(images))
-        for row, code in enumerate(images.tolist()):
-            image = divmod(code, n)
+        for row, image in enumerate(images):
             recipe = self._recipes.get(image)
             if recipe is None:
                 if self._scratch is None:
@@ -572,29 +598,25 @@ class FluidNetwork:
                     return None
                 recipe = self._recipes[image]
             alpha[row], bandwidth[row], created, used = recipe
-            numbers = []
-            for call in created:
-                c = number.get(call)
-                if c is None:
-                    c = number[call] = len(calls)
-                    calls.append(call)
-                    by_key.setdefault(call[0], c)
-                numbers.append(c)
-            created_rows.append(numbers)
-            used_rows.append([by_key[key] for key, _ in used])
+            created_rows.append([calls.add(call) for call in created])
+            used_rows.append([calls.by_key[key] for key, _ in used])
             weight_rows.append([w for _, w in used])
-        image_calls = len(calls)
-        # per node: the image calls its swap changes (a component of the node in the key, or the node's
-        # prefix in the display name, as _node_renaming rewrites it)
-        owner = {c.name: c.node for c in topology.components if c.node is not None}
+        return calls, alpha, bandwidth, created_rows, used_rows, weight_rows
+
+    def _swap_maps(self, calls: _Calls, swaps: dict[int, dict[str, str]], nodes: Sequence[int]) -> dict:
+        """Per node position (0: the first node), an array mapping each of
+        the images' creation calls to the call a pair from that node makes
+        in its place (:meth:`_mirrored_recipe`); swapped calls join ``calls``.
+        Only the calls a swap changes are looked at: those naming a component
+        of the two nodes, or carrying one's prefix in their display name."""
+        owner = {c.name: c.node for c in self._topo.components if c.node is not None}
         naming: dict[int, list[int]] = {}
-        for c, (key, name, *_) in enumerate(calls):
+        for c, (key, name, *_) in enumerate(calls.calls):
             named = {owner[part] for part in key if isinstance(part, str) and part in owner}
             named.update(int(m) for m in _NODE_PREFIX.findall(name))
             for node in named:
                 naming.setdefault(node, []).append(c)
-        # per node position: image call -> the call its pairs make (an index into ``calls``)
-        maps = {0: np.arange(image_calls, dtype=np.int64)}
+        maps = {0: np.arange(len(calls.calls), dtype=np.int64)}
         for i, swap in swaps.items():
             memo = self._swap_memo.get(id(swap))
             if memo is None or memo[0] is not swap:
@@ -602,36 +624,14 @@ class FluidNetwork:
             _, swapped, _, rename = memo
             mapped = maps[0].copy()
             for c in sorted(set(naming.get(nodes[0], ())) | set(naming.get(nodes[i], ()))):
-                call = calls[c]
+                call = calls.calls[c]
                 twin = swapped.get(call)
                 if twin is None:
                     key, name, kind, cap, sw = call
                     twin = swapped[call] = (_swapped(key, swap), rename(name), kind, cap, sw)
-                t = number.get(twin)
-                if t is None:
-                    t = number[twin] = len(calls)
-                    calls.append(twin)
-                mapped[c] = t
+                mapped[c] = calls.add(twin)
             maps[i] = mapped
-        created = _padded(created_rows)[image_of_pair]
-        used = _padded(used_rows)[image_of_pair]
-        weights = _padded(weight_rows, fill=0.0)[image_of_pair]
-        for i, mapped in maps.items():
-            rows = src_node == i
-            for table in (created, used):
-                part = table[rows]
-                table[rows] = np.where(part >= 0, mapped[np.maximum(part, 0)], -1)
-        # the resources, created in the order the pairs would create them one after another
-        flat = created.ravel()
-        made, first = np.unique(flat[flat >= 0], return_index=True)
-        for c in made[np.argsort(first, kind="stable")].tolist():
-            self._resource(*calls[c])
-        # a use names a resource by its key (any call with it): its number
-        ids = self._resource_ids
-        rid = np.fromiter((ids.get(call[0], -1) for call in calls), dtype=np.int64, count=len(calls))
-        return RouteIdTable(
-            alpha[image_of_pair], bandwidth[image_of_pair], np.where(used >= 0, rid[np.maximum(used, 0)], -1), weights
-        )
+        return maps
 
     def _scratch_network(self) -> FluidNetwork:
         return FluidNetwork(
@@ -1500,6 +1500,24 @@ class RouteIdTable:
             _padded([r[2] for r in rows]),
             _padded([r[3] for r in rows], fill=0.0),
         )
+
+
+class _Calls:
+    """Resource creation calls, each numbered once (:meth:`FluidNetwork.route_id_table`)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+        self.number: dict[tuple, int] = {}
+        self.by_key: dict[tuple, int] = {}  # a resource key: the first call that creates it
+
+    def add(self, call: tuple) -> int:
+        """The number of ``call``, numbering it if new."""
+        c = self.number.get(call)
+        if c is None:
+            c = self.number[call] = len(self.calls)
+            self.calls.append(call)
+            self.by_key.setdefault(call[0], c)
+        return c
 
 
 _NODE_PREFIX = re.compile(r"(?<![\w.])n(\d+)\.")  # a node's components' names start n<node>. (_node_renaming)

@@ -269,7 +269,7 @@ def _compare(
                     report.row(f"{name}{choice}{label[len(name) :]}", t, time.perf_counter() - started)
                     if isinstance(t, _Stopped) and name != NCCL_ROW:
                         stopped[(name, how)] = size
-                if isinstance(t, str):  # the simulation stopped at the time limit: the other rows still come
+                if isinstance(t, str):  # the simulation stopped (its time limit, or a stall): the other rows still come
                     skipped[label] = t
                     continue
                 rows.append(

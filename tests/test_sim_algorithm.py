@@ -327,6 +327,7 @@ def test_timing_private_messages_in_schedule_order_gives_what_the_events_give(
         ("ring:16", "allreduce", "chain", False),  # a pipeline landing one message at a time
         ("dgx-h100", "allreduce", "nvls", False),  # in-switch reductions updating every rank's slot
         ("dgx-h100*2", "allreduce", "nvls-tree", False),
+        ("dgx-h100*2", "alltoall", "two-step-alltoall", False),  # contiguity groups updating several slots
     ],
 )
 def test_tables_over_the_slots_in_use_time_alike(monkeypatch, topo, coll, name, utilisation):

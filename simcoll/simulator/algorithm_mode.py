@@ -280,14 +280,13 @@ class _Run:
         else:
             write = np.frombuffer(plan.chunk, dtype=np.int32).astype(np.int64)
             write += np.frombuffer(plan.dst, dtype=np.int32).astype(np.int64) * self.num_chunks
-        several = [*plan.groups.values(), *(plan.fanout or {}).values()]  # messages that update several slots
-        uses = [plan.wait_slot, write, *(np.asarray(s, dtype=np.int64) for s in several)]
-        index = SlotNumbering.of(uses, self.num_chunks * self.algorithm.num_ranks)
+        fanout = plan.fanout or {}
+        several = [*plan.groups.values(), *fanout.values()]  # the slots of messages that update several
+        index = SlotNumbering.of([plan.wait_slot, write], self.num_chunks * self.algorithm.num_ranks, several)
         # the slots' indices: in _release, and for the timing in schedule order
         self.wait_index = index(plan.wait_slot)
         self.msg_slot = array("q", index(write).tobytes())
-        self.group_slots = {m: index(slots).tolist() for m, slots in plan.groups.items()}
-        self.fanout_slots = {m: index(slots).tolist() for m, slots in (plan.fanout or {}).items()}
+        self.group_slots, self.fanout_slots = index.of_lists(plan.groups), index.of_lists(fanout)
         order = np.lexsort((plan.wait_landed, self.wait_index))
         slots_sorted = self.wait_index[order]
         self.w_landed = array("i", plan.wait_landed[order].astype(np.int32).tobytes())

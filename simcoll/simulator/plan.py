@@ -6,6 +6,7 @@ of nodes)."""
 
 from __future__ import annotations
 
+import itertools
 from array import array
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -62,18 +63,27 @@ class SlotNumbering:
     count: int  # entries of a table indexed this way
 
     @classmethod
-    def of(cls, uses: Sequence[np.ndarray], num_slots: int) -> SlotNumbering:
-        """The numbering for tables over the slots ``uses`` name, out of ``num_slots``."""
-        total = sum(len(u) for u in uses)
+    def of(cls, uses: Sequence[np.ndarray], num_slots: int, lists: Sequence[list[int]] = ()) -> SlotNumbering:
+        """The numbering for tables over the slots ``uses`` (arrays) and
+        ``lists`` (lists, as a plan's groups hold them) name, out of ``num_slots``."""
+        total = sum(len(u) for u in uses) + sum(map(len, lists))
         if num_slots <= DENSE_SLOTS_PER_USE * total:
             return cls(None, num_slots)
-        used = np.unique(np.concatenate([np.asarray(u, dtype=np.int64) for u in uses]))
+        listed = np.fromiter(itertools.chain.from_iterable(lists), dtype=np.int64)
+        used = np.unique(np.concatenate([*(np.asarray(u, dtype=np.int64) for u in uses), listed]))
         return cls(used, len(used))
 
     def __call__(self, slots) -> np.ndarray:
         """The indices of ``slots`` (each one in use)."""
         slots = np.asarray(slots, dtype=np.int64)
         return slots if self.used is None else np.searchsorted(self.used, slots)
+
+    def of_lists(self, lists: Mapping[int, list[int]]) -> Mapping[int, list[int]]:
+        """``lists`` (per message, slots) with indices in place of slots
+        (``lists`` itself where each slot is its own index)."""
+        if self.used is None:
+            return lists
+        return {m: np.searchsorted(self.used, slots).tolist() for m, slots in lists.items()}
 
     def slots(self, indices: np.ndarray) -> np.ndarray:
         """The slots at ``indices``."""

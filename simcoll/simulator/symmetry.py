@@ -235,11 +235,11 @@ def _orbit_routes(plan: Plan, net: FluidNetwork, g: int, n: int, k: int) -> dict
     # (resource, the resource in its place on the twin route), each once
     used = ids >= 0
     resources = net.resources
-    images = np.unique(ids[used] * len(resources) + ids[twin][used])
-    rid, image = np.divmod(images, len(resources))
-    if len(np.unique(rid)) != len(images) or len(np.unique(image)) != len(images):
+    pairs = np.unique(ids[used] * len(resources) + ids[twin][used])
+    resource, image = np.divmod(pairs, len(resources))
+    if len(np.unique(resource)) != len(pairs) or len(np.unique(image)) != len(pairs):
         return None  # a resource with two images, or two with one
-    image_of = dict(zip(rid.tolist(), image.tolist(), strict=True))
+    image_of = dict(zip(resource.tolist(), image.tolist(), strict=True))
     for rid, rid2 in image_of.items():
         res, res2 = resources[rid], resources[rid2]
         if res.kind != res2.kind or res.capacity_Bps != res2.capacity_Bps or res.switch != res2.switch:

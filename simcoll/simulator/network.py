@@ -381,7 +381,7 @@ class FluidNetwork:
         self._shapes: dict[tuple, list[float]] = machine.derived.setdefault(_FLOW_SHARES_KEY, {})
         self._recording: list | None = None
         self._scratch: FluidNetwork | None = None  # works out the routes _mirrored_recipe maps
-        self._swap_memo: dict[int, tuple] = {}  # per node swap: resource creation calls and uses swapped
+        self._swap_memo: dict[int, _SwapMemo] = {}  # per node swap (by id): creation calls and uses swapped
         self._solved: dict[tuple, tuple[float, ...]] = {}  # max-min solutions by sharing pattern (_recompute)
         self._solved_flows = 0
         self.max_sharing = 1
@@ -588,15 +588,9 @@ class FluidNetwork:
         alpha, bandwidth = np.empty(len(images)), np.empty(len(images))
         created_rows, used_rows, weight_rows = [], [], []
         for row, image in enumerate(images):
-            recipe = self._recipes.get(image)
+            recipe = self._image_recipe(image)
             if recipe is None:
-                if self._scratch is None:
-                    self._scratch = self._scratch_network()
-                try:
-                    self._scratch.route(*image)
-                except TopologyError:
-                    return None
-                recipe = self._recipes[image]
+                return None
             alpha[row], bandwidth[row], created, used = recipe
             created_rows.append([calls.add(call) for call in created])
             used_rows.append([calls.by_key[key] for key, _ in used])
@@ -618,29 +612,41 @@ class FluidNetwork:
                 naming.setdefault(node, []).append(c)
         maps = {0: np.arange(len(calls.calls), dtype=np.int64)}
         for i, swap in swaps.items():
-            memo = self._swap_memo.get(id(swap))
-            if memo is None or memo[0] is not swap:
-                memo = self._swap_memo[id(swap)] = (swap, {}, {}, _node_renaming(swap))
-            _, swapped, _, rename = memo
+            swapped = self._swap_memo_of(swap)
             mapped = maps[0].copy()
             for c in sorted(set(naming.get(nodes[0], ())) | set(naming.get(nodes[i], ()))):
-                call = calls.calls[c]
-                twin = swapped.get(call)
-                if twin is None:
-                    key, name, kind, cap, sw = call
-                    twin = swapped[call] = (_swapped(key, swap), rename(name), kind, cap, sw)
-                mapped[c] = calls.add(twin)
+                mapped[c] = calls.add(swapped.call(calls.calls[c]))
             maps[i] = mapped
         return maps
 
-    def _scratch_network(self) -> FluidNetwork:
-        return FluidNetwork(
-            simpy.Environment(),
-            self.machine,
-            contention=self.contention,
-            record_utilisation=False,
-            record_timeline=False,
-        )
+    def _image_recipe(self, image: tuple[int, int]) -> tuple | None:
+        """The recipe of ``image`` (a pair from the first node), worked out
+        in the scratch network if no network of the machine has yet; None
+        where it has no route (the pair's own computation then says what is
+        missing, naming the pair)."""
+        recipe = self._recipes.get(image)
+        if recipe is None:
+            if self._scratch is None:
+                self._scratch = FluidNetwork(
+                    simpy.Environment(),
+                    self.machine,
+                    contention=self.contention,
+                    record_utilisation=False,
+                    record_timeline=False,
+                )
+            try:
+                self._scratch.route(*image)
+            except TopologyError:
+                return None
+            recipe = self._recipes[image]
+        return recipe
+
+    def _swap_memo_of(self, swap: dict[str, str]) -> _SwapMemo:
+        """The calls and uses already swapped by node swap ``swap``."""
+        memo = self._swap_memo.get(id(swap))
+        if memo is None or memo.swap is not swap:
+            memo = self._swap_memo[id(swap)] = _SwapMemo(swap)
+        return memo
 
     def _mirrored_recipe(self, src: int, dst: int) -> tuple | None:
         """The route recipe of ``(src, dst)`` mapped from its image in the
@@ -657,29 +663,12 @@ class FluidNetwork:
         swap = routes.swap_to_first_node(src)
         if swap is None:
             return None
-        image = routes.image_in_first_node(src, dst)
-        if self._scratch is None:
-            self._scratch = self._scratch_network()
-        try:
-            self._scratch.route(*image)
-        except TopologyError:
-            return None  # the pair's own computation says what is missing, naming the pair
-        alpha, bandwidth, created, used = self._recipes[image]
-        memo = self._swap_memo.get(id(swap))
-        if memo is None or memo[0] is not swap:
-            memo = self._swap_memo[id(swap)] = (swap, {}, {}, _node_renaming(swap))
-        _, calls, uses, rename = memo
-        # a node's pairs touch the same few resources again and again: each creation call and each
-        # (resource, weight) use is swapped once and the tuples shared by every recipe that has them
-        # (the machine keeps a recipe per pair: a million on 1,024 GPUs)
-        for call in created:
-            if call not in calls:
-                key, name, kind, cap, sw = call
-                calls[call] = (_swapped(key, swap), rename(name), kind, cap, sw)
-        for use in used:
-            if use not in uses:
-                uses[use] = (_swapped(use[0], swap), use[1])
-        recipe = (alpha, bandwidth, tuple([calls[call] for call in created]), tuple([uses[use] for use in used]))
+        recipe = self._image_recipe(routes.image_in_first_node(src, dst))
+        if recipe is None:
+            return None
+        alpha, bandwidth, created, used = recipe
+        swapped = self._swap_memo_of(swap)
+        recipe = (alpha, bandwidth, tuple(map(swapped.call, created)), tuple(map(swapped.use, used)))
         self._recipes[(src, dst)] = recipe
         return recipe
 
@@ -1500,6 +1489,35 @@ class RouteIdTable:
             _padded([r[2] for r in rows]),
             _padded([r[3] for r in rows], fill=0.0),
         )
+
+
+class _SwapMemo:
+    """A node swap's creation calls and (resource key, weight) uses, each
+    swapped once (:meth:`FluidNetwork._mirrored_recipe`): a node's pairs
+    touch the same few resources again and again, and the swapped tuples
+    are shared by every recipe that has them (the machine keeps a recipe
+    per pair: a million on 1,024 GPUs)."""
+
+    def __init__(self, swap: dict[str, str]) -> None:
+        self.swap = swap
+        self.rename = _node_renaming(swap)
+        self.calls: dict[tuple, tuple] = {}
+        self.uses: dict[tuple, tuple] = {}
+
+    def call(self, call: tuple) -> tuple:
+        """``call`` (key, display name, kind, capacity, switch) with the two nodes swapped."""
+        twin = self.calls.get(call)
+        if twin is None:
+            key, name, kind, cap, sw = call
+            twin = self.calls[call] = (_swapped(key, self.swap), self.rename(name), kind, cap, sw)
+        return twin
+
+    def use(self, use: tuple) -> tuple:
+        """``use`` (resource key, weight) with the two nodes swapped."""
+        twin = self.uses.get(use)
+        if twin is None:
+            twin = self.uses[use] = (_swapped(use[0], self.swap), use[1])
+        return twin
 
 
 class _Calls:

@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from .arrays import ragged_indices
 from .collectives import Collective, collective_from_dict, collective_to_dict
 from .errors import AlgorithmError
 from .files import atomic_output, parse_json, read_text, write_atomic
@@ -494,8 +495,7 @@ class RelationIndex:
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """:meth:`step_loads` for the (step, pair) keys of whole steps."""
         rows = np.repeat(np.arange(len(key_step)), per)
-        within = np.arange(len(rows)) - np.repeat(np.cumsum(per) - per, per)
-        cons = self.constraints[self.offsets[key_pair][rows] + within]
+        cons = self.constraints[ragged_indices(self.offsets[key_pair], per)]
         m = len(self.capacity)
         first = int(key_step[0]) if len(key_step) else 0
         span = (int(key_step[-1]) - first + 1) * m  # the block's (step, constraint) cells

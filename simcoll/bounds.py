@@ -31,8 +31,6 @@ still gives valid, possibly looser, bounds.
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -40,6 +38,7 @@ import networkx as nx
 import numpy as np
 from ortools.graph.python import max_flow
 
+from .arrays import flatten
 from .collectives import Collective, make_collective
 from .errors import CollectiveError
 from .machines import Machine, as_machine
@@ -118,8 +117,8 @@ def _needed_chunks(collective: Collective, masks: list[np.ndarray]) -> np.ndarra
         return np.zeros(0, dtype=int)
     p, g = collective.num_ranks, collective.num_chunks
     inside = np.stack(masks)  # cuts × ranks
-    pre_chunk, pre_rank = _layout_pairs(collective.input_layout)
-    post_chunk, post_rank = _layout_pairs(collective.output_layout)
+    pre_rank, pre_chunk = flatten(collective.input_layout)
+    post_rank, post_chunk = flatten(collective.output_layout)
     single = (np.bincount(pre_chunk, minlength=g) == 1) & (np.bincount(post_chunk, minlength=g) == 1)
     needed = np.zeros(len(masks))
     if single.any():
@@ -142,13 +141,6 @@ def _needed_chunks(collective: Collective, masks: list[np.ndarray]) -> np.ndarra
         else:
             needed += (wanted_inside & ~((pre @ inside.T.astype(np.float32)) > 0)).sum(axis=0)
     return needed.astype(np.int64)
-
-
-def _layout_pairs(layout: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
-    """(chunk, rank) of every chunk each rank's ``layout`` lists, as two arrays."""
-    counts = [len(chunks) for chunks in layout]
-    chunk = np.fromiter(itertools.chain.from_iterable(layout), dtype=np.int64, count=sum(counts))
-    return chunk, np.repeat(np.arange(len(layout), dtype=np.int64), counts)
 
 
 def min_steps(collective: Collective, machine: Machine | str) -> int:

@@ -36,7 +36,6 @@ Use :func:`check` for the list of problems, :func:`verify` to raise.
 
 from __future__ import annotations
 
-import itertools
 from collections import defaultdict, deque
 from collections.abc import Iterable
 
@@ -44,6 +43,7 @@ import networkx as nx
 import numpy as np
 
 from .algorithm import Algorithm, BandwidthConstraint, RelationIndex, SwitchReduction, Transfer
+from .arrays import flatten
 from .collectives import Collective
 from .errors import VerificationError
 from .machines import Machine, as_machine
@@ -254,8 +254,8 @@ def algorithm_is_correct(algorithm: Algorithm, topology: Topology | None = None)
     if not _bandwidth_ok(algorithm, topology, routes, pairs, distinct):
         return False
     # Slots: rank * G + chunk, renumbered densely over those in use.
-    pre_rank, pre_chunk = _layout_columns(coll.input_layout)
-    out_rank, out_chunk = _layout_columns(coll.output_layout)
+    pre_rank, pre_chunk = flatten(coll.input_layout)
+    out_rank, out_chunk = flatten(coll.output_layout)
     pre_key = pre_rank * g + pre_chunk
     words = max(1, (p + 63) // 64)
     dense = p * g * words <= _DENSE_SLOT_WORDS
@@ -295,14 +295,6 @@ def algorithm_is_correct(algorithm: Algorithm, topology: Topology | None = None)
 #: Up to this many 64-bit words of contribution bitsets, :func:`algorithm_is_correct`
 #: keeps one per (rank, chunk) slot (256 MB); beyond, only the slots in use.
 _DENSE_SLOT_WORDS = 1 << 25
-
-
-def _layout_columns(layout) -> tuple[np.ndarray, np.ndarray]:
-    """(ranks, chunks) of every entry of a per-rank layout, as arrays."""
-    lengths = np.fromiter((len(chunks) for chunks in layout), dtype=np.int64, count=len(layout))
-    ranks = np.repeat(np.arange(len(layout), dtype=np.int64), lengths)
-    chunks = np.fromiter(itertools.chain.from_iterable(layout), dtype=np.int64, count=int(lengths.sum()))
-    return ranks, chunks
 
 
 def _apply_step(bits: np.ndarray, present: np.ndarray, src: np.ndarray, dst: np.ndarray, reduce: np.ndarray) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..algorithm import Algorithm, TransferTable
+from ..arrays import ragged_indices
 from ..collectives import Collective
 from ..routes import Routes
 from ..topology import Topology
@@ -90,8 +91,7 @@ def _allgather_table(collective: Collective) -> TransferTable:
         owner = (rank + np.tile(np.arange(count, dtype=np.int64), p)) % p
         sizes = offsets[owner + 1] - offsets[owner]
         src = np.repeat(rank, sizes)
-        within = np.arange(int(sizes.sum()), dtype=np.int64) - np.repeat(np.cumsum(sizes) - sizes, sizes)
-        chunk = flat[np.repeat(offsets[owner], sizes) + within]
+        chunk = flat[ragged_indices(offsets[owner], sizes)]
         parts.append((chunk, src, (src - (1 << k)) % p, np.full(len(src), k, dtype=np.int64)))
     return _table(parts)
 

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..algorithm import Algorithm, RelationIndex, Transfer, TransferTable, constraint_loads
+from ..arrays import ragged_indices
 from ..collectives import Collective
 from ..errors import NotApplicableError
 from ..routes import Routes, bandwidth_relation
@@ -250,9 +251,7 @@ def ring_steps(
     owner = order[(i - k - lag) % p]
     counts = offsets[owner + 1] - offsets[owner]
     rows = np.repeat(np.arange(len(owner), dtype=np.int64), counts)
-    starts = np.cumsum(counts) - counts
-    within = np.arange(len(rows), dtype=np.int64) - np.repeat(starts, counts)
-    chunk = flat[offsets[owner][rows] + within]
+    chunk = flat[ragged_indices(offsets[owner], counts)]
     return TransferTable(
         chunk=chunk,
         src=order[i][rows],

@@ -47,6 +47,7 @@ from math import prod
 import numpy as np
 
 from ..algorithm import Transfer, TransferTable
+from ..arrays import ragged_indices
 from ..errors import NotApplicableError
 from ..topology import Topology
 
@@ -487,9 +488,8 @@ def _point_to_point(primitives: Sequence[Primitive], plan: Plan) -> TransferTabl
     order = np.lexsort((step, primitive))  # primitive by primitive, its hops in order
     primitive, src, dst, step = primitive[order], src[order], dst[order], step[order]
     count = sizes[primitive]
-    within = np.arange(int(count.sum()), dtype=np.int64) - np.repeat(np.cumsum(count) - count, count)
     return TransferTable(
-        chunks[np.repeat(first_chunk[primitive], count) + within],
+        chunks[ragged_indices(first_chunk[primitive], count)],
         np.repeat(src, count),
         np.repeat(dst, count),
         np.zeros(int(count.sum()), dtype=bool),

@@ -77,7 +77,6 @@ resource per orbit; every other message gets its representative's times
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import math
 import time
 import weakref
@@ -90,6 +89,7 @@ import simpy
 
 from ..algorithm import Algorithm
 from ..analytic import chunk_bytes
+from ..arrays import flatten
 from ..errors import AlgorithmError, SimulationError
 from ..machines import Machine
 from .engine import check_limit, run_with_limit
@@ -240,10 +240,8 @@ class _Run:
         """The plan (:class:`Plan`); the chunks the collective starts with are present."""
         algorithm, num_chunks = self.algorithm, self.num_chunks
         # the precondition's (chunk, rank) pairs, read from the input layout (a million on 1,024 ranks)
-        layout = algorithm.collective.input_layout
-        held = [len(chunks) for chunks in layout]
-        chunk = np.fromiter(itertools.chain.from_iterable(layout), dtype=np.int64, count=sum(held))
-        present = chunk + np.repeat(np.arange(len(layout), dtype=np.int64), held) * num_chunks
+        rank, chunk = flatten(algorithm.collective.input_layout)
+        present = chunk + rank * num_chunks
         if not (np.diff(present) > 0).all():  # (layouts list their chunks in order: sorted already)
             present = np.unique(present)
         if algorithm.switch_reductions:

@@ -66,6 +66,7 @@ import networkx as nx
 import numpy as np
 import simpy
 
+from ..arrays import ragged_indices
 from ..cost_model import SwitchParams
 from ..errors import ModelError, TopologyError
 from ..machines import Machine
@@ -1445,9 +1446,7 @@ class FluidNetwork:
         q = route[msgs]
         counts = offsets[q + 1] - offsets[q]
         rows = np.repeat(msgs, counts)
-        first = np.repeat(offsets[q], counts)
-        within = np.arange(len(rows)) - np.repeat(np.cumsum(counts) - counts, counts)
-        idx = first + within
+        idx = ragged_indices(offsets[q], counts)
         self.utilisation.extend(
             np.array(rid, dtype=np.int32)[idx],
             start_s[rows],

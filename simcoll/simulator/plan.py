@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..algorithm import Algorithm, Transfer, messages
+from ..arrays import ragged_indices
 from ..errors import AlgorithmError
 from .network import SwitchPath
 
@@ -155,8 +156,7 @@ class QueueTable(Mapping):
         """The queues ``rows`` (ascending), their messages renumbered by ``renumber``."""
         lengths = self.lengths()[rows]
         starts = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
-        within = np.arange(int(starts[-1]), dtype=np.int64) - np.repeat(starts[:-1], lengths)
-        messages = renumber[self.messages[np.repeat(self.starts[rows], lengths) + within]]
+        messages = renumber[self.messages[ragged_indices(self.starts[rows], lengths)]]
         return QueueTable(self.src[rows], self.dst[rows], starts, messages, self.ranks)
 
 

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..arrays import ragged_indices
 from .network import FluidNetwork, Resource, RouteIdTable
 from .plan import Plan, QueueTable, SlotNumbering
 
@@ -175,9 +176,7 @@ def _message_image(plan: Plan, g: int, n: int) -> np.ndarray | None:
 def _at_same_place(queues: QueueTable, rows: np.ndarray) -> np.ndarray:
     """Per message of ``queues`` (in their order): where the message at its
     place in queue ``rows[k]`` (as long as its own queue ``k``) is stored."""
-    lengths = queues.lengths()
-    within = np.arange(len(queues.messages), dtype=np.int64) - np.repeat(queues.starts[:-1], lengths)
-    return np.repeat(queues.starts[rows], lengths) + within
+    return ragged_indices(queues.starts[rows], queues.lengths())
 
 
 def _same_messages(plan: Plan, image: np.ndarray, num_chunks: int) -> tuple[np.ndarray, SlotNumbering] | None:

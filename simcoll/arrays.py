@@ -1,0 +1,37 @@
+"""NumPy idioms the columnar code shares (generators, verifier, bounds,
+simulator): lists of lists as flat columns, and many slices of an array
+gathered at once."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+
+import numpy as np
+
+
+def flatten(lists: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """``(row, value)`` of every entry of ``lists``, list by list in order,
+    as two int64 arrays (a collective's layout: the rank and the chunk of
+    every (rank, chunk) it lists).
+
+    >>> flatten([[5, 6], [], [7]])
+    (array([0, 0, 2]), array([5, 6, 7]))
+    """
+    lengths = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
+    values = np.fromiter(itertools.chain.from_iterable(lists), dtype=np.int64, count=int(lengths.sum()))
+    return np.repeat(np.arange(len(lists), dtype=np.int64), lengths), values
+
+
+def ragged_indices(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The indices of the slices ``[starts[i], starts[i] + lengths[i])``,
+    one slice after another: ``a[ragged_indices(s, n)]`` is the
+    concatenation of ``a[s[i] : s[i] + n[i]]``.
+
+    >>> ragged_indices(np.array([4, 0, 9]), np.array([2, 0, 3]))
+    array([ 4,  5,  9, 10, 11])
+    """
+    lengths = np.asarray(lengths, dtype=np.int64)
+    ends = np.cumsum(lengths)
+    within = np.arange(int(ends[-1]) if len(ends) else 0, dtype=np.int64) - np.repeat(ends - lengths, lengths)
+    return np.repeat(np.asarray(starts, dtype=np.int64), lengths) + within

@@ -3,7 +3,7 @@
 ``gpu/csrc/host_driver.cpp`` compiles ``interp_core.h`` (the per-instruction
 code of the CUDA kernel) with the host C++ compiler and runs one
 ``std::thread`` per executor; the library is built on first use (``g++ -O1
--pthread``, cached by source hash in the temporary directory) and called
+-pthread``, cached by source hash: :mod:`simcoll.native`) and called
 through :mod:`ctypes`. A run that does not finish within ``timeout_s``
 (every executor spinning) is reported as a deadlock, with what each blocked
 executor waits on.
@@ -15,17 +15,15 @@ results can be compared bit for bit (:func:`check_table`).
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import os
-import shutil
 import subprocess
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from simcoll.errors import SimcollError
+from simcoll.native import build_shared_library, compiler
 
 from . import reference
 from .errors import InterpreterDeadlockError
@@ -52,40 +50,21 @@ class ScTable(ctypes.Structure):
     ]
 
 
-def compiler() -> str | None:
-    """The host C++ compiler (``g++`` or ``c++``), or None."""
-    return shutil.which("g++") or shutil.which("c++")
-
-
 def build_library(*, sanitize_thread: bool = False) -> Path:
-    """Compile the host driver (cached); returns the shared library's path.
+    """Compile the host driver (cached, :func:`simcoll.native.build_shared_library`);
+    returns the shared library's path.
 
     Raises
     ------
     SimcollError
         When no C++ compiler is found or compilation fails (with its output).
     """
-    cxx = compiler()
-    if cxx is None:
-        raise SimcollError("no C++ compiler (g++) found to build the host interpreter")
-    flags = ["-std=c++17", "-O1", "-pthread", "-fPIC", "-shared"]
+    flags = ["-std=c++17", "-O1", "-pthread"]
     if sanitize_thread:
         flags += ["-fsanitize=thread", "-g"]
-    digest = hashlib.sha256()
-    for part in (CORE_HEADER.read_bytes(), HOST_DRIVER.read_bytes(), " ".join([cxx, *flags]).encode()):
-        digest.update(part)
-    out = Path(tempfile.gettempdir()) / "simcoll-gpu" / f"libsc_host_{digest.hexdigest()[:16]}.so"
-    if out.exists():
-        return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(f".{np.random.default_rng().integers(1 << 30)}.tmp")
-    proc = subprocess.run(
-        [cxx, *flags, f"-I{CSRC}", "-o", str(tmp), str(HOST_DRIVER)], capture_output=True, text=True, check=False
+    return build_shared_library(
+        "sc_host", HOST_DRIVER, flags, what="the host interpreter", depends=(CORE_HEADER,), include=CSRC
     )
-    if proc.returncode != 0:
-        raise SimcollError(f"building the host interpreter failed: {proc.stderr.strip()[:2000]}")
-    tmp.replace(out)
-    return out
 
 
 _LIBRARY: ctypes.CDLL | None = None

@@ -67,6 +67,11 @@ in schedule order (:meth:`_Run._time_in_schedule_order`,
 ``stats["in_schedule_order"]``), wherever that is sure to give the events'
 times: the same arithmetic again, a NumPy pass per schedule step.
 
+Where no utilisation is recorded and the messages do not land in NumPy
+batches, the event handlers run compiled (:mod:`.compiled`, ``stats["compiled"]``):
+the same statements in C++, the same results bit for bit
+(``tests/test_sim_compiled.py``), tens of times faster.
+
 The static part is a :class:`~.plan.Plan`. When no utilisation is recorded
 and the schedule is symmetric under shifting every rank by whole nodes,
 only one block of nodes' messages runs (:mod:`.symmetry`), over one
@@ -92,6 +97,7 @@ from ..analytic import chunk_bytes
 from ..arrays import flatten
 from ..errors import AlgorithmError, SimulationError
 from ..machines import Machine
+from . import compiled
 from .engine import check_limit, run_with_limit
 from .network import Flow, FluidNetwork, alone_rate_Bps
 from .plan import Plan, QueueTable, SlotNumbering, plan_grouped, plan_vectorised
@@ -232,6 +238,7 @@ class _Run:
         self.batched = self._batchable()
         self.in_schedule_order = False  # timed without events (:meth:`_time_in_schedule_order`)
         self.batch_events = self.batch_landed = 0
+        self.compiled = False  # run by the compiled event core (:mod:`.compiled`)
         if self.batched:
             self._batch_columns()
 
@@ -557,6 +564,10 @@ class _Run:
         size = self.nbytes * len(group)
         return size, (self.reduce_time(size) if self.plan.reduce[m] else 0.0)
 
+    def payloads(self) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`_payload` of every message, as columns."""
+        return _sizes(self.plan, self.nbytes, self.reduce_time)
+
     def _start_private(self, qi: int, now: float) -> None:
         """Send the ready messages at the head of a private pair's queue: the
         pair alone uses its resources, so each runs at its standalone rate and
@@ -689,22 +700,26 @@ class _Run:
         or the wall-clock limit (counted from the set-up) is reached."""
         if self.batched and IN_SCHEDULE_ORDER and self._time_in_schedule_order():
             return 0
-        if self.batched:
-            self._start_batch(np.arange(len(self.pairs), dtype=np.int64), 0.0)
+        if compiled.applies(self):
+            self.compiled = True
+            events = compiled.run_compiled(self)
         else:
-            for qi in range(len(self.pairs)):
-                if qi % 1024 == 1023:
-                    check_limit(
-                        self.started_s,
-                        self.time_limit_s,
-                        self.what,
-                        f"starting queues ({qi} of {len(self.pairs)} pairs)",
-                    )
-                if self.q_fast[qi]:
-                    self._start_private(qi, 0.0)
-                else:
-                    self._start_shared(qi)
-        events = run_with_limit(self.env, self.time_limit_s, what=self.what, started_s=self.started_s)
+            if self.batched:
+                self._start_batch(np.arange(len(self.pairs), dtype=np.int64), 0.0)
+            else:
+                for qi in range(len(self.pairs)):
+                    if qi % 1024 == 1023:
+                        check_limit(
+                            self.started_s,
+                            self.time_limit_s,
+                            self.what,
+                            f"starting queues ({qi} of {len(self.pairs)} pairs)",
+                        )
+                    if self.q_fast[qi]:
+                        self._start_private(qi, 0.0)
+                    else:
+                        self._start_shared(qi)
+            events = run_with_limit(self.env, self.time_limit_s, what=self.what, started_s=self.started_s)
         n_msgs = self.plan.messages
         if self.landed_count != n_msgs:
             pending = self.plan.pending
@@ -824,6 +839,7 @@ def _simulate_algorithm(
             "messages": run.messages,
             "private_messages": int(fast.sum()),
             "batched_landings": run.batched,
+            "compiled": run.compiled,
             "in_schedule_order": run.in_schedule_order,
             "node_rotation": 1 if run.rotation is None else run.rotation.order,
             "events": events,

@@ -35,10 +35,7 @@ def run_with_limit(
                     step()
                 events += _BATCH
                 if time.perf_counter() > deadline:
-                    raise TimeLimitError(
-                        f"{what}: wall-clock limit of {time_limit_s:g} s reached at simulated time "
-                        f"{env.now * 1e6:.3f} us after {events} events (raise time_limit_s)"
-                    )
+                    raise limit_error(what, time_limit_s, env.now, events)
         except EmptySchedule:
             return events + i
 
@@ -49,4 +46,13 @@ def check_limit(started_s: float, time_limit_s: float, what: str, doing: str) ->
     (working out routes of a million rank pairs can take longer than the
     events)."""
     if time.perf_counter() - started_s > time_limit_s:
-        raise TimeLimitError(f"{what}: wall-clock limit of {time_limit_s:g} s reached {doing} (raise time_limit_s)")
+        raise limit_error(what, time_limit_s, doing=doing)
+
+
+def limit_error(
+    what: str, time_limit_s: float, now_s: float = 0.0, events: int = 0, doing: str | None = None
+) -> TimeLimitError:
+    """The error for ``what`` reaching its wall-clock limit: while ``doing``
+    its set-up, else at simulated time ``now_s`` after ``events`` events."""
+    where = doing or f"at simulated time {now_s * 1e6:.3f} us after {events} events"
+    return TimeLimitError(f"{what}: wall-clock limit of {time_limit_s:g} s reached {where} (raise time_limit_s)")

@@ -521,6 +521,78 @@ def test_messages_are_planned_alike_with_or_without_contiguity_groups(topo, name
         assert plan.groups and plan.messages > len(plan.groups)  # both kinds of message
 
 
+def _switched_plans_agree(algorithm: Algorithm):
+    """The vectorised plan of a schedule with switch reductions equals the
+    transfer-by-transfer one field for field."""
+    import numpy as np
+
+    from simcoll.simulator.plan import plan_grouped, plan_switched
+
+    num_chunks = algorithm.collective.num_chunks
+    present = np.array(sorted(c + r * num_chunks for c, r in algorithm.collective.pre), dtype=np.int64)
+    fast, slow = plan_switched(algorithm, num_chunks, present), plan_grouped(algorithm, num_chunks, present)
+    for name in ("src", "dst", "chunk", "reduce", "batch", "labels", "groups", "pending", "fanout"):
+        assert getattr(fast, name) == getattr(slow, name), name
+    assert list(fast.queues.items()) == list(slow.queues.items())  # (their order numbers the pairs)
+    for name in ("wait_slot", "wait_landed", "wait_msg"):
+        assert np.array_equal(getattr(fast, name), getattr(slow, name)), name
+    assert [fast.describe(m) for m in range(fast.messages)] == [slow.describe(m) for m in range(slow.messages)]
+    return fast
+
+
+@pytest.mark.parametrize(
+    "topo, name",
+    [
+        ("dgx-h100", "nvls"),
+        ("dgx-h100*2", "nvls-tree"),
+        ("dgx-h100*2", "collnet"),
+        ("dgx-a100*2/fat-tree:sharp=on", "collnet"),
+    ],
+)
+def test_schedules_with_switch_reductions_are_planned_alike_with_numpy(topo, name):
+    import numpy as np
+
+    from simcoll.algorithm import TransferTable
+
+    algorithm = generate(name, load_machine(topo), "allreduce")
+    _switched_plans_agree(algorithm)
+    if not algorithm.transfers:
+        return
+    # its transfers regrouped at random and moved a step later, or earlier, among the reductions
+    rng = np.random.default_rng(27)
+    t = algorithm.table
+    table = TransferTable(
+        chunk=t.chunk,
+        src=t.src,
+        dst=t.dst,
+        reduce=t.reduce,
+        step=t.step + rng.integers(-1, 2, len(t)).clip(-t.step),
+        group=np.where(rng.random(len(t)) < 0.5, rng.integers(0, 3, len(t)), -1),
+    )
+    plan = _switched_plans_agree(algorithm.with_changes(transfers=table, rounds_per_step=()))
+    assert plan.groups and plan.fanout
+
+
+def test_a_switch_reduction_before_its_chunk_is_named_alike():
+    import numpy as np
+
+    from simcoll.algorithm import SwitchReduction
+    from simcoll.simulator.plan import plan_grouped, plan_switched
+
+    algorithm = generate("nvls", load_machine("dgx-h100"), "allgather")
+    last = algorithm.switch_reductions[-1]  # multicast from a rank that does not hold the chunk
+    stray = SwitchReduction(last.chunk, last.switch, ((last.sources[0] + 1) % 8,), last.destinations, step=0)
+    broken = algorithm.with_changes(switch_reductions=(*algorithm.switch_reductions[:-1], stray))
+    num_chunks = algorithm.collective.num_chunks
+    present = np.array(sorted(c + r * num_chunks for c, r in algorithm.collective.pre), dtype=np.int64)
+    errors = []
+    for plan in (plan_grouped, plan_switched):
+        with pytest.raises(AlgorithmError, match="before rank") as caught:
+            plan(broken, num_chunks, present)
+        errors.append(str(caught.value))
+    assert errors[0] == errors[1]
+
+
 def test_a_single_transfer_is_never_merged_into_a_group_of_the_same_id():
     # has_group says which rows are grouped: a single row may hold the same group id as a group
     import numpy as np

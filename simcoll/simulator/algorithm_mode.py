@@ -100,7 +100,7 @@ from ..machines import Machine
 from . import compiled
 from .engine import check_limit, run_with_limit
 from .network import Flow, FluidNetwork, alone_rate_Bps
-from .plan import Plan, QueueTable, SlotNumbering, plan_grouped, plan_vectorised
+from .plan import Plan, QueueTable, SlotNumbering, plan_switched, plan_vectorised
 from .results import TIMELINE_COLUMNS, SimulationResult, make_result
 from .symmetry import NodeRotation, node_rotation, quotient_plan, rebind_routes
 
@@ -252,7 +252,7 @@ class _Run:
         if not (np.diff(present) > 0).all():  # (layouts list their chunks in order: sorted already)
             present = np.unique(present)
         if algorithm.switch_reductions:
-            return plan_grouped(algorithm, num_chunks, present)
+            return plan_switched(algorithm, num_chunks, present)
         return plan_vectorised(algorithm, num_chunks, present)
 
     def _rotation(self, contention: bool) -> NodeRotation | None:

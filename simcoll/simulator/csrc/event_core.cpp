@@ -136,13 +136,10 @@ struct Flow {
   double bound = 0, remaining = 0, rate = 0, t_last = 0, alpha_s = 0, after_s = 0, start_s = 0, wire_end = 0;
   std::int64_t msg = 0;
   std::int64_t done_eid = -1;
-  std::int64_t order_key = 0;
-  std::int64_t comp_mark = 0;
   bool active = false;
 };
 
 struct Resource {
-  std::vector<std::int32_t> flows;  // slots of the flows registered on it
   // _Dominance
   bool known_set = false;
   std::vector<std::int32_t> candidates;
@@ -159,7 +156,12 @@ struct LeftFlow {
 class Core {
  public:
   explicit Core(ScRun* in)
-      : in_(in), routes_(in->n_q), res_(in->n_res), res_seen_(in->n_res, -1), res_local_(in->n_res, 0) {
+      : in_(in),
+        routes_(in->n_q),
+        res_(in->n_res),
+        res_flows_(in->n_res),
+        res_seen_(in->n_res, -1),
+        res_local_(in->n_res, 0) {
     q_head_.assign(in->n_q, 0);
     q_free_.assign(in->n_q, 0.0);
     q_busy_.assign(in->n_q, 0);
@@ -205,6 +207,7 @@ class Core {
   ScRun* in_;
   std::vector<Route> routes_;
   std::vector<Resource> res_;
+  std::vector<std::vector<std::int32_t>> res_flows_;  // per resource: the slots of the flows registered on it
   std::vector<std::int64_t> res_seen_;   // per resource: the recomputation that reached it last
   std::vector<std::int32_t> res_local_;  // per resource: its index among a component's (sparse_max_min)
   // scratch of recompute and sparse_max_min, kept between calls (millions of small components)
@@ -214,6 +217,10 @@ class Core {
   std::vector<double> bound_, entry_w_, residual_, weight_sum_, share_, newly_sum_;
   std::vector<char> unfrozen_, newly_, touched_;
   std::vector<Flow> flows_;
+  // per slot, apart from Flow: what the component search, its sort and the max-min read of every flow
+  std::vector<std::int32_t> flow_q_;
+  std::vector<std::int64_t> flow_key_;   // route order << 40 | flow id (network._ORDER)
+  std::vector<std::int64_t> flow_mark_;  // the recomputation that reached it last
   std::vector<std::int32_t> free_slots_;
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> heap_;
   std::int64_t next_eid_ = 0, next_flow_ = 0, uses_count_ = 0;
@@ -384,7 +391,7 @@ class Core {
       Flow& f = flows_[s];
       if (!f.active || !changed[f.q]) continue;
       for (std::int32_t rid : routes_[f.q].res) {
-        auto& on = res_[rid].flows;
+        auto& on = res_flows_[rid];
         if (std::find(on.begin(), on.end(), static_cast<std::int32_t>(s)) == on.end())
           on.push_back(static_cast<std::int32_t>(s));
       }
@@ -400,6 +407,9 @@ class Core {
       return s;
     }
     flows_.emplace_back();
+    flow_q_.push_back(0);
+    flow_key_.push_back(0);
+    flow_mark_.push_back(0);
     return static_cast<std::int32_t>(flows_.size() - 1);
   }
 
@@ -411,7 +421,8 @@ class Core {
     f.id = next_flow_++;
     f.q = q;
     f.bound = cap >= route.bandwidth ? route.bandwidth : cap;
-    f.order_key = (route.order << 40) | f.id;
+    flow_q_[s] = q;
+    flow_key_[s] = (route.order << 40) | f.id;
     f.remaining = size / eff;
     f.rate = 0.0;
     f.t_last = now_;
@@ -424,7 +435,7 @@ class Core {
     ++transfers_;
     bool shared = false;
     for (std::int32_t rid : route.res) {
-      auto& on = res_[rid].flows;
+      auto& on = res_flows_[rid];
       on.push_back(s);
       if (on.size() > 1) {
         shared = true;
@@ -530,11 +541,11 @@ class Core {
       std::int32_t rid = todo.back();
       todo.pop_back();
       seen.push_back(rid);
-      for (std::int32_t s : res_[rid].flows) {
-        if (flows_[s].comp_mark == mark) continue;
-        flows_[s].comp_mark = mark;
+      for (std::int32_t s : res_flows_[rid]) {
+        if (flow_mark_[s] == mark) continue;
+        flow_mark_[s] = mark;
         comp.push_back(s);
-        for (std::int32_t other : routes_[flows_[s].q].res)
+        for (std::int32_t other : routes_[flow_q_[s]].res)
           if (res_seen_[other] != mark) {
             res_seen_[other] = mark;
             todo.push_back(other);
@@ -545,7 +556,7 @@ class Core {
     if (comp.size() > 1) {  // by route, then by id (network._ORDER)
       std::vector<std::pair<std::int64_t, std::int32_t>>& keyed = keyed_;
       keyed.resize(comp.size());
-      for (std::size_t i = 0; i < comp.size(); ++i) keyed[i] = {flows_[comp[i]].order_key, comp[i]};
+      for (std::size_t i = 0; i < comp.size(); ++i) keyed[i] = {flow_key_[comp[i]], comp[i]};
       std::sort(keyed.begin(), keyed.end());
       for (std::size_t i = 0; i < comp.size(); ++i) comp[i] = keyed[i].second;
     }
@@ -590,12 +601,12 @@ class Core {
   std::vector<double> dict_max_min(const std::vector<std::int32_t>& comp, const std::vector<std::int32_t>& resources) {
     for (std::int32_t rid : resources) {
       Resource& r = res_[rid];
-      r.residual = capacity(rid, static_cast<std::int64_t>(r.flows.size()));
+      r.residual = capacity(rid, static_cast<std::int64_t>(res_flows_[rid].size()));
       r.weight_sum = 0.0;
     }
     std::unordered_map<std::int32_t, std::vector<std::size_t>> on;  // resource -> flows (positions) on it
     for (std::size_t i = 0; i < comp.size(); ++i) {
-      const Route& route = routes_[flows_[comp[i]].q];
+      const Route& route = routes_[flow_q_[comp[i]]];
       for (std::size_t k = 0; k < route.res.size(); ++k) {
         res_[route.res[k]].weight_sum += route.w[k];
         on[route.res[k]].push_back(i);
@@ -640,7 +651,7 @@ class Core {
         unfrozen[i] = 0;
         --left;
         rates[i] = level;
-        const Route& route = routes_[flows_[comp[i]].q];
+        const Route& route = routes_[flow_q_[comp[i]]];
         for (std::size_t k = 0; k < route.res.size(); ++k) {
           Resource& r = res_[route.res[k]];
           r.residual -= level * route.w[k];
@@ -666,7 +677,7 @@ class Core {
     std::vector<std::int64_t>& off = off_;
     off.assign(nr + 1, 0);
     for (std::size_t i = 0; i < nf; ++i)
-      for (std::int32_t rid : routes_[flows_[comp[i]].q].res) ++off[res_local_[rid] + 1];
+      for (std::int32_t rid : routes_[flow_q_[comp[i]]].res) ++off[res_local_[rid] + 1];
     for (std::size_t k = 0; k < nr; ++k) off[k + 1] += off[k];
     std::vector<std::int32_t>& entry_flow = entry_flow_;
     std::vector<double>& entry_w = entry_w_;
@@ -680,7 +691,7 @@ class Core {
     weight_sum.assign(nr, 0.0);
     newly_sum.assign(nr, 0.0);
     for (std::size_t i = 0; i < nf; ++i) {
-      const Route& route = routes_[flows_[comp[i]].q];
+      const Route& route = routes_[flow_q_[comp[i]]];
       for (std::size_t k = 0; k < route.res.size(); ++k) {
         std::int32_t local = res_local_[route.res[k]];
         std::int64_t at = fill[local]++;
@@ -701,7 +712,7 @@ class Core {
     };
     for (std::size_t k = 0; k < nr; ++k) {
       std::int32_t rid = resources[k];
-      residual[k] = in_->res_varies[rid] ? capacity(rid, static_cast<std::int64_t>(res_[rid].flows.size()))
+      residual[k] = in_->res_varies[rid] ? capacity(rid, static_cast<std::int64_t>(res_flows_[rid].size()))
                                          : in_->res_one_flow[rid];
       share[k] = weight_sum[k] > 1e-12 ? residual[k] / weight_sum[k] : kInf;
     }
@@ -730,7 +741,7 @@ class Core {
         rates[i] = level;
         unfrozen[i] = 0;
         --left;
-        const Route& route = routes_[flows_[comp[i]].q];
+        const Route& route = routes_[flow_q_[comp[i]]];
         for (std::size_t k = 0; k < route.res.size(); ++k) {
           std::int32_t local = res_local_[route.res[k]];
           newly_sum[local] += route.w[k];
@@ -763,7 +774,7 @@ class Core {
     bool others = false;
     const Route& route = routes_[f.q];
     for (std::int32_t rid : route.res) {
-      auto& on = res_[rid].flows;
+      auto& on = res_flows_[rid];
       auto it = std::find(on.begin(), on.end(), s);
       *it = on.back();
       on.pop_back();

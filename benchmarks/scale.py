@@ -15,7 +15,8 @@ and no case profits from another's caches.
 ``--per-algorithm TOPO`` times every Allreduce generator on its own, each in
 a fresh process: generation, then a simulation per size (``--sizes``; the
 first pays for the plan and node symmetry, the next reuse them), with the
-transfers, the node rotation used and the process's peak memory.
+transfers, the node rotation used, whether the compiled event core ran
+and the process's peak memory.
 
 Targets (issue 15's table):
 
@@ -169,7 +170,8 @@ def per_algorithm_snippet(topology: str, name: str, sizes: list[int], time_limit
         "        t = time.perf_counter()\n"
         f"        r = simulate(a, m, size, time_limit_s={time_limit_s!r}, verify=False, record_timeline=False, "
         "record_utilisation=False)\n"
-        "        out.append(f'sim {time.perf_counter() - t:.2f} (x{r.stats[\"node_rotation\"]})')\n"
+        "        c = ', compiled' if r.stats['compiled'] else ''\n"
+        "        out.append(f'sim {time.perf_counter() - t:.2f} (x{r.stats[\"node_rotation\"]}{c})')\n"
         "print(f'{len(a.transfers)} transfers: ' + ', '.join(out))"
     )
 

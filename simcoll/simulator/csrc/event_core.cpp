@@ -537,17 +537,21 @@ class Core {
         res_seen_[rid] = mark;
         todo.push_back(rid);
       }
+    std::int64_t* flow_mark = flow_mark_.data();  // (locals: the stores below cannot move the arrays)
+    std::int64_t* res_seen = res_seen_.data();
+    const std::int32_t* flow_q = flow_q_.data();
+    const Route* routes = routes_.data();
     while (!todo.empty()) {
       std::int32_t rid = todo.back();
       todo.pop_back();
       seen.push_back(rid);
       for (std::int32_t s : res_flows_[rid]) {
-        if (flow_mark_[s] == mark) continue;
-        flow_mark_[s] = mark;
+        if (flow_mark[s] == mark) continue;
+        flow_mark[s] = mark;
         comp.push_back(s);
-        for (std::int32_t other : routes_[flow_q_[s]].res)
-          if (res_seen_[other] != mark) {
-            res_seen_[other] = mark;
+        for (std::int32_t other : routes[flow_q[s]].res)
+          if (res_seen[other] != mark) {
+            res_seen[other] = mark;
             todo.push_back(other);
           }
       }

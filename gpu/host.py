@@ -22,8 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from simcoll.errors import SimcollError
-from simcoll.native import build_shared_library, compiler
+from simcoll.native import build_shared_library, compiler, load_checked
 
 from . import reference
 from .errors import InterpreterDeadlockError
@@ -76,12 +75,10 @@ def load_library() -> ctypes.CDLL:
     then preload ``libtsan``; see :func:`tsan_environment`)."""
     global _LIBRARY
     if _LIBRARY is None:
-        lib = ctypes.CDLL(str(build_library(sanitize_thread=os.environ.get("SIMCOLL_GPU_TSAN") == "1")))
+        path = build_library(sanitize_thread=os.environ.get("SIMCOLL_GPU_TSAN") == "1")
+        lib = load_checked(path, ScTable, "sc_table_struct_size", "the host interpreter")
         lib.sc_host_run.argtypes = [ctypes.POINTER(ScTable), ctypes.c_double]
         lib.sc_host_run.restype = ctypes.c_int
-        lib.sc_table_struct_size.restype = ctypes.c_int
-        if lib.sc_table_struct_size() != ctypes.sizeof(ScTable):
-            raise SimcollError("the host interpreter's ScTable layout differs from simcoll.gpu.host.ScTable")
         _LIBRARY = lib
     return _LIBRARY
 

@@ -11,6 +11,7 @@ building at once (``compare --jobs``) never load a half-written file.
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import os
 import shutil
@@ -65,3 +66,16 @@ def build_shared_library(
         raise SimcollError(f"building {what} failed: {proc.stderr.strip()[:2000]}")
     tmp.replace(out)
     return out
+
+
+def load_checked(path: Path, struct: type[ctypes.Structure], size_function: str, what: str) -> ctypes.CDLL:
+    """Load the library at ``path`` and check that its C struct has the size
+    of ``struct``, its ctypes mirror (``size_function`` returns the C size):
+    a library built from other sources than the mirror is refused."""
+    lib = ctypes.CDLL(str(path))
+    size = getattr(lib, size_function)
+    size.restype = ctypes.c_int
+    if size() != ctypes.sizeof(struct):
+        name = f"{struct.__module__}.{struct.__qualname__}"
+        raise SimcollError(f"{what}'s {struct.__name__} layout differs from {name}")
+    return lib

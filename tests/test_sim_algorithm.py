@@ -469,17 +469,23 @@ def test_timed_batches_that_print_alike_keep_their_timeline_labels():
     assert list(result.timeline.label) == ["t=1e-06", "t=1e-06"]
 
 
-def _plans_agree(algorithm: Algorithm):
-    """The vectorised plan equals the transfer-by-transfer one field for field."""
+def _plans_agree(algorithm: Algorithm, planner: str = "plan_vectorised"):
+    """The vectorised plan (``planner``: :func:`plan_vectorised`, or
+    :func:`plan_switched` for switch reductions) equals the
+    transfer-by-transfer one field for field."""
     import numpy as np
 
-    from simcoll.simulator.plan import plan_grouped, plan_vectorised
+    from simcoll.simulator import plan
 
     num_chunks = algorithm.collective.num_chunks
     present = np.array(sorted(c + r * num_chunks for c, r in algorithm.collective.pre), dtype=np.int64)
-    fast, slow = plan_vectorised(algorithm, num_chunks, present), plan_grouped(algorithm, num_chunks, present)
+    fast = getattr(plan, planner)(algorithm, num_chunks, present)
+    slow = plan.plan_grouped(algorithm, num_chunks, present)
     for name in ("src", "dst", "chunk", "reduce", "batch", "labels", "groups", "pending", "queues"):
         assert getattr(fast, name) == getattr(slow, name), name
+    if planner == "plan_switched":  # it replaced plan_grouped, whose queue order numbered the pairs
+        assert list(fast.queues) == list(slow.queues)
+    assert (fast.fanout or {}) == slow.fanout
     for name in ("wait_slot", "wait_landed", "wait_msg"):
         assert np.array_equal(getattr(fast, name), getattr(slow, name)), name
     assert [fast.describe(m) for m in range(fast.messages)] == [slow.describe(m) for m in range(slow.messages)]
@@ -521,25 +527,6 @@ def test_messages_are_planned_alike_with_or_without_contiguity_groups(topo, name
         assert plan.groups and plan.messages > len(plan.groups)  # both kinds of message
 
 
-def _switched_plans_agree(algorithm: Algorithm):
-    """The vectorised plan of a schedule with switch reductions equals the
-    transfer-by-transfer one field for field."""
-    import numpy as np
-
-    from simcoll.simulator.plan import plan_grouped, plan_switched
-
-    num_chunks = algorithm.collective.num_chunks
-    present = np.array(sorted(c + r * num_chunks for c, r in algorithm.collective.pre), dtype=np.int64)
-    fast, slow = plan_switched(algorithm, num_chunks, present), plan_grouped(algorithm, num_chunks, present)
-    for name in ("src", "dst", "chunk", "reduce", "batch", "labels", "groups", "pending", "fanout"):
-        assert getattr(fast, name) == getattr(slow, name), name
-    assert list(fast.queues.items()) == list(slow.queues.items())  # (their order numbers the pairs)
-    for name in ("wait_slot", "wait_landed", "wait_msg"):
-        assert np.array_equal(getattr(fast, name), getattr(slow, name)), name
-    assert [fast.describe(m) for m in range(fast.messages)] == [slow.describe(m) for m in range(slow.messages)]
-    return fast
-
-
 @pytest.mark.parametrize(
     "topo, name",
     [
@@ -555,7 +542,7 @@ def test_schedules_with_switch_reductions_are_planned_alike_with_numpy(topo, nam
     from simcoll.algorithm import TransferTable
 
     algorithm = generate(name, load_machine(topo), "allreduce")
-    _switched_plans_agree(algorithm)
+    _plans_agree(algorithm, "plan_switched")
     if not algorithm.transfers:
         return
     # its transfers regrouped at random and moved a step later, or earlier, among the reductions
@@ -569,7 +556,7 @@ def test_schedules_with_switch_reductions_are_planned_alike_with_numpy(topo, nam
         step=t.step + rng.integers(-1, 2, len(t)).clip(-t.step),
         group=np.where(rng.random(len(t)) < 0.5, rng.integers(0, 3, len(t)), -1),
     )
-    plan = _switched_plans_agree(algorithm.with_changes(transfers=table, rounds_per_step=()))
+    plan = _plans_agree(algorithm.with_changes(transfers=table, rounds_per_step=()), "plan_switched")
     assert plan.groups and plan.fanout
 
 

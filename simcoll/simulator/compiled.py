@@ -25,18 +25,19 @@ import ctypes
 import math
 import os
 import time
+import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 
 from ..errors import SimcollError
-from ..native import build_shared_library, compiler
+from ..native import build_shared_library, compiler, load_checked
 from .engine import limit_error
 from .plan import QueueTable
 
-if TYPE_CHECKING:
-    from .algorithm_mode import _Run
+#: An Algorithm-mode run (:class:`~.algorithm_mode._Run`, which imports this module), not started.
+_Run = Any
 
 SOURCE = Path(__file__).with_name("csrc") / "event_core.cpp"
 FLAGS = ("-std=c++17", "-O2", "-ffp-contract=off")
@@ -93,15 +94,14 @@ def library() -> ctypes.CDLL | None:
             _UNAVAILABLE = "no C++ compiler"
             return None
         try:
-            lib = ctypes.CDLL(str(build_shared_library("sc_event_core", SOURCE, FLAGS, what="the event core")))
+            path = build_shared_library("sc_event_core", SOURCE, FLAGS, what="the event core")
+            lib = load_checked(path, ScRun, "sc_run_struct_size", "the event core")
         except (SimcollError, OSError) as exc:
             _UNAVAILABLE = str(exc)
+            warnings.warn(f"simcoll: {exc}; simulating with the Python handlers (slower)", RuntimeWarning, stacklevel=2)
             return None
         lib.sc_run.argtypes = [ctypes.POINTER(ScRun)]
         lib.sc_run.restype = ctypes.c_int
-        lib.sc_run_struct_size.restype = ctypes.c_int
-        if lib.sc_run_struct_size() != ctypes.sizeof(ScRun):
-            raise SimcollError("the event core's ScRun layout differs from simcoll.simulator.compiled.ScRun")
         _LIBRARY = lib
     return _LIBRARY
 

@@ -233,20 +233,14 @@ def plan_vectorised(algorithm: Algorithm, num_chunks: int, present: np.ndarray) 
     del write_slot, heads
     # 8 bytes a message in one array, not a list of Python ints (40) per pair: 17 M messages on 1,024 GPUs
     queues = QueueTable.of(src.astype(np.int64) * algorithm.num_ranks + dst, algorithm.num_ranks)
-    return Plan(
-        src=array("i", src.astype(np.int32).tobytes()),
-        dst=array("i", dst.astype(np.int32).tobytes()),
-        chunk=array("i", chunk.astype(np.int32).tobytes()),
-        reduce=bytearray(reduce.tobytes()),
-        batch=array("i", batch.astype(np.int32).tobytes()),
-        labels=labels,
-        groups=groups,
-        pending=array("i", pending.tobytes()),
-        wait_slot=wait_slot,
-        wait_landed=wait_landed,
-        wait_msg=wait_msg,
-        queues=queues,
-        describe=lambda m: transfers[int(order[m])].describe(),
+    return _plan_of_columns(
+        (src, dst, chunk, reduce, batch),
+        labels,
+        groups,
+        pending,
+        (wait_slot, wait_landed, wait_msg),
+        queues,
+        lambda m: transfers[int(order[m])].describe(),
     )
 
 
@@ -360,15 +354,34 @@ def plan_switched(algorithm: Algorithm, num_chunks: int, present: np.ndarray) ->
         k = int(kind[m])
         return reductions[int(r_order[k])].describe() if k >= 0 else transfers[int(order[heads[-1 - k]])].describe()
 
+    return _plan_of_columns(
+        (src, dst, chunk, reduce, batch),
+        _labels(keys.tolist(), timed),
+        groups,
+        pending,
+        (wait_slot, wait_landed, wait_msg),
+        queues,
+        describe,
+        fanout,
+    )
+
+
+def _plan_of_columns(messages, labels, groups, pending, waits, queues, describe, fanout=None) -> Plan:
+    """A :class:`Plan` from NumPy columns: per message ``(src, dst, chunk,
+    reduce, batch)`` and its pending reads, and the waits ``(slot, landed,
+    message)``; the per-message columns stored compactly (4 bytes, 1 for
+    ``reduce``), as the event handlers read them."""
+    src, dst, chunk, reduce, batch = messages
+    wait_slot, wait_landed, wait_msg = waits
     return Plan(
         src=array("i", src.astype(np.int32).tobytes()),
         dst=array("i", dst.astype(np.int32).tobytes()),
         chunk=array("i", chunk.astype(np.int32).tobytes()),
-        reduce=bytearray(reduce.tobytes()),
+        reduce=bytearray(reduce.astype(bool).tobytes()),
         batch=array("i", batch.astype(np.int32).tobytes()),
-        labels=_labels(keys.tolist(), timed),
+        labels=labels,
         groups=groups,
-        pending=array("i", pending.tobytes()),
+        pending=array("i", pending.astype(np.int32).tobytes()),
         wait_slot=wait_slot,
         wait_landed=wait_landed,
         wait_msg=wait_msg,

@@ -24,6 +24,7 @@ from __future__ import annotations
 import ctypes
 import math
 import os
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -62,6 +63,7 @@ class ScRun(ctypes.Structure):
         *((name, ctypes.c_int64) for name in ("n_msgs", "n_q", "n_res", "routes_before")),
         *((name, ctypes.c_double) for name in ("efficiency", "reduce_cap", "hop_latency", "wall_limit_s")),
         ("contention", ctypes.c_int32),
+        ("catch_interrupt", ctypes.c_int32),
         ("status", ctypes.c_int32),
         *(
             (name, ctypes.c_int64)
@@ -193,6 +195,7 @@ def run_compiled(run: _Run) -> int:
         hop_latency=run.protocol.hop_latency_s,
         wall_limit_s=left_s,
         contention=int(net.contention),
+        catch_interrupt=int(threading.current_thread() is threading.main_thread()),
     )
     if library().sc_run(ctypes.byref(spec)) != 0:
         raise SimcollError(f"{run.what}: the compiled event core failed")
@@ -202,6 +205,8 @@ def run_compiled(run: _Run) -> int:
     net.recomputes_remembered += spec.remembered
     net.handovers += spec.handovers
     run.landed_count, run.last_s = spec.landed_count, spec.last_s
+    if spec.status == 3:
+        raise KeyboardInterrupt
     if spec.status == 1:
         raise limit_error(run.what, run.time_limit_s, spec.now_s, spec.events)
     if spec.status == 2:

@@ -7,6 +7,7 @@ of nodes)."""
 from __future__ import annotations
 
 import itertools
+import math
 from array import array
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -424,6 +425,25 @@ def _reduction_columns(reductions, order: np.ndarray) -> tuple:
     return (chunk[order], *expand(src_code), *expand(dst_code), path_code[order], triples)
 
 
+def _groups_are_single(table, order: np.ndarray, batch: np.ndarray, grouped: np.ndarray) -> bool:
+    """Whether no two grouped transfers share (batch, group, src, dst, op),
+    so that every message is one transfer, told from one sorted integer
+    key; False also where the key would not fit in 62 bits (the caller
+    then sorts the fields themselves)."""
+    rows = order[grouped]
+    if not len(rows):
+        return True
+    group = table.group[rows]
+    low = int(group.min())
+    ranges = [int(batch.max()) + 1, int(group.max()) - low + 1, int(table.src.max()) + 1, int(table.dst.max()) + 1, 2]
+    if math.prod(ranges) >= 1 << 62:
+        return False
+    key = batch[grouped].astype(np.int64) * ranges[1] + (group - low)
+    key = (key * ranges[2] + table.src[rows]) * ranges[3] + table.dst[rows]
+    key = np.sort(key * 2 + table.reduce[rows])
+    return not (key[1:] == key[:-1]).any()
+
+
 def _message_order(table, order: np.ndarray, batch: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The transfers (``order``: table rows in schedule order, ``batch`` per
     position) rearranged into messages: per batch, the single transfers in
@@ -434,6 +454,11 @@ def _message_order(table, order: np.ndarray, batch: np.ndarray) -> tuple[np.ndar
     n = len(order)
     position = np.arange(n, dtype=np.int64)
     grouped = table.has_group[order]
+    if _groups_are_single(table, order, batch, grouped):  # each message one transfer (one_message_per_step)
+        if grouped.all() or not grouped.any():  # (batch ascends already)
+            return order, batch, np.ones(n, dtype=bool)
+        rearranged = np.lexsort((position, grouped, batch))
+        return order[rearranged], batch[rearranged], np.ones(n, dtype=bool)
     # a group is one (batch, group, src, dst, op); its first transfer's position names it (single
     # transfers sort apart, whatever their group column holds)
     fields = (

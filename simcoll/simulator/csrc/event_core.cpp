@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -39,6 +40,9 @@ constexpr std::size_t kRememberUpTo = 512;         // network._REMEMBER_UP_TO
 constexpr std::int64_t kSolvedMaxFlows = 1000000;  // network._SOLVED_MAX_FLOWS
 constexpr double kDominanceMargin = 1e-6;          // network._Dominance.margin
 constexpr int kBatch = 64;                         // engine._BATCH
+
+volatile std::sig_atomic_t g_interrupted = 0;  // Ctrl-C during a run (sc_run, catch_interrupt)
+extern "C" void on_interrupt(int) { g_interrupted = 1; }
 
 }  // namespace
 
@@ -91,7 +95,8 @@ struct ScRun {
   double hop_latency;
   double wall_limit_s;  // wall-clock seconds left
   std::int32_t contention;
-  std::int32_t status;  // out: 0 done, 1 wall-clock limit while running, 2 while starting queues
+  std::int32_t catch_interrupt;  // stop at Ctrl-C (status 3): the caller is the main thread
+  std::int32_t status;  // out: 0 done, 1 wall-clock limit while running, 2 while starting queues, 3 Ctrl-C
   // outputs
   std::int64_t events;
   std::int64_t transfers;
@@ -174,8 +179,8 @@ class Core {
   void run() {
     // _Run.run: start every pair's queue, then the events
     for (std::int64_t qi = 0; qi < in_->n_q; ++qi) {
-      if (qi % 1024 == 1023 && past_deadline()) {
-        in_->status = 2;
+      if (qi % 1024 == 1023 && (past_deadline() || g_interrupted)) {
+        in_->status = g_interrupted ? 3 : 2;
         in_->stopped_at = qi;
         finish();
         return;
@@ -192,8 +197,8 @@ class Core {
       now_ = ev.time;
       dispatch(ev);
       ++events;
-      if (events % kBatch == 0 && past_deadline()) {
-        in_->status = 1;
+      if (events % kBatch == 0 && (past_deadline() || g_interrupted)) {
+        in_->status = g_interrupted ? 3 : 1;
         in_->events = events;
         finish();
         return;
@@ -918,13 +923,24 @@ class Core {
 
 }  // namespace
 
+// Python runs its SIGINT handler only between bytecodes, never during this call: the run installs its
+// own, which stops the loop at the next check, and puts Python's back before returning.
 extern "C" int sc_run(ScRun* in) {
+  struct sigaction ours {}, theirs {};
+  if (in->catch_interrupt) {
+    g_interrupted = 0;
+    ours.sa_handler = on_interrupt;
+    sigemptyset(&ours.sa_mask);
+    sigaction(SIGINT, &ours, &theirs);
+  }
+  int rc = 0;
   try {
     in->status = 0;
     Core core(in);
     core.run();
-    return 0;
   } catch (...) {
-    return -1;
+    rc = -1;
   }
+  if (in->catch_interrupt) sigaction(SIGINT, &theirs, nullptr);
+  return rc;
 }

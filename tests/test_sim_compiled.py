@@ -103,3 +103,24 @@ def test_a_utilisation_record_keeps_the_python_handlers(monkeypatch):
     algorithm = generate("double-binary-tree", machine, "allreduce")
     assert not simulate(algorithm, machine, 1 << 20).stats["compiled"]
     assert simulate(algorithm, machine, 1 << 20, record_utilisation=False).stats["compiled"]
+
+
+def test_ctrl_c_is_caught_in_the_core_only_where_python_would_raise_keyboard_interrupt():
+    """The core stops at Ctrl-C in place of Python's default handler (which
+    cannot run during the call); an ignored or custom SIGINT, or a run in
+    another thread, is left to Python."""
+    import signal
+    import threading
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        assert compiled._interrupt_raises()
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        assert not compiled._interrupt_raises()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    seen = []
+    worker = threading.Thread(target=lambda: seen.append(compiled._interrupt_raises()))
+    worker.start()
+    worker.join()
+    assert seen == [False]

@@ -24,6 +24,7 @@ from __future__ import annotations
 import ctypes
 import math
 import os
+import signal
 import threading
 import time
 import warnings
@@ -195,7 +196,7 @@ def run_compiled(run: _Run) -> int:
         hop_latency=run.protocol.hop_latency_s,
         wall_limit_s=left_s,
         contention=int(net.contention),
-        catch_interrupt=int(threading.current_thread() is threading.main_thread()),
+        catch_interrupt=int(_interrupt_raises()),
     )
     if library().sc_run(ctypes.byref(spec)) != 0:
         raise SimcollError(f"{run.what}: the compiled event core failed")
@@ -214,6 +215,16 @@ def run_compiled(run: _Run) -> int:
             run.what, run.time_limit_s, doing=f"starting queues ({spec.stopped_at} of {len(run.pairs)} pairs)"
         )
     return spec.events
+
+
+def _interrupt_raises() -> bool:
+    """Whether Ctrl-C would raise KeyboardInterrupt here now (the main
+    thread, Python's default handler): the core then stops at it and the
+    caller raises it; otherwise (ignored, or another handler) Python's
+    handler is left to run after the call, as it would after any."""
+    return threading.current_thread() is threading.main_thread() and (
+        signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    )
 
 
 def _releases(run: _Run, n_msgs: int) -> tuple[np.ndarray, np.ndarray]:

@@ -13,10 +13,12 @@ its times, and the network's counters, are the Python run's bit for bit
 It runs where a simulation records no utilisation (``compare``, sweeps,
 ``simulate(..., record_utilisation=False)``), its pairs do not all land in
 NumPy batches (:meth:`~.algorithm_mode._Run._land_batch`, as fast already)
-and every route lists each resource once (as the network builds them); elsewhere, or without a C++ compiler, or with the environment variable
+and every route lists each resource once (as the network builds them);
+elsewhere, or without a C++ compiler, or with the environment variable
 ``SIMCOLL_COMPILED=0``, the Python handlers run. The library is built on
-first use (:mod:`simcoll.native`, about 5 s) and the result says which ran
-(``stats["compiled"]``).
+first use (:mod:`simcoll.native`, a few seconds, then cached) and the
+result says which ran (``stats["compiled"]``). Ctrl-C stops a compiled run
+as it would a Python one (:func:`_interrupt_raises`).
 """
 
 from __future__ import annotations

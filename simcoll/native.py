@@ -3,10 +3,11 @@
 simcoll ships C++ sources, not binaries: the simulator's compiled event core
 (:mod:`simcoll.simulator.compiled`) and the GPU interpreter's host driver
 (:mod:`simcoll.gpu.host`) are compiled here the first time they are needed,
-with the host C++ compiler, and cached in the temporary directory under a
-name derived from the sources and flags (a changed source builds anew). The
-library is written to a temporary name and renamed into place, so processes
-building at once (``compare --jobs``) never load a half-written file.
+with the host C++ compiler, and cached in a directory of the user's own in
+the temporary directory, under a name derived from the sources and flags
+(a changed source builds anew). The library is written to a temporary name
+and renamed into place, so processes building at once (``compare --jobs``)
+never load a half-written file.
 """
 
 from __future__ import annotations
@@ -54,10 +55,9 @@ def build_shared_library(
     digest = hashlib.sha256()
     for part in (*(p.read_bytes() for p in (source, *depends)), " ".join([cxx, *flags]).encode()):
         digest.update(part)
-    out = Path(tempfile.gettempdir()) / "simcoll-native" / f"lib{stem}_{digest.hexdigest()[:16]}.so"
+    out = _cache_dir() / f"lib{stem}_{digest.hexdigest()[:16]}.so"
     if out.exists():
         return out
-    out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f"{out.name}.{os.getpid()}.tmp")
     command = [cxx, *flags, *([f"-I{include}"] if include else []), "-o", str(tmp), str(source)]
     proc = subprocess.run(command, capture_output=True, text=True, check=False)
@@ -79,3 +79,26 @@ def load_checked(path: Path, struct: type[ctypes.Structure], size_function: str,
         name = f"{struct.__module__}.{struct.__qualname__}"
         raise SimcollError(f"{what}'s {struct.__name__} layout differs from {name}")
     return lib
+
+
+def _cache_dir() -> Path:
+    """The user's own directory for built libraries in the temporary
+    directory (``simcoll-native-<uid>``, mode 0700): a library is loaded
+    into the process, so none that another user could have put there is.
+
+    Raises
+    ------
+    SimcollError
+        When the directory exists but belongs to another user or others may
+        write to it.
+    """
+    uid = os.getuid() if hasattr(os, "getuid") else None
+    folder = Path(tempfile.gettempdir()) / ("simcoll-native" if uid is None else f"simcoll-native-{uid}")
+    folder.mkdir(mode=0o700, exist_ok=True)
+    if uid is not None:
+        info = folder.stat()
+        if info.st_uid != uid or info.st_mode & 0o022:
+            raise SimcollError(
+                f"{folder} belongs to another user or others may write to it: not loading libraries from it"
+            )
+    return folder

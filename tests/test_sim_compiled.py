@@ -124,3 +124,22 @@ def test_ctrl_c_is_caught_in_the_core_only_where_python_would_raise_keyboard_int
     worker.start()
     worker.join()
     assert seen == [False]
+
+
+def test_libraries_are_built_in_a_directory_of_the_users_own(tmp_path, monkeypatch):
+    """A library is loaded into the process: the cache directory is the
+    user's, mode 0700, and one others may write to is refused."""
+    import os
+    import tempfile
+
+    from simcoll import native
+    from simcoll.errors import SimcollError
+
+    if not hasattr(os, "getuid"):
+        pytest.skip("POSIX ownership")
+    monkeypatch.setattr(tempfile, "gettempdir", lambda: str(tmp_path))
+    folder = native._cache_dir()
+    assert folder.stat().st_mode & 0o777 == 0o700 and folder.stat().st_uid == os.getuid()
+    folder.chmod(0o777)
+    with pytest.raises(SimcollError, match="others may write"):
+        native._cache_dir()

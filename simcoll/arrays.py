@@ -1,6 +1,6 @@
 """NumPy idioms the columnar code shares (generators, verifier, bounds,
-simulator): lists of lists as flat columns, and many slices of an array
-gathered at once."""
+simulator): lists of lists as flat columns, many slices of an array
+gathered at once, and unique keys with their counts."""
 
 from __future__ import annotations
 

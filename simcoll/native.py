@@ -39,8 +39,9 @@ def build_shared_library(
     include: Path | None = None,
 ) -> Path:
     """Compile ``source`` (and the headers it ``depends`` on) with ``flags``
-    into ``<tmp>/simcoll-native/lib<stem>_<hash>.so``, unless built already;
-    returns its path. ``what`` names the library in errors.
+    into ``lib<stem>_<hash>.so`` in the user's cache directory
+    (:func:`_cache_dir`), unless built already; returns its path. ``what``
+    names the library in errors.
 
     Raises
     ------

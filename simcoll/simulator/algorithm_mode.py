@@ -873,7 +873,7 @@ def _stream_s(run: _Run) -> float:
     """How long the schedule's busiest resource or rank pair is busy: the time
     the buffer takes to stream through the schedule once every stage works at
     once (the steady state of a pipeline), without its latencies or fill."""
-    size, _ = _sizes(run.plan, run.nbytes, run.reduce_time)
+    size, _ = run.payloads()
     reducing = np.frombuffer(bytes(run.plan.reduce), dtype=np.uint8).astype(bool)
     n_q = len(run.pairs)
     copied = np.bincount(run.msg_q_np, weights=np.where(reducing, 0.0, size), minlength=n_q)

@@ -11,11 +11,10 @@ its times, and the network's counters, are the Python run's bit for bit
 (``tests/test_sim_compiled.py`` compares them on many schedules and machines).
 
 It runs where a simulation records no utilisation (``compare``, sweeps,
-``simulate(..., record_utilisation=False)``), its pairs do not all land in
-NumPy batches (:meth:`~.algorithm_mode._Run._land_batch`, as fast already)
-and every route lists each resource once (as the network builds them);
-elsewhere, or without a C++ compiler, or with the environment variable
-``SIMCOLL_COMPILED=0``, the Python handlers run. The library is built on
+``simulate(..., record_utilisation=False)``) and its pairs do not all land
+in NumPy batches (:meth:`~.algorithm_mode._Run._land_batch`, as fast
+already); elsewhere, or without a C++ compiler, or with the environment
+variable ``SIMCOLL_COMPILED=0``, the Python handlers run. The library is built on
 first use (:mod:`simcoll.native`, a few seconds, then cached) and the
 result says which ran (``stats["compiled"]``). Ctrl-C stops a compiled run
 as it would a Python one (:func:`_interrupt_raises`).
@@ -121,8 +120,6 @@ def applies(run: _Run) -> bool:
     net = run.net
     if not ENABLED or run.batched or net.record_utilisation or net._fast or net.active:
         return False  # (a batched run of private pairs is NumPy's already)
-    if any(len({res.id for res, _ in used}) != len(used) for _, _, used in run.routes):
-        return False  # a route listing a resource twice (the handlers never see one)
     return library() is not None
 
 
@@ -181,8 +178,8 @@ def run_compiled(run: _Run) -> int:
         r_off=arr(r_off, np.int64),
         r_res=arr(r_res, np.int32),
         r_w=arr(r_w, np.float64),
-        res_one_flow=arr([r._one_flow_Bps for r in net.resources], np.float64),
-        res_varies=arr([r.varies for r in net.resources], np.uint8),
+        res_one_flow=arr(net._capacities.one_flow_Bps[: len(net.resources)], np.float64),
+        res_varies=arr(net._capacities.varies[: len(net.resources)], np.uint8),
         cap_off=arr(cap_off, np.int64),
         cap_table=arr(cap_table, np.float64),
     )
@@ -257,9 +254,12 @@ def _queue_columns(run: _Run) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate(([0], np.cumsum(lengths))), messages
 
 
-def _route_columns(run: _Run) -> tuple[np.ndarray, list[int], list[float]]:
+def _route_columns(run: _Run) -> tuple[np.ndarray, np.ndarray, list[float]]:
     """The shared pairs' routes as CSR (resource ids and weights, route order);
-    private pairs' are left empty (their messages never enter the network)."""
+    private pairs' are left empty (their messages never enter the network).
+    The network lists each resource of a route once (it merges them by id),
+    as the handlers rely on (a flow leaves each of its resources once):
+    checked here, so that the core never reads a route otherwise."""
     lengths = np.zeros(len(run.routes), dtype=np.int64)
     ids: list[int] = []
     weights: list[float] = []
@@ -269,7 +269,11 @@ def _route_columns(run: _Run) -> tuple[np.ndarray, list[int], list[float]]:
         lengths[qi] = len(used)
         ids.extend(res.id for res, _ in used)
         weights.extend(w for _, w in used)
-    return np.concatenate(([0], np.cumsum(lengths))), ids, weights
+    ids_array = np.array(ids, dtype=np.int64)
+    twice = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths) * len(run.net.resources) + ids_array
+    if len(np.unique(twice)) != len(twice):
+        raise SimcollError(f"{run.what}: a route lists one resource twice (the network merges them)")
+    return np.concatenate(([0], np.cumsum(lengths))), ids_array, weights
 
 
 def _capacity_tables(net) -> tuple[np.ndarray, list[float]]:

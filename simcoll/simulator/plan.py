@@ -270,17 +270,17 @@ def plan_switched(algorithm: Algorithm, num_chunks: int, present: np.ndarray) ->
         first = np.ones(n, dtype=bool)
     t_msg = np.cumsum(first) - 1  # per transfer (in message order): its transfer message
     heads = np.flatnonzero(first)
+    head_batch = t_batch[heads]
     # switch messages: by batch, in the schedule's order within one
-    r_order = np.argsort(np.searchsorted(keys, r_key), kind="stable")
-    r_batch = np.searchsorted(keys, r_key)[r_order]
+    r_batch = np.searchsorted(keys, r_key)
+    r_order = np.argsort(r_batch, kind="stable")
+    r_batch = r_batch[r_order]
     # one numbering for both: per batch, its switch messages, then its transfer messages
-    per_batch = np.bincount(r_batch, minlength=batches) + np.bincount(t_batch[heads], minlength=batches)
-    base = np.concatenate(([0], np.cumsum(per_batch)[:-1]))
+    switched = np.bincount(r_batch, minlength=batches)
+    base = np.concatenate(([0], np.cumsum(switched + np.bincount(head_batch, minlength=batches))[:-1]))
     r_first = np.searchsorted(r_batch, np.arange(batches))
     switch_msg = base[r_batch] + np.arange(s) - r_first[r_batch]  # per switch message (sorted)
-    t_first = np.searchsorted(t_batch[heads], np.arange(batches))
-    switched = np.bincount(r_batch, minlength=batches)
-    head_batch = t_batch[heads]
+    t_first = np.searchsorted(head_batch, np.arange(batches))
     transfer_msg = base[head_batch] + switched[head_batch] + np.arange(len(heads)) - t_first[head_batch]
     total = s + len(heads)
     r_chunk, sources, n_sources, dests, n_dests, path_code, paths = _reduction_columns(reductions, r_order)
@@ -292,7 +292,8 @@ def plan_switched(algorithm: Algorithm, num_chunks: int, present: np.ndarray) ->
     read_entry = np.concatenate((np.repeat(np.arange(s), n_sources), -1 - np.arange(n)))  # (what to name)
     by_msg = np.argsort(read_msg, kind="stable")
     read_slot, read_msg, read_batch, read_entry = (c[by_msg] for c in (read_slot, read_msg, read_batch, read_entry))
-    write_slot = np.concatenate((np.repeat(r_chunk, n_dests) + dests * num_chunks, t_chunk + t_dst * num_chunks))
+    r_write, t_write = np.repeat(r_chunk, n_dests) + dests * num_chunks, t_chunk + t_dst * num_chunks
+    write_slot = np.concatenate((r_write, t_write))
     write_batch = np.concatenate((np.repeat(r_batch, n_dests), t_batch))
     write_key = np.sort(write_slot * (batches + 1) + write_batch)
     read_key = read_slot * (batches + 1)
@@ -327,9 +328,8 @@ def plan_switched(algorithm: Algorithm, num_chunks: int, present: np.ndarray) ->
         src[transfer_msg], dst[transfer_msg], chunk[transfer_msg] = t_src[heads], t_dst[heads], t_chunk[heads]
         reduce[transfer_msg], batch[transfer_msg] = table.reduce[order][heads], head_batch
     sizes = np.diff(np.append(heads, n))
-    t_write = t_chunk + t_dst * num_chunks
     groups = {int(transfer_msg[m]): t_write[heads[m] : heads[m] + sizes[m]].tolist() for m in np.flatnonzero(sizes > 1)}
-    fan = (np.repeat(r_chunk, n_dests) + dests * num_chunks).tolist()
+    fan = r_write.tolist()
     fan_end = np.cumsum(n_dests).tolist()
     fanout = {m: fan[end - k : end] for m, end, k in zip(switch_msg.tolist(), fan_end, n_dests.tolist(), strict=True)}
     # queues keyed as plan_grouped keys them, in order of their first message

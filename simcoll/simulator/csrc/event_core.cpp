@@ -135,9 +135,8 @@ struct Route {  // FluidNetwork._fast[pair]: the route as launch and the max-min
   std::int64_t order = 0;  // _Uses.order
 };
 
-struct Flow {
+struct Flow {  // (its route: Core::flow_q_)
   std::int64_t id = 0;
-  std::int32_t q = 0;
   double bound = 0, remaining = 0, rate = 0, t_last = 0, alpha_s = 0, after_s = 0, start_s = 0, wire_end = 0;
   std::int64_t msg = 0;
   std::int64_t done_eid = -1;
@@ -393,9 +392,8 @@ class Core {
       changed[q] = 1;
     }
     for (std::size_t s = 0; s < flows_.size(); ++s) {
-      Flow& f = flows_[s];
-      if (!f.active || !changed[f.q]) continue;
-      for (std::int32_t rid : routes_[f.q].res) {
+      if (!flows_[s].active || !changed[flow_q_[s]]) continue;
+      for (std::int32_t rid : routes_[flow_q_[s]].res) {
         auto& on = res_flows_[rid];
         if (std::find(on.begin(), on.end(), static_cast<std::int32_t>(s)) == on.end())
           on.push_back(static_cast<std::int32_t>(s));
@@ -424,7 +422,6 @@ class Core {
     std::int32_t s = new_slot();
     Flow& f = flows_[s];
     f.id = next_flow_++;
-    f.q = q;
     f.bound = cap >= route.bandwidth ? route.bandwidth : cap;
     flow_q_[s] = q;
     flow_key_[s] = (route.order << 40) | f.id;
@@ -518,7 +515,7 @@ class Core {
     for (const LeftFlow& l : left) rates[key(l.q, l.bound)].push_back(l.rate);
     std::vector<double> taken;
     for (std::int32_t s : joined) {
-      auto it = rates.find(key(flows_[s].q, flows_[s].bound));
+      auto it = rates.find(key(flow_q_[s], flows_[s].bound));
       if (it == rates.end() || it->second.empty()) return false;
       taken.push_back(it->second.back());
       it->second.pop_back();
@@ -572,14 +569,14 @@ class Core {
     std::vector<double> rates;
     if (comp.size() == 1) {
       Flow& f = flows_[comp[0]];
-      rates.push_back(alone_rate(f.bound, routes_[f.q]));
+      rates.push_back(alone_rate(f.bound, routes_[flow_q_[comp[0]]]));
     } else if (comp.size() > kRememberUpTo) {
       rates = sparse_max_min(comp, seen);
     } else {
       std::string pattern(comp.size() * 16, '\0');
       for (std::size_t i = 0; i < comp.size(); ++i) {
         const Flow& f = flows_[comp[i]];
-        std::int64_t order = routes_[f.q].order;
+        std::int64_t order = routes_[flow_q_[comp[i]]].order;
         std::memcpy(&pattern[16 * i], &order, 8);
         std::memcpy(&pattern[16 * i + 8], &f.bound, 8);
       }
@@ -781,7 +778,7 @@ class Core {
     f.wire_end = now_;
     double rate = f.rate;
     bool others = false;
-    const Route& route = routes_[f.q];
+    const Route& route = routes_[flow_q_[s]];
     for (std::int32_t rid : route.res) {
       auto& on = res_flows_[rid];
       auto it = std::find(on.begin(), on.end(), s);
@@ -790,7 +787,7 @@ class Core {
       if (!on.empty()) others = true;
     }
     if (others && in_->contention) {
-      left_.push_back(LeftFlow{f.q, f.bound, rate});
+      left_.push_back(LeftFlow{flow_q_[s], f.bound, rate});
       f.rate = 0.0;
       mark_dirty(route.res);
     } else {

@@ -197,3 +197,118 @@ def test_write_share_is_written_read_and_checked(tmp_path):
                          "source": "t"}}  # fmt: skip
     with pytest.raises(ModelError, match=r"executor\.write_share: must lie in \(0, 1\), got 1\.2"):
         model_from_dict(data)
+
+
+# --- a second machine start on 2026-11-27: two calibration passes fitted together, with the relay ---
+
+SECOND = MEASURED.parent / "h200-2026-11-27"
+SECOND_SAMPLES = [SECOND / f"calibrate-samples-{n}.csv" for n in (1, 2)]
+
+
+def second_day(model: CostModel, algo: str, topo: str, coll: str) -> val.Validation:
+    name = "ring" if (algo, topo, coll) == SEVEN[0] else f"{algo}-{topo.split(':')[1]}-{coll}"
+    return validation(model, algo, topo, coll, str(SECOND / f"validate-{name}.csv"))
+
+
+def fitted(tmp_path: Path, paths: list[Path]) -> CostModel:
+    samples, runs = cal.read_sample_files([str(p) for p in paths])
+    _, model = cal.write_calibration(samples, str(tmp_path / "fit.yaml"), link_type="nvlink", run=runs)
+    return model
+
+
+def test_the_second_days_two_passes_fit_again_to_its_committed_model(tmp_path):
+    committed_model = load_model(str(SECOND / "calibrated.yaml"))
+    model = fitted(tmp_path, SECOND_SAMPLES)
+    for value in (
+        lambda m: m.executor.thread_block_bandwidth_Bps,
+        lambda m: m.executor.kernel_launch_s,
+        lambda m: m.executor.signal_latency_s,
+        lambda m: m.executor.write_share,
+        lambda m: m.compute.reduce_bandwidth_Bps,
+        lambda m: m.link("nvlink").alpha_s,
+        lambda m: m.link("nvlink").bandwidth_Bps,
+    ):
+        assert value(model) == pytest.approx(value(committed_model), rel=1e-4)
+    assert "18:55Z" in committed_model.description and "18:57Z" in committed_model.description
+
+
+#: Median |error| of the second day's model on its own seven sweeps (README of h200-2026-11-27).
+SECOND_DAY_MEDIANS = {
+    ("ring", "fully-connected:4", "allreduce"): 0.035,
+    ("binomial-tree", "fully-connected:4", "broadcast"): 0.022,
+    ("ring", "fully-connected:4", "allgather"): 0.037,
+    ("direct", "fully-connected:4", "allreduce"): 0.086,
+    ("rvhd", "fully-connected:4", "allreduce"): 0.048,
+    ("ring", "fully-connected:8", "allreduce"): 0.030,
+    ("double-binary-tree", "fully-connected:8", "allreduce"): 0.186,
+}
+
+
+@pytest.mark.parametrize("schedule", SEVEN, ids=lambda s: "-".join(s))
+def test_the_second_days_model_on_its_seven_sweeps(schedule):
+    """Six of seven within the 15 % target; the double binary tree of eight
+    ranks is the miss, 28-34 % fast up to 256 KB and within 9 % from 4 MB."""
+    result = second_day(load_model(str(SECOND / "calibrated.yaml")), *schedule)
+    assert result.median_abs_error == pytest.approx(SECOND_DAY_MEDIANS[schedule], abs=0.001)
+    assert result.within_target == (schedule[0] != "double-binary-tree")
+    if schedule[0] == "double-binary-tree":
+        assert all(-0.35 < r.error < -0.28 for r in result.rows if r.size_bytes <= 256 << 10)
+        assert all(abs(r.error) < 0.09 for r in result.rows if r.size_bytes >= 4 << 20)
+
+
+def test_the_measured_write_share_agrees_with_the_h100s_and_fits_the_sweeps():
+    """The relay measured a write at 0.758 of a copy (the H100's seven sweeps
+    gave 0.78); with it the second day's seven sweeps from 4 MB have rms ln
+    error 3.2 % instead of 7.5 % with reads and writes alike."""
+    model = load_model(str(SECOND / "calibrated.yaml"))
+    assert model.executor.write_share == pytest.approx(0.758, abs=0.001)
+
+    def rms(m: CostModel) -> float:
+        errors = [math.log(r.simulated_s / r.measured_s) for s in SEVEN for r in second_day(m, *s).rows
+                  if r.size_bytes >= 4 << 20]  # fmt: skip
+        return math.sqrt(sum(e * e for e in errors) / len(errors))
+
+    assert rms(model) == pytest.approx(0.032, abs=0.001)
+    assert rms(with_write_share(model, 0.5)) == pytest.approx(0.075, abs=0.001)
+
+
+def test_four_passes_on_two_days_fitted_together_meet_every_sweep(tmp_path):
+    """The two days' four calibration passes fitted together simulate all
+    fifteen sweeps of both days within 13 %, the double binary tree
+    included (12.8 / 12.0 %): the reduce launch the small sizes need lies
+    between the two days' fits."""
+    both = fitted(tmp_path, [MEASURED / "calibrate-samples-1.csv", MEASURED / "calibrate-samples-2.csv",
+                             *SECOND_SAMPLES])  # fmt: skip
+    medians = [ring(both, 1).median_abs_error, ring(both, 2).median_abs_error]
+    for schedule in SEVEN:
+        medians.append(second_day(both, *schedule).median_abs_error)
+        if schedule != SEVEN[0]:
+            algo, topo, coll = schedule
+            csv = f"validate-{algo}-{topo.split(':')[1]}-{coll}-1.csv"
+            medians.append(validation(both, algo, topo, coll, csv).median_abs_error)
+    assert len(medians) == 15
+    assert max(medians) == pytest.approx(0.128, abs=0.001)
+    assert both.executor.write_share == pytest.approx(0.749, abs=0.001)  # from the second day's relays only
+
+
+def test_the_reduce_launch_is_what_the_days_disagree_on(tmp_path):
+    """Why the second day's model misses the tree: the reduce launch is read
+    from reduce less copy at the smallest sizes, a few µs that moved by 6 µs
+    between passes (5.1, 2.5, 2.4, -1.4 µs at 1 KB); the second day fitted
+    0.09 µs, the first 2.16, all four 1.23, and the tree's small sizes - ten
+    reductions on the critical path - follow it."""
+
+    def reduce_less_copy_us(path: Path) -> float:
+        samples, _ = cal.read_samples(str(path))
+        at = {(s.benchmark.kind, s.size_bytes): s.time_s for s in samples}
+        return 1e6 * (at["reduce", 1024] - at["copy", 1024])
+
+    files = [MEASURED / "calibrate-samples-1.csv", MEASURED / "calibrate-samples-2.csv", *SECOND_SAMPLES]
+    assert [round(reduce_less_copy_us(f), 1) for f in files] == [5.1, 2.5, 2.4, -1.4]
+    first = fitted(tmp_path, files[:2])
+    second = load_model(str(SECOND / "calibrated.yaml"))
+    both = fitted(tmp_path, files)
+    launches = [m.compute.reduce_launch_s * 1e6 for m in (second, both, first)]
+    assert [round(x, 2) for x in launches] == [0.09, 1.23, 2.16]
+    tree = [second_day(m, *SEVEN[-1]).median_abs_error for m in (second, both, first)]
+    assert tree[0] > tree[1] > tree[2]

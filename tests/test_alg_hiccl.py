@@ -5,9 +5,10 @@ with ring(k), multi-NIC striping, GPU-to-NIC bindings and pipelining."""
 from collections import Counter
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
-from simcoll import Algorithm, check, generate, load_machine, load_topology, make_collective
+from simcoll import Algorithm, check, generate, load_machine, load_topology, make_collective, simulate
 from simcoll.algorithms import REGISTRY
 from simcoll.algorithms.hiccl import COLLECTIVES, MULTI_STEP, default_hierarchy, hiccl, table2
 from simcoll.algorithms.hiccl_primitives import (
@@ -16,6 +17,7 @@ from simcoll.algorithms.hiccl_primitives import (
     compose,
     multicast,
     nic_binding,
+    node_relative_chunks,
     reduction,
     stages,
     stripe_leaders,
@@ -228,11 +230,20 @@ def test_reduction_is_the_reversed_multicast_tree():
     assert all(t.op == "reduce" for t in up)
 
 
-def _composed_by_definition(phases, plan):
+def _composed_by_definition(phases, plan, name):
     """§3.3 and §4.5 spelled out on transfer lists: each phase's primitives
     concurrently, a fence shifting the next phase past this one's stages,
     channel c of a chunk c steps later, each distinct transfer once, in
-    (step, src, dst, chunk) order."""
+    (step, src, dst, chunk seen from the sender's node) order."""
+    per_node = len(plan.node_of) // (max(plan.node_of) + 1)
+
+    def place(t):
+        return int(
+            node_relative_chunks(
+                name, len(plan.node_of), np.array([t.chunk]), np.array([t.src // per_node * per_node])
+            )[0]
+        )
+
     channel = {}
     for phase in phases:
         for prim in phase:
@@ -251,7 +262,7 @@ def _composed_by_definition(phases, plan):
         ]
         out += [replace(t, step=t.step + offset + channel.get(t.chunk, 0)) for t in made]
         offset += stages(made)
-    return sorted(dict.fromkeys(out), key=lambda t: (t.step, t.src, t.dst, t.chunk))
+    return sorted(dict.fromkeys(out), key=lambda t: (t.step, t.src, t.dst, place(t)))
 
 
 @pytest.mark.parametrize("coll", ["allreduce", "allgather", "reducescatter", "broadcast"])
@@ -276,8 +287,8 @@ def test_composition_is_fences_then_channels_then_each_transfer_once(coll, steps
         nic_of=nic_of,
     )
     _, phases = table2(collective, steps)
-    composed = compose(phases, plan)
-    expected = _composed_by_definition(phases, plan)
+    composed = compose(phases, plan, coll)
+    expected = _composed_by_definition(phases, plan, coll)
     assert len(composed) == len(expected) and list(composed) == expected
 
 
@@ -445,3 +456,34 @@ def test_point_to_point_multicasts_factorised_together_as_one_by_one(factors):
     one_by_one = TransferTable.concatenate([primitive.table(plan) for primitive in primitives])
     for column in ("chunk", "src", "dst", "reduce", "step"):
         assert getattr(together, column).tolist() == getattr(one_by_one, column).tolist(), column
+
+
+@pytest.mark.parametrize("coll", ["allgather", "reducescatter", "alltoall", "gather", "scatter"])
+def test_node_relative_chunks_move_each_ranks_buffers_with_the_rank(coll):
+    """Seen from ``shift`` ranks back, rank r's input and output chunks are
+    rank r - shift's (the collective's own layouts, not the formula again;
+    Gather's and Scatter's root keeps every chunk, so their root's buffer
+    is compared with itself)."""
+    p, shift = 8, 4
+    collective = make_collective(coll, p, 2)
+    for layout in (collective.input_layout, collective.output_layout):
+        for r, chunks in enumerate(layout):
+            if not chunks:
+                continue
+            there = layout[(r - shift) % p] or chunks
+            moved = node_relative_chunks(coll, p, np.array(chunks, dtype=np.int64), np.full(len(chunks), shift))
+            assert sorted(moved.tolist()) == sorted(there)
+
+
+@pytest.mark.parametrize("coll", ["allreduce", "allgather", "reducescatter", "alltoall"])
+def test_every_node_runs_node_0s_schedule_moved(coll):
+    """Each node sends its chunks in the order node 0 does, counted from its
+    own ranks: on four equal nodes the simulator finds the node rotation and
+    runs a quarter of the messages, to the same time as the full run."""
+    machine = load_machine("dgx-h100*4")
+    algorithm = generate("hiccl", machine, coll)
+    for size in (1 << 20, 1 << 30):
+        quotient = simulate(algorithm, machine, size, verify=False, record_utilisation=False)
+        full = simulate(algorithm, machine, size, verify=False)  # utilisation is recorded in full
+        assert quotient.stats["node_rotation"] == 4 and full.stats["node_rotation"] == 1
+        assert quotient.time_s == full.time_s

@@ -89,7 +89,6 @@ def test_utilisation_is_recorded_by_the_full_simulation():
         ),
         ("dgx-h100", "ring", None, "one node"),
         ("dgx-h100*4", "multi-ring", 6 * 32, "8 rings share 6 chunks a rank: some blocks are a chunk short"),
-        ("dgx-h100*4", "hiccl", None, "the same chunk is reduced at every node's leader"),
     ],
 )
 def test_asymmetric_schedules_and_machines_run_in_full(topo, name, chunks, why):

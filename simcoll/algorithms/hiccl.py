@@ -283,7 +283,7 @@ def hiccl(
         nic_of=nic_of,
     )
     label, phases = table2(collective, steps, via)
-    transfers = compose(phases, plan)
+    transfers = compose(phases, plan, collective.name)
     pairs = np.unique(transfers.src * p + transfers.dst)
     for src, dst in zip((pairs // p).tolist(), (pairs % p).tolist(), strict=True):
         if not routes.connected(src, dst):

@@ -497,8 +497,42 @@ def _point_to_point(primitives: Sequence[Primitive], plan: Plan) -> TransferTabl
     )
 
 
-def compose(phases: Sequence[Sequence[Primitive]], plan: Plan) -> TransferTable:
-    """The transfers of a multi-step collective: each phase a single-step
+def node_relative_chunks(collective: str, num_ranks: int, chunk: np.ndarray, shift: np.ndarray) -> np.ndarray:
+    """Each ``chunk`` as seen from ``shift`` ranks back: the chunk that moving
+    every rank back by ``shift[i]`` turns ``chunk[i]`` into. Chunk ``c`` of a
+    multi-step composition belongs to rank ``c mod p`` (SCCL's blocks, the
+    module docstring of :mod:`~simcoll.algorithms.hiccl`), so the owner moves
+    and the block stays; an All-to-all's chunk ``(i·p + d)·p + s`` moves with
+    its source and its destination; a Broadcast's or Reduce's chunks belong to
+    no rank and stay.
+
+    >>> node_relative_chunks("allgather", 4, np.array([0, 5, 6]), np.array([2, 2, 2])).tolist()
+    [2, 7, 4]
+    """
+    p = num_ranks
+    if collective == "alltoall":
+        pair, src = np.divmod(chunk, p)
+        block, dst = np.divmod(pair, p)
+        return (block * p + (dst - shift) % p) * p + (src - shift) % p
+    if collective in ("broadcast", "reduce"):
+        return chunk
+    block, owner = np.divmod(chunk, p)
+    return block * p + (owner - shift) % p
+
+
+def _node_shift(plan: Plan) -> np.ndarray:
+    """Per rank, the first rank of its node, where nodes are equal and their
+    ranks consecutive (node-major); zeros otherwise."""
+    node = np.asarray(plan.node_of, dtype=np.int64)
+    nodes = int(node.max()) + 1
+    per_node = len(node) // nodes
+    if per_node * nodes != len(node) or not np.array_equal(node, np.arange(len(node)) // per_node):
+        return np.zeros(len(node), dtype=np.int64)
+    return node * per_node
+
+
+def compose(phases: Sequence[Sequence[Primitive]], plan: Plan, collective: str = "allreduce") -> TransferTable:
+    """The transfers of a multi-step ``collective``: each phase a single-step
     collective (primitives registered together run concurrently, §3.2),
     fences between phases, then pipelining over ``plan.pipeline`` channels.
 
@@ -507,8 +541,14 @@ def compose(phases: Sequence[Sequence[Primitive]], plan: Plan) -> TransferTable:
     phase's channel c only needs an earlier phase's channel c. Identical
     transfers from concurrent primitives (the same partial of the same chunk
     on the same hop, as when the P reductions of a single-step All-reduce share
-    their lower tree levels) are sent once. Ordered by (step, src, dst, chunk),
-    ties in the order the primitives made them.
+    their lower tree levels) are sent once. Ordered by (step, src, dst, the
+    chunk as seen from the sender's node), ties in the order the primitives
+    made them: on machines of equal nodes, each node sends its chunks in the
+    order node 0 sends theirs, counted from its own ranks' blocks
+    (:func:`node_relative_chunks`). The concurrent primitives then start on
+    every node's blocks at once rather than all on rank 0's, and node ``j``'s
+    schedule is node 0's moved by ``j`` nodes, a symmetry the simulator
+    exploits (:mod:`simcoll.simulator.symmetry`).
     """
     channel: dict[int, int] = {}
     for phase in phases:
@@ -522,5 +562,7 @@ def compose(phases: Sequence[Sequence[Primitive]], plan: Plan) -> TransferTable:
         return table
     rows = np.stack([table.chunk, table.src, table.dst, table.reduce.astype(np.int64), table.step], axis=1)
     _, first = np.unique(rows, axis=0, return_index=True)  # each distinct transfer's first occurrence
-    order = np.lexsort((first, table.chunk[first], table.dst[first], table.src[first], table.step[first]))
+    src = table.src[first]
+    place = node_relative_chunks(collective, plan.hierarchy.size, table.chunk[first], _node_shift(plan)[src])
+    order = np.lexsort((first, place, table.dst[first], src, table.step[first]))
     return table.take(first[order])

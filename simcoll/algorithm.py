@@ -23,6 +23,10 @@ replaces. It is scheduled like a transfer (a ``step``, or ``start_s`` /
 ``end_s``), reads the state at the start of its batch and lands at the end, and
 lives in :attr:`Algorithm.switch_reductions`. Consumers that cannot time or
 lower it refuse it by name (:meth:`Algorithm.require_point_to_point`).
+
+Large schedules hold their transfers as NumPy columns (:class:`TransferTable`)
+and their step-scheduled switch reductions likewise
+(:class:`SwitchReductionTable`); both read as tuples of the objects.
 """
 
 from __future__ import annotations
@@ -313,6 +317,110 @@ class SwitchReduction:
         )
 
 
+class SwitchReductionTable(Sequence):
+    """Step-scheduled switch reductions as NumPy columns: what the in-switch
+    generators emit on large machines (a million reductions on 1,024 GPUs)
+    and the simulator's planning reads without one :class:`SwitchReduction`
+    object each. Switches and rank tuples are listed once (``switches``,
+    ``rank_sets``) and each reduction names them by index, as generators
+    reuse a few of each.
+
+    A sequence of :class:`SwitchReduction`, built lazily (nothing is
+    cached); it compares equal to a tuple holding the same reductions in the
+    same order.
+
+    Parameters
+    ----------
+    chunk, step : array_like of int
+        One entry per reduction.
+    switch : array_like of int
+        Per reduction, its switch's index in ``switches``.
+    sources, destinations : array_like of int
+        Per reduction, the index in ``rank_sets`` of its sources and of its
+        destinations.
+    switches : sequence of str
+        Switch (topology component) names.
+    rank_sets : sequence of sequence of int
+        Rank tuples.
+
+    >>> table = SwitchReductionTable([0, 1], [0, 0], [0, 0], [1, 1], [0, 0], switches=["nvs0"],
+    ...                              rank_sets=[(0, 1), (0,)])  # fmt: skip
+    >>> table[1]
+    SwitchReduction(chunk=1, switch='nvs0', sources=(0, 1), destinations=(0,), step=0, start_s=None, end_s=None)
+    """
+
+    __slots__ = ("chunk", "switch", "sources", "destinations", "step", "switches", "rank_sets")
+
+    def __init__(
+        self,
+        chunk: Any,
+        switch: Any,
+        sources: Any,
+        destinations: Any,
+        step: Any,
+        *,
+        switches: Sequence[str],
+        rank_sets: Sequence[Sequence[int]],
+    ) -> None:
+        self.chunk = np.ascontiguousarray(chunk, dtype=np.int64)
+        self.switch = np.ascontiguousarray(switch, dtype=np.int64)
+        self.sources = np.ascontiguousarray(sources, dtype=np.int64)
+        self.destinations = np.ascontiguousarray(destinations, dtype=np.int64)
+        self.step = np.ascontiguousarray(step, dtype=np.int64)
+        self.switches = tuple(switches)
+        self.rank_sets = tuple(tuple(ranks) for ranks in rank_sets)
+        n = len(self.chunk)
+        for name in ("switch", "sources", "destinations", "step"):
+            column = getattr(self, name)
+            if column.ndim != 1 or len(column) != n:
+                raise AlgorithmError(f"switch reduction table: column {name} has shape {column.shape}, expected ({n},)")
+        for name, column, listed in (("switch", self.switch, self.switches), ("sources", self.sources, self.rank_sets),
+                                     ("destinations", self.destinations, self.rank_sets)):  # fmt: skip
+            if n and (int(column.min()) < 0 or int(column.max()) >= len(listed)):
+                raise AlgorithmError(
+                    f"switch reduction table: column {name} indexes past its {len(listed)} listed entries"
+                )
+
+    def __len__(self) -> int:
+        return len(self.chunk)
+
+    def _reduction(self, i: int) -> SwitchReduction:
+        return SwitchReduction(
+            int(self.chunk[i]),
+            self.switches[int(self.switch[i])],
+            self.rank_sets[int(self.sources[i])],
+            self.rank_sets[int(self.destinations[i])],
+            step=int(self.step[i]),
+        )
+
+    def __getitem__(self, index):  # type: ignore[override]
+        if isinstance(index, slice):
+            return tuple(self._reduction(i) for i in range(*index.indices(len(self))))
+        i = int(index)
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(f"switch reduction index {index} out of range ({len(self)} reductions)")
+        return self._reduction(i)
+
+    def __iter__(self) -> Iterator[SwitchReduction]:
+        switches, sets = self.switches, self.rank_sets
+        columns = (self.chunk.tolist(), self.switch.tolist(), self.sources.tolist(), self.destinations.tolist(),
+                   self.step.tolist())  # fmt: skip
+        for chunk, switch, sources, destinations, step in zip(*columns, strict=True):
+            yield SwitchReduction(chunk, switches[switch], sets[sources], sets[destinations], step=step)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (SwitchReductionTable, tuple, list)):
+            return len(other) == len(self) and tuple(self) == tuple(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"SwitchReductionTable({len(self)} reductions)"
+
+
 class PairSet(AbstractSet):
     """An immutable set of directed rank pairs ``(s, d)`` held as sorted
     NumPy keys ``s * num_ranks + d``: what a bandwidth constraint over every
@@ -564,16 +672,22 @@ class Algorithm:
     def __post_init__(self) -> None:
         if not isinstance(self.transfers, TransferTable):
             object.__setattr__(self, "transfers", tuple(self.transfers))
-        object.__setattr__(self, "switch_reductions", tuple(self.switch_reductions))
+        if not isinstance(self.switch_reductions, SwitchReductionTable):
+            object.__setattr__(self, "switch_reductions", tuple(self.switch_reductions))
         object.__setattr__(self, "rounds_per_step", tuple(self.rounds_per_step))
         object.__setattr__(self, "bandwidth", tuple(self.bandwidth))
         self._check_structure()
         if self.schedule == "steps" and not self.rounds_per_step:
+            reductions = self.switch_reductions
+            if isinstance(reductions, SwitchReductionTable):
+                last_reduction = [int(reductions.step.max())] if len(reductions) else []
+            else:
+                last_reduction = [r.step for r in reductions]
             if isinstance(self.transfers, TransferTable):
                 last = int(self.transfers.step.max()) if len(self.transfers) else -1
-                steps = 1 + max([last, *(r.step for r in self.switch_reductions)])
+                steps = 1 + max([last, *last_reduction])
             else:
-                steps = 1 + max((t.step for t in (*self.transfers, *self.switch_reductions)), default=-1)
+                steps = 1 + max([*(t.step for t in self.transfers), *last_reduction], default=-1)
             object.__setattr__(self, "rounds_per_step", (1,) * steps)
 
     @cached_property
@@ -641,8 +755,11 @@ class Algorithm:
         for i, t in enumerate(() if isinstance(self.transfers, TransferTable) else self.transfers):
             kinds.add(self._check_transfer(i, t))
         valid_ranks: dict[tuple, tuple] = {}  # rank tuples checked: a schedule reuses a few thousand
-        for i, r in enumerate(self.switch_reductions):
-            kinds.add(self._check_switch_reduction(i, r, valid_ranks))
+        if isinstance(self.switch_reductions, SwitchReductionTable):
+            kinds |= self._check_reduction_table(self.switch_reductions)
+        else:
+            for i, r in enumerate(self.switch_reductions):
+                kinds.add(self._check_switch_reduction(i, r, valid_ranks))
         if len(kinds) > 1:
             raise AlgorithmError(f"{self.name}: mixes step-annotated and timed transfers")
         if any(not isinstance(r, int) or r < 1 for r in self.rounds_per_step):
@@ -650,6 +767,28 @@ class Algorithm:
         for b in self.bandwidth:
             if b.chunks_per_round < 0 or any(not (0 <= a < p and 0 <= z < p) for a, z in b.links):
                 raise AlgorithmError(f"{self.name}: bandwidth constraint {b.label or sorted(b.links)} is out of range")
+
+    def _check_reduction_table(self, table: SwitchReductionTable) -> set[str]:
+        """:meth:`_check_structure` for a :class:`SwitchReductionTable`:
+        each listed switch and rank tuple once, the columns vectorised; the
+        first bad reduction is reported as the object path would."""
+        if not len(table):
+            return set()
+        p, g = self.collective.num_ranks, self.collective.num_chunks
+        bad = (table.chunk < 0) | (table.chunk >= g) | (table.step < 0)
+        if self.rounds_per_step:
+            bad |= table.step >= len(self.rounds_per_step)
+        bad_switch = np.array([not (type(name) is str and name) for name in table.switches], dtype=bool)
+        bad_set = np.array(
+            [not ranks or len(set(ranks)) != len(ranks) or any(type(x) is not int or not 0 <= x < p for x in ranks)
+             for ranks in table.rank_sets], dtype=bool,
+        )  # fmt: skip
+        bad |= bad_switch[table.switch] | bad_set[table.sources] | bad_set[table.destinations]
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            self._check_switch_reduction(i, table[i], {})
+            raise AlgorithmError(f"{self.name}: switch_reductions[{i}] is malformed: {table[i]}")  # (not reached)
+        return {"steps"}
 
     def _check_switch_reduction(self, i: int, r: SwitchReduction, valid_ranks: dict[tuple, tuple]) -> str:
         """Structural checks of switch reduction ``i``; its schedule kind.

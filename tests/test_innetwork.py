@@ -243,3 +243,112 @@ def test_nvls_tree_runs_each_chunk_up_and_down_its_double_binary_tree(topo):
     assert isinstance(algorithm.transfers, TransferTable)
     assert algorithm.transfers == tuple(expected)
     assert check(algorithm, machine) == []
+
+
+@pytest.mark.parametrize("topo", ["dgx-h100*2", "dgx-h100*5"])
+def test_nvls_tree_and_collnet_reductions_chunk_by_chunk(topo):
+    """The generators emit their switch reductions as columns; chunk by
+    chunk they are, node by node, the NVLS reduction into the chunk's owner
+    (local index c mod G) and then, node by node, the owner's multicast
+    (NVLS-Tree); or per node the reduction and the multicast, then the
+    owners' reduction in the fabric switch (CollNet). The switch is the
+    node's turn for the chunk (the NVSwitches dealt by their links)."""
+    from simcoll.algorithm import SwitchReductionTable
+    from simcoll.algorithms.innetwork import _turns, fabric_reducing_switch, node_switch_shares
+
+    machine = load_machine(topo)
+    topology = machine.topology
+    per_node = [sorted(topology.ranks_of_node(n)) for n in topology.nodes]
+    g = len(per_node[0])
+    tree = generate("nvls-tree", machine, "allreduce")
+    turns = [_turns(node_switch_shares(topology, n, "nvls-tree")) for n in topology.nodes]
+    expected = []
+    for c in range(tree.collective.num_chunks):
+        owner = [ranks[c % g] for ranks in per_node]
+        others = [tuple(r for r in ranks if r != o) for ranks, o in zip(per_node, owner, strict=True)]
+        multicast_step = max(t.step for t in tree.transfers if t.chunk == c) + 1
+        sw = [t[c % len(t)] for t in turns]
+        expected += [
+            SwitchReduction(c, sw[j], tuple(per_node[j]), (owner[j],), step=c // g) for j in range(len(per_node))
+        ]
+        expected += [
+            SwitchReduction(c, sw[j], (owner[j],), others[j], step=multicast_step) for j in range(len(per_node))
+        ]
+    assert isinstance(tree.switch_reductions, SwitchReductionTable)
+    assert tree.switch_reductions == tuple(expected)
+
+    collnet = generate("collnet", machine, "allreduce")
+    turns = [_turns(node_switch_shares(topology, n, "collnet")) for n in topology.nodes]
+    expected = []
+    for c in range(collnet.collective.num_chunks):
+        owners = tuple(ranks[c % g] for ranks in per_node)
+        for j, ranks in enumerate(per_node):
+            sw = turns[j][c % len(turns[j])]
+            expected.append(SwitchReduction(c, sw, tuple(ranks), (owners[j],), step=0))
+            expected.append(SwitchReduction(c, sw, (owners[j],), tuple(r for r in ranks if r != owners[j]), step=2))
+        fabric = fabric_reducing_switch(topology, list(owners), "collnet")
+        expected.append(SwitchReduction(c, fabric, owners, owners, step=1))
+    assert isinstance(collnet.switch_reductions, SwitchReductionTable)
+    assert collnet.switch_reductions == tuple(expected)
+
+
+def test_a_switch_reduction_table_reads_as_the_tuple_of_its_reductions():
+    from simcoll.algorithm import SwitchReductionTable
+
+    table = SwitchReductionTable(
+        chunk=[0, 1, 1],
+        switch=[0, 1, 0],
+        sources=[0, 0, 1],
+        destinations=[1, 1, 0],
+        step=[0, 0, 2],
+        switches=["nvsw0", "nvsw1"],
+        rank_sets=[(0, 1, 2), (2,)],
+    )
+    objects = (
+        SwitchReduction(0, "nvsw0", (0, 1, 2), (2,), step=0),
+        SwitchReduction(1, "nvsw1", (0, 1, 2), (2,), step=0),
+        SwitchReduction(1, "nvsw0", (2,), (0, 1, 2), step=2),
+    )
+    assert table == objects and table == list(objects) and len(table) == 3
+    assert table[-1] == objects[2] and table[1:] == objects[1:] and tuple(table) == objects
+    assert repr(table) == "SwitchReductionTable(3 reductions)"
+    with pytest.raises(IndexError, match="switch reduction index 3 out of range"):
+        table[3]
+    # in an Algorithm: the steps it spans, the same checks and JSON as the objects
+    coll = make_collective("allreduce", 3, 2)
+    with_table, with_objects = (Algorithm("t", coll, (), switch_reductions=r) for r in (table, objects))
+    assert with_table.rounds_per_step == with_objects.rounds_per_step == (1, 1, 1)
+    assert with_table.to_dict() == with_objects.to_dict()
+    assert Algorithm.from_json(with_table.to_json()) == with_objects
+
+
+def test_a_switch_reduction_table_is_checked_like_its_reductions():
+    from simcoll.algorithm import SwitchReductionTable
+
+    def table(rank_sets, chunk=(0,), switches=("nvsw0",), sources=(0,)):
+        return SwitchReductionTable(chunk, [0], sources, [0], [0], switches=switches, rank_sets=rank_sets)
+
+    coll = make_collective("allreduce", 8, 1)
+    for bad, message in (
+        (table([(0, 0)]), r"switch_reductions\[0\].*sources names a rank twice"),
+        (table([(9,)]), r"switch_reductions\[0\].*sources: rank 9 out of range"),
+        (table([(0, 1)], chunk=(3,)), r"switch_reductions\[0\].*chunk 3 out of range"),
+        (table([(0, 1)], switches=("",)), r"switch_reductions\[0\].*switch must be a component name"),
+    ):
+        with pytest.raises(AlgorithmError, match=message):
+            Algorithm("bad", coll, (), switch_reductions=bad)
+    with pytest.raises(AlgorithmError, match="column sources indexes past its 1 listed entries"):
+        table([(0, 1)], sources=(1,))
+    with pytest.raises(AlgorithmError, match=r"column step has shape \(2,\), expected \(1,\)"):
+        SwitchReductionTable([0], [0], [0], [0], [0, 1], switches=["s"], rank_sets=[(0,)])
+
+
+@pytest.mark.parametrize("name", ["nvls-tree", "collnet"])
+def test_a_generators_table_simulates_as_its_reductions_one_by_one(name):
+    """The simulator plans a table from its columns; the same reductions as
+    objects give the same times bit for bit."""
+    machine = load_machine("dgx-h100*3")
+    algorithm = generate(name, machine, "allreduce")
+    objects = algorithm.with_changes(switch_reductions=tuple(algorithm.switch_reductions))
+    for size in (1 << 20, 1 << 30):
+        assert simulate(algorithm, machine, size).time_s == simulate(objects, machine, size).time_s

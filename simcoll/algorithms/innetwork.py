@@ -33,7 +33,7 @@ from functools import lru_cache
 import networkx as nx
 import numpy as np
 
-from ..algorithm import Algorithm, SwitchReduction, Transfer, TransferTable
+from ..algorithm import Algorithm, SwitchReduction, SwitchReductionTable, Transfer, TransferTable
 from ..collectives import Collective
 from ..errors import NotApplicableError
 from ..routes import Routes
@@ -141,7 +141,7 @@ def _algorithm(
     collective: Collective,
     topology: Topology,
     transfers: list[Transfer] | TransferTable,
-    reductions: list[SwitchReduction],
+    reductions: list[SwitchReduction] | SwitchReductionTable,
     **metadata,
 ) -> Algorithm:
     """An Algorithm whose steps take the fewest rounds the topology's rank
@@ -153,7 +153,12 @@ def _algorithm(
     else:
         last = max((t.step for t in transfers), default=-1)
         transfers = tuple(transfers)
-    steps = 1 + max(last, max((r.step for r in reductions), default=-1))
+    if isinstance(reductions, SwitchReductionTable):
+        last_reduction = int(reductions.step.max()) if len(reductions) else -1
+    else:
+        last_reduction = max((r.step for r in reductions), default=-1)
+        reductions = tuple(reductions)
+    steps = 1 + max(last, last_reduction)
     rounds = list(minimal_rounds(transfers, topology, routes)) if len(transfers) else []
     rounds += [1] * (steps - len(rounds))
     return Algorithm(
@@ -163,7 +168,7 @@ def _algorithm(
         rounds_per_step=tuple(rounds),
         topology=topology.name,
         metadata={"generator": name, **metadata},
-        switch_reductions=tuple(reductions),
+        switch_reductions=reductions,
     )
 
 
@@ -307,21 +312,32 @@ def nvls_tree(topology: Topology, collective: Collective) -> Algorithm:
         reduce=np.tile(np.repeat([True, False], edges_per_chunk), num_chunks),
         step=np.concatenate((up_step, down_step), axis=1).ravel(),
     )
-    after = (piece + 2 + 2 * tall[tree]).tolist()  # the step the owners' multicasts start at
-    everyone = [tuple(ranks) for ranks in per_node]
-    owner = [[(r,) for r in ranks] for ranks in per_node]
-    others = [[tuple(x for x in ranks if x != r) for r in ranks] for ranks in per_node]
-    reductions: list[SwitchReduction] = []
-    for c in range(num_chunks):
-        at, p = c % g, c // g
-        # dealt by chunk, not by chunk group: the G chunks in flight at once (one per owner) then
-        # spread over all the node's NVSwitches in proportion to their links, as NCCL's channels do
-        for j in range(len(per_node)):
-            reductions.append(SwitchReduction(c, turns[j][c % len(turns[j])], everyone[j], owner[j][at], step=p))
-        for j in range(len(per_node)):
-            reductions.append(
-                SwitchReduction(c, turns[j][c % len(turns[j])], owner[j][at], others[j][at], step=after[c])
-            )
+    after = piece + 2 + 2 * tall[tree]  # the step the owners' multicasts start at
+    # per chunk, node by node its reduction into the owner, then node by node the owner's multicast;
+    # rank tuples listed once: every node's GPUs, then per node and local index the owner, then the others
+    nodes = len(per_node)
+    rank_sets = [tuple(ranks) for ranks in per_node]
+    rank_sets += [(r,) for ranks in per_node for r in ranks]
+    rank_sets += [tuple(x for x in ranks if x != r) for ranks in per_node for r in ranks]
+    node = np.arange(nodes, dtype=np.int64)[None, :]
+    everyone = np.broadcast_to(node, (num_chunks, nodes))
+    owner = nodes + node * g + local[:, None]
+    others = nodes + nodes * g + node * g + local[:, None]
+    # dealt by chunk, not by chunk group: the G chunks in flight at once (one per owner) then
+    # spread over all the node's NVSwitches in proportion to their links, as NCCL's channels do
+    switches = list(dict.fromkeys(name for node_turns in turns for name in node_turns))
+    code = {name: i for i, name in enumerate(switches)}
+    switch = np.stack([np.array([code[name] for name in t], dtype=np.int64)[chunk % len(t)] for t in turns], axis=1)
+    reductions = SwitchReductionTable(
+        chunk=np.repeat(chunk, 2 * nodes),
+        switch=np.stack((switch, switch), axis=1).ravel(),
+        sources=np.stack((everyone, owner), axis=1).ravel(),
+        destinations=np.stack((owner, others), axis=1).ravel(),
+        step=np.stack((np.broadcast_to(piece[:, None], (num_chunks, nodes)),
+                       np.broadcast_to(after[:, None], (num_chunks, nodes))), axis=1).ravel(),
+        switches=switches,
+        rank_sets=rank_sets,
+    )  # fmt: skip
     return _algorithm("nvls-tree", collective, topology, table, reductions)
 
 
@@ -338,28 +354,69 @@ def collnet(topology: Topology, collective: Collective) -> Algorithm:
             node_shares.append(None)
     fabric = {local: fabric_reducing_switch(topology, [r[local] for r in per_node], "collnet") for local in range(g)}
     turns = [None if shares is None else _turns(shares) for shares in node_shares]
-    everyone = [tuple(ranks) for ranks in per_node]
     others_of = [[tuple(x for x in ranks if x != r) for r in ranks] for ranks in per_node]
     owners_of = [tuple(ranks[local] for ranks in per_node) for local in range(g)]
+    # on nodes whose NVSwitches cannot reduce, the owner's GPUs send to it and it sends back
+    plain = [j for j in range(len(per_node)) if turns[j] is None]
     transfers: list[Transfer] = []
-    reductions: list[SwitchReduction] = []
-    for c in range(collective.num_chunks):
+    for c in range(collective.num_chunks) if plain else ():
         local = _owner(c, g)
-        owners = owners_of[local]
-        for j in range(len(per_node)):
-            others = others_of[j][local]
-            if not others:
-                continue
-            if turns[j] is not None:
-                sw = turns[j][c % len(turns[j])]
-                reductions.append(SwitchReduction(c, sw, everyone[j], (owners[j],), step=0))
-                reductions.append(SwitchReduction(c, sw, (owners[j],), others, step=2))
-            else:
-                transfers += [Transfer(c, r, owners[j], "reduce", step=0) for r in others]
-                transfers += [Transfer(c, owners[j], r, "copy", step=2) for r in others]
-        reductions.append(SwitchReduction(c, fabric[local], owners, owners, step=1))
+        for j in plain:
+            others, owner = others_of[j][local], owners_of[local][j]
+            transfers += [Transfer(c, r, owner, "reduce", step=0) for r in others]
+            transfers += [Transfer(c, owner, r, "copy", step=2) for r in others]
+    reductions = _collnet_reductions(collective.num_chunks, per_node, turns, fabric, others_of, owners_of)
     return _algorithm(
         "collnet", collective, topology, transfers, reductions, sharp_switches=sorted(set(fabric.values()))
+    )
+
+
+def _collnet_reductions(
+    num_chunks: int,
+    per_node: list[list[int]],
+    turns: list[tuple[str, ...] | None],
+    fabric: dict[int, str],
+    others_of: list[list[tuple[int, ...]]],
+    owners_of: list[tuple[int, ...]],
+) -> SwitchReductionTable:
+    """CollNet's switch reductions, chunk by chunk: on every node whose
+    NVSwitches reduce (and that has GPUs besides the owner), the reduction
+    into the owner (step 0) and the owner's multicast (step 2), node by
+    node; then the owners' reduction and multicast in the fabric switch
+    (step 1). Rank tuples listed once: every node's GPUs, per node and
+    local index the owner, then the others, then per local index the owners."""
+    nodes, g = len(per_node), len(per_node[0])
+    rank_sets = [tuple(ranks) for ranks in per_node]
+    rank_sets += [(r,) for ranks in per_node for r in ranks]
+    rank_sets += [others for node_others in others_of for others in node_others]
+    rank_sets += list(owners_of)
+    switches = list(dict.fromkeys([*(name for t in turns if t is not None for name in t), *fabric.values()]))
+    code = {name: i for i, name in enumerate(switches)}
+    chunk = np.arange(num_chunks, dtype=np.int64)
+    local = chunk % g
+    reducing = [j for j in range(nodes) if turns[j] is not None] if g > 1 else []
+    node = np.array(reducing, dtype=np.int64)[None, :]
+    owner = nodes + node * g + local[:, None]  # [chunk, reducing node]
+    others = nodes + nodes * g + node * g + local[:, None]
+    switch = np.stack(
+        [np.array([code[name] for name in turns[j]], dtype=np.int64)[chunk % len(turns[j])] for j in reducing], axis=1
+    ) if reducing else np.zeros((num_chunks, 0), dtype=np.int64)  # fmt: skip
+    k = len(reducing)
+
+    def rows(up: np.ndarray, down: np.ndarray, last: np.ndarray) -> np.ndarray:
+        """Per chunk: (up, down) per reducing node, then the fabric's row."""
+        return np.concatenate((np.stack((up, down), axis=2).reshape(num_chunks, 2 * k), last[:, None]), axis=1).ravel()
+
+    owners = nodes + 2 * nodes * g + local
+    fabric_code = np.array([code[fabric[a]] for a in range(g)], dtype=np.int64)[local]
+    return SwitchReductionTable(
+        chunk=np.repeat(chunk, 2 * k + 1),
+        switch=rows(switch, switch, fabric_code),
+        sources=rows(np.broadcast_to(node, owner.shape), owner, owners),
+        destinations=rows(owner, others, owners),
+        step=rows(np.zeros_like(owner), np.full_like(owner, 2), np.ones(num_chunks, dtype=np.int64)),
+        switches=switches,
+        rank_sets=rank_sets,
     )
 
 

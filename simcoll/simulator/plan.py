@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..algorithm import Algorithm, Transfer, messages
+from ..algorithm import Algorithm, SwitchReductionTable, Transfer, messages
 from ..arrays import ragged_indices
 from ..errors import AlgorithmError
 from .network import SwitchPath
@@ -258,7 +258,10 @@ def plan_switched(algorithm: Algorithm, num_chunks: int, present: np.ndarray) ->
     timed = algorithm.schedule != "steps"
     key_type = np.float64 if timed else np.int64
     t_key = (table.start_s if timed else table.step) if n else np.zeros(0, dtype=key_type)
-    r_key = np.array([r.start_s if timed else r.step for r in reductions], dtype=key_type)
+    if isinstance(reductions, SwitchReductionTable):  # (step-scheduled)
+        r_key = reductions.step.astype(key_type)
+    else:
+        r_key = np.array([r.start_s if timed else r.step for r in reductions], dtype=key_type)
     keys = np.unique(np.concatenate((t_key, r_key)))
     batches = len(keys)
     # transfer messages, in schedule order (plan_vectorised)
@@ -396,8 +399,11 @@ def _reduction_columns(reductions, order: np.ndarray) -> tuple:
     """The switch reductions, in ``order``, as columns: chunk, sources
     (flat) and their counts, destinations (flat) and their counts, and a
     code per (switch, sources, destinations) with those triples in code
-    order. Generators reuse a few source and destination tuples for
-    millions of reductions: each distinct tuple is read once."""
+    order (codes in order of first appearance). Generators reuse a few
+    source and destination tuples for millions of reductions: each distinct
+    tuple is read once."""
+    if isinstance(reductions, SwitchReductionTable):
+        return _table_reduction_columns(reductions, order)
     tuples: dict[tuple[int, ...], int] = {}
     by_id: dict[int, int] = {}  # the same tuple object again: no hashing of its ranks (the tuples stay alive)
     paths: dict[tuple[str, int, int], int] = {}
@@ -423,6 +429,39 @@ def _reduction_columns(reductions, order: np.ndarray) -> tuple:
     listed = list(tuples)
     triples = [(switch, listed[a], listed[b]) for switch, a, b in paths]
     return (chunk[order], *expand(src_code), *expand(dst_code), path_code[order], triples)
+
+
+def _table_reduction_columns(table: SwitchReductionTable, order: np.ndarray) -> tuple:
+    """:func:`_reduction_columns` of a :class:`SwitchReductionTable`, from its columns."""
+    sets = table.rank_sets
+    lengths = np.fromiter((len(t) for t in sets), dtype=np.int64, count=len(sets))
+    flat = np.fromiter(itertools.chain.from_iterable(sets), dtype=np.int64, count=int(lengths.sum()))
+    starts = np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.int64)
+
+    def expand(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return flat[ragged_indices(starts[codes], lengths[codes])], lengths[codes]
+
+    # a path is a distinct (switch, sources, destinations) by content: equal entries listed twice are one
+    same_set = np.array(_first_equal(sets), dtype=np.int64)
+    same_switch = np.array(_first_equal(table.switches), dtype=np.int64)
+    n_sets = max(len(sets), 1)
+    triple = (same_switch[table.switch] * n_sets + same_set[table.sources]) * n_sets + same_set[table.destinations]
+    distinct, first, inverse = np.unique(triple, return_index=True, return_inverse=True)
+    by_first = np.argsort(first, kind="stable")  # codes in order of first appearance, as the object path numbers them
+    rank = np.empty(len(distinct), dtype=np.int64)
+    rank[by_first] = np.arange(len(distinct))
+    path_code = rank[inverse.ravel()]
+    rows = first[by_first]
+    triples = [(table.switches[int(table.switch[r])], sets[int(table.sources[r])], sets[int(table.destinations[r])])
+               for r in rows.tolist()]  # fmt: skip
+    return (table.chunk[order], *expand(table.sources[order]), *expand(table.destinations[order]), path_code[order],
+            triples)  # fmt: skip
+
+
+def _first_equal(items: Sequence) -> list[int]:
+    """Per item, the index of the first item equal to it."""
+    first: dict = {}
+    return [first.setdefault(item, i) for i, item in enumerate(items)]
 
 
 def _groups_are_single(table, order: np.ndarray, batch: np.ndarray, grouped: np.ndarray) -> bool:

@@ -317,6 +317,10 @@ class SwitchReduction:
         )
 
 
+#: A :class:`SwitchReductionTable`'s columns, as an ``.npz`` file holds them (``r_`` and the name).
+_REDUCTION_COLUMNS = ("chunk", "switch", "sources", "destinations", "step")
+
+
 class SwitchReductionTable(Sequence):
     """Step-scheduled switch reductions as NumPy columns: what the in-switch
     generators emit on large machines (a million reductions on 1,024 GPUs)
@@ -966,8 +970,9 @@ class Algorithm:
         out["transfers"] = transfers
         return {k: out[k] for k in (*_DICT_HEAD, "transfers", *out) if k in out}
 
-    def _header_dict(self) -> dict[str, Any]:
-        """:meth:`to_dict` without the transfers."""
+    def _header_dict(self, with_reductions: bool = True) -> dict[str, Any]:
+        """:meth:`to_dict` without the transfers (and without the switch
+        reductions unless ``with_reductions``)."""
         out: dict[str, Any] = {
             "format": "simcoll.algorithm",
             "version": FORMAT_VERSION,
@@ -986,7 +991,7 @@ class Algorithm:
             out["predicted_time_s"] = self.predicted_time_s
         if self.metadata:
             out["metadata"] = dict(self.metadata)
-        if self.switch_reductions:
+        if self.switch_reductions and with_reductions:
             out["switch_reductions"] = [
                 {
                     "chunk": r.chunk,
@@ -1075,11 +1080,21 @@ class Algorithm:
         """Write the ``.npz`` form to a binary file object: the transfer
         columns (:meth:`TransferTable.columns`) as NumPy arrays beside a JSON
         header (``header``: everything :meth:`to_dict` holds but the
-        transfers). Uncompressed, so saving and loading millions of transfers
+        transfers); switch reductions held as a :class:`SwitchReductionTable`
+        as its columns too (``r_chunk`` ...; the header lists its switches and
+        rank tuples). Uncompressed, so saving and loading millions of transfers
         takes well under a second."""
-        header = self._header_dict()
+        reductions = self.switch_reductions
+        as_columns = isinstance(reductions, SwitchReductionTable)
+        header = self._header_dict(with_reductions=not as_columns)
         header["transfer_columns"] = sorted(self.table.columns())
         arrays = {f"t_{k}": v for k, v in self.table.columns().items()}
+        if as_columns:  # columns too, its switches and rank tuples listed in the header
+            header["switch_reduction_lists"] = {
+                "switches": list(reductions.switches),
+                "rank_sets": [list(ranks) for ranks in reductions.rank_sets],
+            }
+            arrays.update({f"r_{k}": getattr(reductions, k) for k in _REDUCTION_COLUMNS})
         arrays["header"] = np.frombuffer(json.dumps(header).encode(), dtype=np.uint8)
         np.savez(handle, **arrays)
 
@@ -1102,6 +1117,15 @@ class Algorithm:
                 if not isinstance(header, dict) or header.get("format") != "simcoll.algorithm":
                     raise AlgorithmError(f'{where}: not a simcoll Algorithm (expected "format": "simcoll.algorithm")')
                 columns = {k: data[f"t_{k}"] for k in header.pop("transfer_columns")}
+                lists = header.pop("switch_reduction_lists", None)
+                try:
+                    reductions = (
+                        SwitchReductionTable(**{k: data[f"r_{k}"] for k in _REDUCTION_COLUMNS}, **lists)
+                        if lists is not None
+                        else None
+                    )
+                except AlgorithmError as exc:
+                    raise AlgorithmError(f"{where}: malformed Algorithm .npz: {exc}") from None
         except AlgorithmError:
             raise
         except OSError as exc:
@@ -1114,6 +1138,8 @@ class Algorithm:
         except TypeError as exc:
             raise AlgorithmError(f"{where}: malformed Algorithm .npz: {exc}") from None
         base = cls.from_dict(header)
+        if reductions is not None:
+            return base.with_changes(transfers=table, switch_reductions=reductions)
         return base.with_changes(transfers=table)
 
 

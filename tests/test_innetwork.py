@@ -352,3 +352,25 @@ def test_a_generators_table_simulates_as_its_reductions_one_by_one(name):
     objects = algorithm.with_changes(switch_reductions=tuple(algorithm.switch_reductions))
     for size in (1 << 20, 1 << 30):
         assert simulate(algorithm, machine, size).time_s == simulate(objects, machine, size).time_s
+
+
+def test_an_npz_file_keeps_switch_reductions_as_columns(tmp_path):
+    """A table is written as its columns (not one JSON entry per reduction)
+    and read back as a table equal to it; a damaged one is named."""
+    import zipfile
+
+    from simcoll.algorithm import SwitchReductionTable
+    from simcoll.interop.schedules import load_schedule, save_schedule
+
+    algorithm = generate("collnet", load_machine("dgx-h100*2"), "allreduce")
+    path = tmp_path / "collnet.npz"
+    save_schedule(algorithm, path)
+    names = zipfile.ZipFile(path).namelist()
+    assert "r_chunk.npy" in names and "r_sources.npy" in names
+    back = load_schedule(path)
+    assert isinstance(back.switch_reductions, SwitchReductionTable) and back == algorithm
+    data = dict(np.load(path))
+    data["r_sources"] = data["r_sources"] + 10_000
+    np.savez(tmp_path / "bad.npz", **data)
+    with pytest.raises(AlgorithmError, match=r"bad\.npz: malformed Algorithm \.npz: .*column sources indexes past"):
+        load_schedule(tmp_path / "bad.npz")

@@ -535,6 +535,8 @@ def compose(phases: Sequence[Sequence[Primitive]], plan: Plan, collective: str =
     """The transfers of a multi-step ``collective``: each phase a single-step
     collective (primitives registered together run concurrently, §3.2),
     fences between phases, then pipelining over ``plan.pipeline`` channels.
+    ``collective`` (its name) says which rank each chunk belongs to
+    (:func:`node_relative_chunks`; by default blocks, chunk c of rank c mod p).
 
     A chunk's channel is fixed by its position in the first primitive that
     names it (contiguous slices, as HiCCL partitions the payload), so a later

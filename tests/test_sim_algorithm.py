@@ -615,3 +615,31 @@ def test_timed_contiguity_groups_are_planned_alike():
     plan = _plans_agree(Algorithm("timed groups", coll, transfers))
     # slot = chunk + rank x 6: the group lands chunks 0 and 3 at rank 1, then at rank 2
     assert plan.groups == {2: [6, 9], 3: [12, 15]} and plan.messages == 4
+
+
+def test_slot_lists_read_as_a_dict_of_lists_and_release_alike():
+    """A plan's switch reductions keep the slots they update as CSR
+    (SlotLists): it reads as {message: [slots]}, is indexed like one, and
+    the compiled core's release table made from it equals the one made
+    from the dict."""
+    import numpy as np
+
+    from simcoll.simulator.plan import SlotLists, SlotNumbering
+
+    lists = SlotLists(np.array([1, 4]), np.array([0, 2, 5]), np.array([10, 11, 20, 21, 22]))
+    assert lists == {1: [10, 11], 4: [20, 21, 22]} and len(lists) == 2 and list(lists) == [1, 4]
+    assert lists.get(4) == [20, 21, 22] and lists.get(2) is None and 1 in lists and 0 not in lists
+    numbering = SlotNumbering(np.array([10, 11, 20, 21, 22, 30]), 6)
+    assert numbering.of_lists(lists) == {1: [0, 1], 4: [2, 3, 4]}
+
+    from simcoll.simulator import compiled
+    from simcoll.simulator.algorithm_mode import _Run
+
+    machine = load_machine("dgx-h100*2")
+    algorithm = generate("collnet", machine, "allreduce")
+    run = _Run(algorithm, machine, 1 << 20, contention=True, record_utilisation=False)
+    assert isinstance(run.fanout_slots, SlotLists)
+    off, out = compiled._releases(run, run.plan.messages)
+    run.fanout_slots = dict(run.fanout_slots)
+    off_dict, out_dict = compiled._releases(run, run.plan.messages)
+    assert np.array_equal(off, off_dict) and np.array_equal(out, out_dict)

@@ -100,7 +100,7 @@ from ..machines import Machine
 from . import compiled
 from .engine import check_limit, run_with_limit
 from .network import Flow, FluidNetwork, alone_rate_Bps
-from .plan import Plan, QueueTable, SlotNumbering, plan_switched, plan_vectorised
+from .plan import Plan, QueueTable, SlotLists, SlotNumbering, plan_switched, plan_vectorised
 from .results import TIMELINE_COLUMNS, SimulationResult, make_result
 from .symmetry import NodeRotation, node_rotation, quotient_plan, rebind_routes
 
@@ -288,8 +288,14 @@ class _Run:
             write = np.frombuffer(plan.chunk, dtype=np.int32).astype(np.int64)
             write += np.frombuffer(plan.dst, dtype=np.int32).astype(np.int64) * self.num_chunks
         fanout = plan.fanout or {}
-        several = [*plan.groups.values(), *fanout.values()]  # the slots of messages that update several
-        index = SlotNumbering.of([plan.wait_slot, write], self.num_chunks * self.algorithm.num_ranks, several)
+        # the slots of messages that update several: groups' lists, switch reductions' arrays
+        uses = [plan.wait_slot, write]
+        if isinstance(fanout, SlotLists):
+            uses.append(fanout.slots)
+            several = list(plan.groups.values())
+        else:
+            several = [*plan.groups.values(), *fanout.values()]
+        index = SlotNumbering.of(uses, self.num_chunks * self.algorithm.num_ranks, several)
         # the slots' indices: in _release, and for the timing in schedule order
         self.wait_index = index(plan.wait_slot)
         self.msg_slot = array("q", index(write).tobytes())

@@ -34,10 +34,11 @@ from typing import Any
 
 import numpy as np
 
+from ..arrays import ragged_indices
 from ..errors import SimcollError
 from ..native import build_shared_library, compiler, load_checked
 from .engine import limit_error
-from .plan import QueueTable
+from .plan import QueueTable, SlotLists
 
 #: An Algorithm-mode run (:class:`~.algorithm_mode._Run`, which imports this module), not started.
 _Run = Any
@@ -231,14 +232,20 @@ def _releases(run: _Run, n_msgs: int) -> tuple[np.ndarray, np.ndarray]:
     :meth:`~.algorithm_mode._Run._complete` releases them (a contiguity
     group's, else an in-switch reduction's destinations', else its one slot)."""
     slot = np.frombuffer(run.msg_slot, dtype=np.int64)
-    several = {**(run.fanout_slots or {}), **run.group_slots}
-    if not several:
+    fanout = run.fanout_slots or {}
+    columns = fanout if isinstance(fanout, SlotLists) else None  # (a switch reduction's: CSR already)
+    several = {**({} if columns is not None else fanout), **run.group_slots}
+    if not several and columns is None:
         return np.arange(n_msgs + 1, dtype=np.int64), slot
     lengths = np.ones(n_msgs, dtype=np.int64)
+    if columns is not None:
+        lengths[columns.messages] = columns.lengths()
     for m, slots in several.items():
         lengths[m] = len(slots)
     off = np.concatenate(([0], np.cumsum(lengths)))
     out = slot[np.repeat(np.arange(n_msgs), lengths)].copy()
+    if columns is not None:
+        out[ragged_indices(off[columns.messages], columns.lengths())] = columns.slots
     for m, slots in several.items():
         out[off[m] : off[m + 1]] = slots
     return off, out

@@ -53,20 +53,29 @@ def pooled(tmp_path_factory) -> CostModel:
     return load_model(str(path))
 
 
-@pytest.mark.parametrize("run", [1, 2])
-def test_the_committed_samples_fit_again_to_the_committed_model(tmp_path, run):
-    samples, label = cal.read_samples(str(MEASURED / f"calibrate-samples-{run}.csv"))
-    assert len(samples) == 69 and "NVIDIA H200" in label
-    _, model = cal.write_calibration(samples, str(tmp_path / "refit.yaml"), link_type="nvlink", run=label)
+def assert_same_fit(model: CostModel, expected: CostModel) -> None:
+    """Every parameter a calibration fits agrees to 1e-4 (the write share
+    is absent from both or present in both)."""
     for value in (
         lambda m: m.executor.thread_block_bandwidth_Bps,
         lambda m: m.executor.kernel_launch_s,
         lambda m: m.executor.signal_latency_s,
         lambda m: m.compute.reduce_launch_s,
+        lambda m: m.compute.reduce_bandwidth_Bps,
         lambda m: m.link("nvlink").alpha_s,
         lambda m: m.link("nvlink").bandwidth_Bps,
     ):
-        assert value(model) == pytest.approx(value(committed(run)), rel=1e-4)
+        assert value(model) == pytest.approx(value(expected), rel=1e-4)
+    share = expected.executor.write_share
+    assert model.executor.write_share == (None if share is None else pytest.approx(share, rel=1e-4))
+
+
+@pytest.mark.parametrize("run", [1, 2])
+def test_the_committed_samples_fit_again_to_the_committed_model(tmp_path, run):
+    samples, label = cal.read_samples(str(MEASURED / f"calibrate-samples-{run}.csv"))
+    assert len(samples) == 69 and "NVIDIA H200" in label
+    _, model = cal.write_calibration(samples, str(tmp_path / "refit.yaml"), link_type="nvlink", run=label)
+    assert_same_fit(model, committed(run))  # (no relay then: neither has a write share)
 
 
 @pytest.mark.parametrize(("model_run", "sweep_run", "median"), [(1, 1, 0.202), (1, 2, 0.049), (2, 1, 0.055),
@@ -218,17 +227,7 @@ def fitted(tmp_path: Path, paths: list[Path]) -> CostModel:
 
 def test_the_second_days_two_passes_fit_again_to_its_committed_model(tmp_path):
     committed_model = load_model(str(SECOND / "calibrated.yaml"))
-    model = fitted(tmp_path, SECOND_SAMPLES)
-    for value in (
-        lambda m: m.executor.thread_block_bandwidth_Bps,
-        lambda m: m.executor.kernel_launch_s,
-        lambda m: m.executor.signal_latency_s,
-        lambda m: m.executor.write_share,
-        lambda m: m.compute.reduce_bandwidth_Bps,
-        lambda m: m.link("nvlink").alpha_s,
-        lambda m: m.link("nvlink").bandwidth_Bps,
-    ):
-        assert value(model) == pytest.approx(value(committed_model), rel=1e-4)
+    assert_same_fit(fitted(tmp_path, SECOND_SAMPLES), committed_model)
     assert "18:55Z" in committed_model.description and "18:57Z" in committed_model.description
 
 

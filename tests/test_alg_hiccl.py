@@ -487,3 +487,36 @@ def test_every_node_runs_node_0s_schedule_moved(coll):
         full = simulate(algorithm, machine, size, verify=False)  # utilisation is recorded in full
         assert quotient.stats["node_rotation"] == 4 and full.stats["node_rotation"] == 1
         assert quotient.time_s == full.time_s
+
+
+@pytest.mark.parametrize("factors", [(2, 3), (2, 2, 4), (4, 8), (3, 1, 2), (5,), (2, 3, 2, 2)])
+def test_a_tree_to_every_rank_is_built_as_the_walk_builds_it(factors):
+    """§4.2's tree from every root to every other rank, built with NumPy,
+    equals the depth-first walk (each level's groups in digit order, a hop
+    to the group's representative, then the group below), hop for hop."""
+    from collections import defaultdict
+
+    from simcoll.algorithms.hiccl_primitives import _full_tree_hops
+
+    h = Hierarchy(factors)
+
+    def walk(root):
+        hops = []
+
+        def descend(sender, targets, level):
+            if not targets or level == h.levels:
+                return
+            groups = defaultdict(list)
+            for r in targets:
+                groups[h.digit(r, level)].append(r)
+            for value in sorted(groups):
+                rep = h.with_digit(sender, level, value)
+                if rep != sender:
+                    hops.append((sender, rep, level))
+                descend(rep, [m for m in groups[value] if m != rep], level + 1)
+
+        descend(root, [r for r in range(h.size) if r != root], 0)
+        return hops
+
+    for root in range(h.size):
+        assert [tuple(row) for row in _full_tree_hops(h, root).tolist()] == walk(root)

@@ -141,7 +141,21 @@ def _ordered_factorizations(n: int) -> list[tuple[int, ...]]:
 
 
 def _routable(hierarchy: Hierarchy, routes: Routes) -> bool:
-    return all(routes.connected(r, q) for r in range(hierarchy.size) for q in hierarchy.neighbours(r))
+    """Whether every pair of ranks one digit apart has a route (both ways)."""
+    joined = _joined(routes, hierarchy.size)
+    ranks = np.arange(hierarchy.size, dtype=np.int64)
+    for factor, stride in zip(hierarchy.factors, hierarchy._strides, strict=True):
+        digit = (ranks // stride) % factor
+        for value in range(factor):
+            other = ranks + (value - digit) * stride
+            if not joined[ranks, other][other != ranks].all():
+                return False
+    return True
+
+
+def _joined(routes: Routes, num_ranks: int) -> np.ndarray:
+    """[src, dst]: whether a route joins rank src to rank dst (another rank)."""
+    return np.stack([routes.reachable_mask(r) for r in range(num_ranks)])
 
 
 def default_hierarchy(topology: Topology, routes: Routes | None = None) -> tuple[int, ...]:
@@ -284,9 +298,10 @@ def hiccl(
     )
     label, phases = table2(collective, steps, via)
     transfers = compose(phases, plan, collective.name)
-    pairs = np.unique(transfers.src * p + transfers.dst)
-    for src, dst in zip((pairs // p).tolist(), (pairs % p).tolist(), strict=True):
-        if not routes.connected(src, dst):
+    pairs = transfers.rank_pairs(p)
+    unrouted = pairs[~_joined(routes, p)[pairs // p, pairs % p]]
+    for src, dst in zip((unrouted // p).tolist(), (unrouted % p).tolist(), strict=True):
+        if not routes.connected(src, dst):  # (the first: named as before)
             raise NotApplicableError(
                 f"hiccl: hierarchy {','.join(map(str, shape.factors))} needs a hop from rank {src} to rank {dst}, "
                 f"but {topology.name} has no route between them"

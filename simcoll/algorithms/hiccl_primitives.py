@@ -252,9 +252,14 @@ def stripe_leaders(topology: Topology, binding: Mapping[int, str], stripes: int)
 # ---------------------------------------------------------------------------
 # Factorisation into hops
 # ---------------------------------------------------------------------------
-def _tree_hops(plan: Plan, root: int, leaves: Iterable[int]) -> list[tuple[int, int, int]]:
-    """(sender, receiver, stage) hops of an unstriped multicast from ``root``."""
+def _tree_hops(plan: Plan, root: int, leaves: Iterable[int]) -> np.ndarray:
+    """(sender, receiver, stage) hops of an unstriped multicast from ``root``,
+    one row each, in the order the tree is walked (depth first, groups by
+    digit)."""
     h = plan.hierarchy
+    targets = sorted(set(leaves) - {root})
+    if plan.ring == 1 and len(targets) == h.size - 1:  # to every other rank: the whole tree at once
+        return _full_tree_hops(h, root)
     hops: list[tuple[int, int, int]] = []
 
     def descend(sender: int, targets: list[int], level: int, stage: int) -> None:
@@ -269,7 +274,6 @@ def _tree_hops(plan: Plan, root: int, leaves: Iterable[int]) -> list[tuple[int, 
                 hops.append((sender, rep, stage))
             descend(rep, [m for m in groups[value] if m != rep], level + 1, stage + 1)
 
-    targets = sorted(set(leaves) - {root})
     if plan.ring > 1 and targets:
         k, own = plan.ring, h.digit(root, 0)
         groups: dict[int, list[int]] = defaultdict(list)
@@ -285,7 +289,26 @@ def _tree_hops(plan: Plan, root: int, leaves: Iterable[int]) -> list[tuple[int, 
             descend(holder, [m for m in groups.get(distance, []) if m != holder], 1, distance)
     else:
         descend(root, targets, 0, 0)
-    return hops
+    return np.array(hops, dtype=np.int64).reshape(-1, 3)
+
+
+def _full_tree_hops(h: Hierarchy, root: int) -> np.ndarray:
+    """:func:`_tree_hops` of a tree multicast from ``root`` to every other
+    rank, with NumPy: rank x is reached at the deepest level where its digit
+    differs from the root's, from x with that digit set to the root's; the
+    walk meets it after every rank whose digits up to that level come first
+    and before the ranks below it, i.e. in the order of x's digits up to
+    its level followed by -1s (a thousand ranks, a thousand primitives)."""
+    strides, factors = np.array(h._strides, dtype=np.int64), np.array(h.factors, dtype=np.int64)
+    ranks = np.arange(h.size, dtype=np.int64)
+    ranks = ranks[ranks != root]
+    digits = (ranks[:, None] // strides) % factors
+    mine = (root // strides) % factors
+    level = h.levels - 1 - np.argmax((digits != mine)[:, ::-1], axis=1)
+    sender = ranks + (mine[level] - digits[np.arange(len(ranks)), level]) * strides[level]
+    key = np.where(np.arange(h.levels) > level[:, None], -1, digits)
+    order = np.lexsort(key.T[::-1])
+    return np.column_stack((sender[order], ranks[order], level[order]))
 
 
 def _split(chunks: Sequence[int], parts: int) -> list[list[int]]:
@@ -324,7 +347,7 @@ def multicast_table(root: int, leaves: Iterable[int], chunks: Sequence[int], pla
         if leader != root:
             parts.append(_hop_rows([(root, leader, 0)], part, False))
         hops = _tree_hops(plan, leader, leaves - {leader})
-        parts.append(_hop_rows([(s, d, st + 1) for s, d, st in hops], part, False))
+        parts.append(_hop_rows(hops + np.array([0, 0, 1]), part, False))
     return TransferTable.concatenate(parts)
 
 
@@ -360,10 +383,11 @@ def reduction_table(leaves: Iterable[int], root: int, chunks: Sequence[int], pla
         if leader not in leaves:
             raise ValueError(f"reduction to rank {root}: stripe leader {leader} contributes nothing")
         hops = _tree_hops(plan, leader, leaves - {leader})
-        for _, d, _ in hops:
-            if d not in leaves:
-                raise ValueError(f"reduction to rank {root} would pass through rank {d}, which contributes nothing")
-        parts.append(_hop_rows([(d, s, depth - 1 - st) for s, d, st in hops], part, True))
+        outside = ~np.isin(hops[:, 1], np.fromiter(leaves, dtype=np.int64, count=len(leaves)))
+        if outside.any():
+            d = int(hops[np.argmax(outside), 1])
+            raise ValueError(f"reduction to rank {root} would pass through rank {d}, which contributes nothing")
+        parts.append(_hop_rows(np.column_stack((hops[:, 1], hops[:, 0], depth - 1 - hops[:, 2])), part, True))
         if leader != root:
             parts.append(_hop_rows([(leader, root, depth)], part, False))
     table = TransferTable.concatenate(parts)
@@ -531,6 +555,20 @@ def _node_shift(plan: Plan) -> np.ndarray:
     return node * per_node
 
 
+def _row_keys(table: TransferTable) -> np.ndarray:
+    """One key per transfer that two transfers share exactly when they are
+    the same (chunk, src, dst, op, step): a packed integer where the ranges
+    fit in 63 bits, else the rows themselves (for ``np.unique(axis=0)``)."""
+    columns = (table.chunk, table.src, table.dst, table.reduce.astype(np.int64), table.step)
+    spans = [int(c.max()) + 1 for c in columns]
+    if all(int(c.min()) >= 0 for c in columns) and prod(spans) < 1 << 63:
+        key = np.zeros(len(table), dtype=np.int64)
+        for column, span in zip(columns, spans, strict=True):
+            key = key * span + column
+        return key
+    return np.stack(columns, axis=1)
+
+
 def compose(phases: Sequence[Sequence[Primitive]], plan: Plan, collective: str = "allreduce") -> TransferTable:
     """The transfers of a multi-step ``collective``: each phase a single-step
     collective (primitives registered together run concurrently, §3.2),
@@ -562,8 +600,7 @@ def compose(phases: Sequence[Sequence[Primitive]], plan: Plan, collective: str =
     table = pipeline(fenced, channel)
     if not len(table):
         return table
-    rows = np.stack([table.chunk, table.src, table.dst, table.reduce.astype(np.int64), table.step], axis=1)
-    _, first = np.unique(rows, axis=0, return_index=True)  # each distinct transfer's first occurrence
+    _, first = np.unique(_row_keys(table), axis=0, return_index=True)  # each distinct transfer's first occurrence
     src = table.src[first]
     place = node_relative_chunks(collective, plan.hierarchy.size, table.chunk[first], _node_shift(plan)[src])
     order = np.lexsort((first, place, table.dst[first], src, table.step[first]))

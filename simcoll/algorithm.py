@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, fields
 from fractions import Fraction
@@ -75,6 +75,19 @@ class Transfer:
         when = f"step {self.step}" if self.step is not None else f"t={self.start_s:.3g}s"
         verb = "reduce" if self.op == "reduce" else "send"
         return f"{verb} of chunk {self.chunk} from rank {self.src} to rank {self.dst} at {when}"
+
+
+def _row_at(table: Sequence, index: Any, row: Callable[[int], Any], noun: str) -> Any:
+    """A column table's ``table[index]``: the object of row ``index`` (built
+    by ``row``), or a tuple of them for a slice, as a tuple would give."""
+    if isinstance(index, slice):
+        return tuple(row(i) for i in range(*index.indices(len(table))))
+    i = int(index)
+    if i < 0:
+        i += len(table)
+    if not 0 <= i < len(table):
+        raise IndexError(f"{noun} index {index} out of range ({len(table)} {noun.split()[-1]}s)")
+    return row(i)
 
 
 class TransferTable(Sequence):
@@ -239,14 +252,7 @@ class TransferTable(Sequence):
         )
 
     def __getitem__(self, index):  # type: ignore[override]
-        if isinstance(index, slice):
-            return tuple(self._transfer(i) for i in range(*index.indices(len(self))))
-        i = int(index)
-        if i < 0:
-            i += len(self)
-        if not 0 <= i < len(self):
-            raise IndexError(f"transfer index {index} out of range ({len(self)} transfers)")
-        return self._transfer(i)
+        return _row_at(self, index, self._transfer, "transfer")
 
     def __iter__(self) -> Iterator[Transfer]:
         n = len(self)
@@ -398,14 +404,7 @@ class SwitchReductionTable(Sequence):
         )
 
     def __getitem__(self, index):  # type: ignore[override]
-        if isinstance(index, slice):
-            return tuple(self._reduction(i) for i in range(*index.indices(len(self))))
-        i = int(index)
-        if i < 0:
-            i += len(self)
-        if not 0 <= i < len(self):
-            raise IndexError(f"switch reduction index {index} out of range ({len(self)} reductions)")
-        return self._reduction(i)
+        return _row_at(self, index, self._reduction, "switch reduction")
 
     def __iter__(self) -> Iterator[SwitchReduction]:
         switches, sets = self.switches, self.rank_sets

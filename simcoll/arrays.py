@@ -1,11 +1,13 @@
 """NumPy idioms the columnar code shares (generators, verifier, bounds,
 simulator): lists of lists as flat columns, many slices of an array
-gathered at once, and unique keys with their counts."""
+gathered at once, unique keys with their counts, and rows packed into
+one integer key."""
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
+from math import prod
 
 import numpy as np
 
@@ -51,3 +53,25 @@ def unique_counts(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return ordered, np.zeros(0, dtype=np.int64)
     starts = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))
     return ordered[starts], np.diff(np.append(starts, len(ordered)))
+
+
+def packed_key(columns: Sequence[np.ndarray]) -> np.ndarray | None:
+    """One int64 per row of the integer ``columns`` (equal lengths), equal
+    exactly when the rows are equal and ordered as the rows are
+    (lexicographically, the first column first): each column less its least
+    value, in mixed radix. None where the product of the columns' ranges
+    reaches 2^63 (the caller then compares the columns themselves).
+
+    >>> packed_key([np.array([1, 0, 1]), np.array([5, 7, 5])])
+    array([3, 2, 3])
+    """
+    if not len(columns[0]):
+        return np.zeros(0, dtype=np.int64)
+    lows = [int(c.min()) for c in columns]
+    spans = [int(c.max()) - low + 1 for c, low in zip(columns, lows, strict=True)]
+    if prod(spans) >= 1 << 63:
+        return None
+    key = np.zeros(len(columns[0]), dtype=np.int64)
+    for column, low, span in zip(columns, lows, spans, strict=True):
+        key = key * span + (column.astype(np.int64) - low)
+    return key

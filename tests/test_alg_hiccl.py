@@ -520,3 +520,12 @@ def test_a_tree_to_every_rank_is_built_as_the_walk_builds_it(factors):
 
     for root in range(h.size):
         assert [tuple(row) for row in _full_tree_hops(h, root).tolist()] == walk(root)
+
+
+def test_a_hierarchy_needing_a_hop_without_a_route_is_refused_by_name():
+    """On DGX-1 one level of eight needs hops between GPUs no route joins:
+    the first such pair is named."""
+    with pytest.raises(
+        NotApplicableError, match="hierarchy 8 needs a hop from rank 0 to rank 5, but dgx1 has no route"
+    ):
+        generate("hiccl", load_machine("dgx1"), "allreduce", hierarchy=[8])

@@ -300,12 +300,12 @@ def hiccl(
     transfers = compose(phases, plan, collective.name)
     pairs = transfers.rank_pairs(p)
     unrouted = pairs[~_joined(routes, p)[pairs // p, pairs % p]]
-    for src, dst in zip((unrouted // p).tolist(), (unrouted % p).tolist(), strict=True):
-        if not routes.connected(src, dst):  # (the first: named as before)
-            raise NotApplicableError(
-                f"hiccl: hierarchy {','.join(map(str, shape.factors))} needs a hop from rank {src} to rank {dst}, "
-                f"but {topology.name} has no route between them"
-            )
+    if len(unrouted):  # the first, named
+        src, dst = divmod(int(unrouted[0]), p)
+        raise NotApplicableError(
+            f"hiccl: hierarchy {','.join(map(str, shape.factors))} needs a hop from rank {src} to rank {dst}, "
+            f"but {topology.name} has no route between them"
+        )
     metadata = {
         "hierarchy": list(shape.factors),
         "ring": ring,

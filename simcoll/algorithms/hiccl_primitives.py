@@ -47,7 +47,7 @@ from math import prod
 import numpy as np
 
 from ..algorithm import Transfer, TransferTable
-from ..arrays import ragged_indices
+from ..arrays import packed_key, ragged_indices
 from ..errors import NotApplicableError
 from ..topology import Topology
 
@@ -557,16 +557,12 @@ def _node_shift(plan: Plan) -> np.ndarray:
 
 def _row_keys(table: TransferTable) -> np.ndarray:
     """One key per transfer that two transfers share exactly when they are
-    the same (chunk, src, dst, op, step): a packed integer where the ranges
-    fit in 63 bits, else the rows themselves (for ``np.unique(axis=0)``)."""
+    the same (chunk, src, dst, op, step): a packed integer
+    (:func:`~simcoll.arrays.packed_key`) where the ranges fit, else the rows
+    themselves (for ``np.unique(axis=0)``)."""
     columns = (table.chunk, table.src, table.dst, table.reduce.astype(np.int64), table.step)
-    spans = [int(c.max()) + 1 for c in columns]
-    if all(int(c.min()) >= 0 for c in columns) and prod(spans) < 1 << 63:
-        key = np.zeros(len(table), dtype=np.int64)
-        for column, span in zip(columns, spans, strict=True):
-            key = key * span + column
-        return key
-    return np.stack(columns, axis=1)
+    key = packed_key(columns)
+    return np.stack(columns, axis=1) if key is None else key
 
 
 def compose(phases: Sequence[Sequence[Primitive]], plan: Plan, collective: str = "allreduce") -> TransferTable:

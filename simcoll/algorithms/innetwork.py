@@ -313,21 +313,15 @@ def nvls_tree(topology: Topology, collective: Collective) -> Algorithm:
         step=np.concatenate((up_step, down_step), axis=1).ravel(),
     )
     after = piece + 2 + 2 * tall[tree]  # the step the owners' multicasts start at
-    # per chunk, node by node its reduction into the owner, then node by node the owner's multicast;
-    # rank tuples listed once: every node's GPUs, then per node and local index the owner, then the others
+    # per chunk, node by node its reduction into the owner, then node by node the owner's multicast
     nodes = len(per_node)
-    rank_sets = [tuple(ranks) for ranks in per_node]
-    rank_sets += [(r,) for ranks in per_node for r in ranks]
-    rank_sets += [tuple(x for x in ranks if x != r) for ranks in per_node for r in ranks]
-    node = np.arange(nodes, dtype=np.int64)[None, :]
+    node = np.arange(nodes, dtype=np.int64)
+    rank_sets, owner, others = _owner_sets(per_node, node, local)
     everyone = np.broadcast_to(node, (num_chunks, nodes))
-    owner = nodes + node * g + local[:, None]
-    others = nodes + nodes * g + node * g + local[:, None]
     # dealt by chunk, not by chunk group: the G chunks in flight at once (one per owner) then
     # spread over all the node's NVSwitches in proportion to their links, as NCCL's channels do
     switches = list(dict.fromkeys(name for node_turns in turns for name in node_turns))
-    code = {name: i for i, name in enumerate(switches)}
-    switch = np.stack([np.array([code[name] for name in t], dtype=np.int64)[chunk % len(t)] for t in turns], axis=1)
+    switch = _turn_codes(turns, switches, chunk, node)
     reductions = SwitchReductionTable(
         chunk=np.repeat(chunk, 2 * nodes),
         switch=np.stack((switch, switch), axis=1).ravel(),
@@ -365,7 +359,7 @@ def collnet(topology: Topology, collective: Collective) -> Algorithm:
             others, owner = others_of[j][local], owners_of[local][j]
             transfers += [Transfer(c, r, owner, "reduce", step=0) for r in others]
             transfers += [Transfer(c, owner, r, "copy", step=2) for r in others]
-    reductions = _collnet_reductions(collective.num_chunks, per_node, turns, fabric, others_of, owners_of)
+    reductions = _collnet_reductions(collective.num_chunks, per_node, turns, fabric, owners_of)
     return _algorithm(
         "collnet", collective, topology, transfers, reductions, sharp_switches=sorted(set(fabric.values()))
     )
@@ -376,7 +370,6 @@ def _collnet_reductions(
     per_node: list[list[int]],
     turns: list[tuple[str, ...] | None],
     fabric: dict[int, str],
-    others_of: list[list[tuple[int, ...]]],
     owners_of: list[tuple[int, ...]],
 ) -> SwitchReductionTable:
     """CollNet's switch reductions, chunk by chunk: on every node whose
@@ -386,22 +379,15 @@ def _collnet_reductions(
     (step 1). Rank tuples listed once: every node's GPUs, per node and
     local index the owner, then the others, then per local index the owners."""
     nodes, g = len(per_node), len(per_node[0])
-    rank_sets = [tuple(ranks) for ranks in per_node]
-    rank_sets += [(r,) for ranks in per_node for r in ranks]
-    rank_sets += [others for node_others in others_of for others in node_others]
+    chunk = np.arange(num_chunks, dtype=np.int64)
+    local = chunk % g
+    node = np.array([j for j in range(nodes) if turns[j] is not None] if g > 1 else [], dtype=np.int64)
+    rank_sets, owner, others = _owner_sets(per_node, node, local)  # [chunk, reducing node]
     rank_sets += list(owners_of)
     switches = list(dict.fromkeys([*(name for t in turns if t is not None for name in t), *fabric.values()]))
     code = {name: i for i, name in enumerate(switches)}
-    chunk = np.arange(num_chunks, dtype=np.int64)
-    local = chunk % g
-    reducing = [j for j in range(nodes) if turns[j] is not None] if g > 1 else []
-    node = np.array(reducing, dtype=np.int64)[None, :]
-    owner = nodes + node * g + local[:, None]  # [chunk, reducing node]
-    others = nodes + nodes * g + node * g + local[:, None]
-    switch = np.stack(
-        [np.array([code[name] for name in turns[j]], dtype=np.int64)[chunk % len(turns[j])] for j in reducing], axis=1
-    ) if reducing else np.zeros((num_chunks, 0), dtype=np.int64)  # fmt: skip
-    k = len(reducing)
+    switch = _turn_codes(turns, switches, chunk, node)
+    k = len(node)
 
     def rows(up: np.ndarray, down: np.ndarray, last: np.ndarray) -> np.ndarray:
         """Per chunk: (up, down) per reducing node, then the fabric's row."""
@@ -418,6 +404,30 @@ def _collnet_reductions(
         switches=switches,
         rank_sets=rank_sets,
     )
+
+
+def _owner_sets(
+    per_node: list[list[int]], node: np.ndarray, local: np.ndarray
+) -> tuple[list[tuple[int, ...]], np.ndarray, np.ndarray]:
+    """The rank tuples of in-node reductions into a chunk's owner, listed
+    once - every node's GPUs (node j's at index j), then per node j and
+    local index a the owner alone (N + j·G + a), then the node's other
+    GPUs (N + N·G + j·G + a) - and, per chunk (of local index ``local``) and
+    node of ``node``, the index of its owner's tuple and of the others'."""
+    nodes, g = len(per_node), len(per_node[0])
+    rank_sets = [tuple(ranks) for ranks in per_node]
+    rank_sets += [(r,) for ranks in per_node for r in ranks]
+    rank_sets += [tuple(x for x in ranks if x != r) for ranks in per_node for r in ranks]
+    owner = nodes + node[None, :] * g + local[:, None]
+    return rank_sets, owner, owner + nodes * g
+
+
+def _turn_codes(turns: list, switches: list[str], chunk: np.ndarray, node: np.ndarray) -> np.ndarray:
+    """Per chunk and node of ``node``: the index in ``switches`` of the
+    node's switch whose turn the chunk is (``turns[j][c mod len]``)."""
+    code = {name: i for i, name in enumerate(switches)}
+    columns = [np.array([code[name] for name in turns[j]], dtype=np.int64)[chunk % len(turns[j])] for j in node]
+    return np.stack(columns, axis=1) if columns else np.zeros((len(chunk), 0), dtype=np.int64)
 
 
 def _per_rank_chunks(collective: str, topology: Topology) -> int:

@@ -7,7 +7,6 @@ of nodes)."""
 from __future__ import annotations
 
 import itertools
-import math
 from array import array
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -15,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..algorithm import Algorithm, SwitchReductionTable, Transfer, messages
-from ..arrays import ragged_indices
+from ..arrays import flatten, packed_key, ragged_indices
 from ..errors import AlgorithmError
 from .network import SwitchPath
 
@@ -460,28 +459,30 @@ def _reduction_columns(reductions, order: np.ndarray) -> tuple:
             b = by_id[id(r.destinations)] = tuples.setdefault(r.destinations, len(tuples))
         chunk[i], src_code[i], dst_code[i] = r.chunk, a, b
         path_code[i] = paths.setdefault((r.switch, a, b), len(paths))
-    lengths = np.fromiter((len(t) for t in tuples), dtype=np.int64, count=len(tuples))
-    flat = np.fromiter(itertools.chain.from_iterable(tuples), dtype=np.int64, count=int(lengths.sum()))
-    starts = np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.int64)
-
-    def expand(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return flat[ragged_indices(starts[codes], lengths[codes])], lengths[codes]
-
+    expand = _expander(list(tuples))
     src_code, dst_code = src_code[order], dst_code[order]
     listed = list(tuples)
     triples = [(switch, listed[a], listed[b]) for switch, a, b in paths]
     return (chunk[order], *expand(src_code), *expand(dst_code), path_code[order], triples)
 
 
-def _table_reduction_columns(table: SwitchReductionTable, order: np.ndarray) -> tuple:
-    """:func:`_reduction_columns` of a :class:`SwitchReductionTable`, from its columns."""
-    sets = table.rank_sets
-    lengths = np.fromiter((len(t) for t in sets), dtype=np.int64, count=len(sets))
-    flat = np.fromiter(itertools.chain.from_iterable(sets), dtype=np.int64, count=int(lengths.sum()))
-    starts = np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.int64)
+def _expander(tuples: Sequence[tuple[int, ...]]) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]:
+    """A function of codes (indices into ``tuples``): the ranks of those
+    tuples one after another, and how many each has."""
+    lengths = np.fromiter((len(t) for t in tuples), dtype=np.int64, count=len(tuples))
+    _, flat = flatten(tuples)
+    starts = np.cumsum(lengths) - lengths
 
     def expand(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return flat[ragged_indices(starts[codes], lengths[codes])], lengths[codes]
+
+    return expand
+
+
+def _table_reduction_columns(table: SwitchReductionTable, order: np.ndarray) -> tuple:
+    """:func:`_reduction_columns` of a :class:`SwitchReductionTable`, from its columns."""
+    sets = table.rank_sets
+    expand = _expander(sets)
 
     # a path is a distinct (switch, sources, destinations) by content: equal entries listed twice are one
     same_set = np.array(_first_equal(sets), dtype=np.int64)
@@ -509,19 +510,15 @@ def _first_equal(items: Sequence) -> list[int]:
 def _groups_are_single(table, order: np.ndarray, batch: np.ndarray, grouped: np.ndarray) -> bool:
     """Whether no two grouped transfers share (batch, group, src, dst, op),
     so that every message is one transfer, told from one sorted integer
-    key; False also where the key would not fit in 62 bits (the caller
-    then sorts the fields themselves)."""
+    key (:func:`~simcoll.arrays.packed_key`); False also where the key
+    would not fit (the caller then sorts the fields themselves)."""
     rows = order[grouped]
     if not len(rows):
         return True
-    group = table.group[rows]
-    low = int(group.min())
-    ranges = [int(batch.max()) + 1, int(group.max()) - low + 1, int(table.src.max()) + 1, int(table.dst.max()) + 1, 2]
-    if math.prod(ranges) >= 1 << 62:
+    key = packed_key((batch[grouped], table.group[rows], table.src[rows], table.dst[rows], table.reduce[rows]))
+    if key is None:
         return False
-    key = batch[grouped].astype(np.int64) * ranges[1] + (group - low)
-    key = (key * ranges[2] + table.src[rows]) * ranges[3] + table.dst[rows]
-    key = np.sort(key * 2 + table.reduce[rows])
+    key.sort()
     return not (key[1:] == key[:-1]).any()
 
 

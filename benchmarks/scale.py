@@ -121,11 +121,79 @@ def cases(workdir: Path, ranks: int, fmt: str, jobs: int = 1) -> list[Case]:
     ]
 
 
-def run_command(argv: tuple[str, ...], timeout_s: float, memory_gb: float | None) -> tuple[float, float, int, str]:
-    """Wall seconds, peak RSS in GB of this child alone (``os.wait4`` gives
-    each child's own resource usage), return code, and its last output lines.
-    With ``memory_gb``, the child's address space is capped at twice that
-    (a MemoryError instead of a machine brought down by swapping)."""
+class TreeSampler:
+    """Samples a process and all its descendants every ``interval_s`` from
+    ``/proc`` (Linux): the peak of their summed resident memory, and their
+    CPU seconds (each process's last reading; a process that lives less
+    than one interval may be missed). ``compare --jobs`` runs its tasks in
+    workers forked by a fork server, which the benchmark cannot wait for:
+    their own peaks do not reach ``wait4``'s resource usage, and two
+    workers at once hold the sum of their memory."""
+
+    def __init__(self, pid: int, interval_s: float = 0.1) -> None:
+        self.pid, self.interval_s = pid, interval_s
+        self.peak_bytes = 0
+        self.cpu_ticks: dict[int, int] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._page = os.sysconf("SC_PAGE_SIZE")
+        self._tick = os.sysconf("SC_CLK_TCK")
+
+    def __enter__(self) -> TreeSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    @property
+    def cpu_s(self) -> float:
+        return sum(self.cpu_ticks.values()) / self._tick
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.sample()
+
+    def sample(self) -> None:
+        parents: dict[int, list[int]] = {}
+        stats: dict[int, list[str]] = {}
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            stats[int(entry)] = fields
+            parents.setdefault(int(fields[1]), []).append(int(entry))
+        tree, todo = [], [self.pid]
+        while todo:
+            pid = todo.pop()
+            tree.append(pid)
+            todo.extend(parents.get(pid, ()))
+        rss = 0
+        for pid in tree:
+            fields = stats.get(pid)
+            if fields is None:
+                continue
+            self.cpu_ticks[pid] = int(fields[11]) + int(fields[12])  # utime + stime
+            rss += int(fields[21]) * self._page
+        self.peak_bytes = max(self.peak_bytes, rss)
+
+
+def run_command(
+    argv: tuple[str, ...], timeout_s: float, memory_gb: float | None
+) -> tuple[float, float, float, int, str]:
+    """Wall seconds, peak memory in GB, CPU seconds, return code and the
+    child's last output lines. Peak memory is the larger of the child's own
+    peak RSS (``os.wait4`` gives each child's own resource usage, its
+    waited-for descendants included) and the sampled peak of the summed RSS
+    of the child and its descendants (:class:`TreeSampler`); CPU seconds
+    are the larger of ``wait4``'s and the sampled sum. With ``memory_gb``,
+    each process's address space is capped at twice that (a MemoryError
+    instead of a machine brought down by swapping)."""
 
     def cap_memory() -> None:
         import resource
@@ -146,7 +214,8 @@ def run_command(argv: tuple[str, ...], timeout_s: float, memory_gb: float | None
         timer = threading.Timer(timeout_s, proc.kill)
         timer.start()
         try:
-            _, status, usage = os.wait4(proc.pid, 0)
+            with TreeSampler(proc.pid) as sampler:
+                _, status, usage = os.wait4(proc.pid, 0)
         finally:
             timer.cancel()
         wall = time.perf_counter() - t0
@@ -154,7 +223,9 @@ def run_command(argv: tuple[str, ...], timeout_s: float, memory_gb: float | None
         out.seek(0)
         text = out.read()
     rc = proc.returncode if proc.returncode >= 0 else 124
-    return wall, usage.ru_maxrss / (1 << 20), rc, "\n".join(text.strip().splitlines()[-3:])
+    peak_gb = max(usage.ru_maxrss / (1 << 20), sampler.peak_bytes / (1 << 30))
+    cpu_s = max(usage.ru_utime + usage.ru_stime, sampler.cpu_s)
+    return wall, peak_gb, cpu_s, rc, "\n".join(text.strip().splitlines()[-3:])
 
 
 def per_algorithm_snippet(topology: str, name: str, sizes: list[int], time_limit_s: float) -> tuple[str, ...]:
@@ -181,17 +252,17 @@ def per_algorithm(topology: str, sizes: list[int], timeout_s: float, only: str |
     or those whose name contains ``only``."""
     from simcoll.algorithms import REGISTRY
 
-    print(f"{'algorithm':<20} {'wall s':>8} {'peak GB':>8}  result")
+    print(f"{'algorithm':<20} {'wall s':>8} {'cpu s':>6} {'peak GB':>8}  result")
     for name, generator in REGISTRY.items():
         if "allreduce" not in generator.collectives or (only and only not in name):
             continue
-        wall, peak, rc, tail = run_command(per_algorithm_snippet(topology, name, sizes, timeout_s), timeout_s, 8.0)
+        wall, peak, cpu, rc, tail = run_command(per_algorithm_snippet(topology, name, sizes, timeout_s), timeout_s, 8.0)
         last = tail.splitlines()[-1] if tail else ""
         if rc and "NotApplicableError: " in last:
             last = "not applicable: " + last.split("NotApplicableError: ", 1)[1]
         elif rc:
             last = f"exit {rc}: {last}"
-        print(f"{name:<20} {wall:>8.2f} {peak:>8.2f}  {last}", flush=True)
+        print(f"{name:<20} {wall:>8.2f} {cpu:>6.1f} {peak:>8.2f}  {last}", flush=True)
     return 0
 
 
@@ -215,17 +286,18 @@ def main(argv: list[str] | None = None) -> int:
         from simcoll.units import parse_size_range
 
         return per_algorithm(args.per_algorithm, parse_size_range(args.sizes), args.timeout, args.only)
-    print(f"{'case':<24} {'wall s':>8} {'target':>7} {'peak GB':>8} {'target':>7}  steps (s)")
+    print(f"{'case':<24} {'wall s':>8} {'target':>7} {'peak GB':>8} {'target':>7} {'cpu s':>6}  steps (s)")
     failed = 0
     with tempfile.TemporaryDirectory() as tmp:
         for case in cases(Path(tmp), args.ranks, args.format, args.jobs):
             if (args.only and args.only not in case.name) or (args.quick and case.large):
                 continue
-            walls, peaks, notes = [], [], []
+            walls, peaks, cpus, notes = [], [], [], []
             for command in case.commands:
-                wall, peak, rc, tail = run_command(command, args.timeout, case.target_gb)
+                wall, peak, cpu, rc, tail = run_command(command, args.timeout, case.target_gb)
                 walls.append(wall)
                 peaks.append(peak)
+                cpus.append(cpu)
                 if rc:
                     notes.append(f"exit {rc}: {tail}")
                     break
@@ -235,7 +307,11 @@ def main(argv: list[str] | None = None) -> int:
             peak = max(peaks)
             gb = f"{case.target_gb:g}" if case.target_gb else "-"
             steps = " + ".join(f"{w:.2f}" for w in walls)
-            print(f"{case.name:<24} {sum(walls):>8.2f} {case.target_s:>7g} {peak:>8.2f} {gb:>7}  {steps}", flush=True)
+            cpu = sum(cpus)
+            print(
+                f"{case.name:<24} {sum(walls):>8.2f} {case.target_s:>7g} {peak:>8.2f} {gb:>7} {cpu:>6.1f}  {steps}",
+                flush=True,
+            )
             for note in notes:
                 print("    " + note.replace("\n", "\n    "))
     return 1 if failed else 0

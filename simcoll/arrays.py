@@ -75,3 +75,24 @@ def packed_key(columns: Sequence[np.ndarray]) -> np.ndarray | None:
     for column, low, span in zip(columns, lows, spans, strict=True):
         key = key * span + (column.astype(np.int64) - low)
     return key
+
+
+def stable_argsort(keys: np.ndarray) -> np.ndarray:
+    """``np.argsort(keys, kind="stable")`` of non-negative integer ``keys``,
+    by least-significant-digit radix passes of 16 bits where the keys are
+    below 2^32: NumPy sorts 16-bit integers by radix in linear time, and
+    two such passes beat its merge sort of 64-bit keys (the rank-pair codes
+    of 17 M messages on 1,024 GPUs: about half the time). The same order.
+
+    >>> stable_argsort(np.array([70000, 3, 70000, 1, 3]))
+    array([3, 1, 4, 0, 2])
+    """
+    if not len(keys):
+        return np.zeros(0, dtype=np.int64)
+    top = int(keys.max())
+    if int(keys.min()) < 0 or top >= 1 << 32:
+        return np.argsort(keys, kind="stable")
+    if top < 1 << 16:
+        return np.argsort(keys.astype(np.uint16), kind="stable")
+    order = np.argsort(keys.astype(np.uint16), kind="stable")  # (the cast keeps the low 16 bits)
+    return order[np.argsort((keys >> 16).astype(np.uint16)[order], kind="stable")]

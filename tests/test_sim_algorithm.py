@@ -502,11 +502,15 @@ def _plans_agree(algorithm: Algorithm, planner: str = "plan_vectorised"):
         ("dgx-h100*2", "double-binary-tree", "allreduce"),  # a group per transfer: told apart by one sort
     ],
 )
-def test_messages_are_planned_alike_with_or_without_contiguity_groups(topo, name, coll):
+@pytest.mark.parametrize("count_by_batch", [False, True])
+def test_messages_are_planned_alike_with_or_without_contiguity_groups(monkeypatch, topo, name, coll, count_by_batch):
     import numpy as np
 
     from simcoll.algorithm import TransferTable
+    from simcoll.simulator import plan as plan_module
 
+    # the waits counted batch by batch over a table of every slot (large schedules), or by sorting
+    monkeypatch.setattr(plan_module, "LOOP_MIN_TRANSFERS_PER_BATCH", 1 if count_by_batch else 1 << 62)
     algorithm = generate(name, load_machine(topo), coll)
     _plans_agree(algorithm)
     # the same transfers, rows shuffled within their steps and regrouped at random: singles and groups
@@ -643,3 +647,22 @@ def test_slot_lists_read_as_a_dict_of_lists_and_release_alike():
     run.fanout_slots = dict(run.fanout_slots)
     off_dict, out_dict = compiled._releases(run, run.plan.messages)
     assert np.array_equal(off, off_dict) and np.array_equal(out, out_dict)
+
+
+@pytest.mark.parametrize("ranks, pairs", [(8, 20), (64, 3000), (100, 10), (300, 70000)])
+def test_queues_keep_each_pairs_messages_in_schedule_order(ranks, pairs):
+    # by a table of every pair (few pairs, many messages) or by sorting the pair codes (more than 2^16
+    # pairs, or more pairs than messages): the same queues as a stable sort by pair
+    import numpy as np
+
+    from simcoll.simulator.plan import QueueTable
+
+    rng = np.random.default_rng(ranks)
+    code = rng.integers(0, ranks * ranks, pairs)[rng.integers(0, pairs, 100_000 if ranks < 300 else 200_000)]
+    queues = QueueTable.of(code, ranks)
+    by_pair = np.argsort(code, kind="stable")
+    first = np.flatnonzero(np.diff(code[by_pair], prepend=-1))
+    assert np.array_equal(queues.messages, by_pair)
+    assert np.array_equal(queues.codes, code[by_pair][first])
+    assert np.array_equal(queues.starts, np.append(first, len(code)))
+    assert np.array_equal(queues.src * ranks + queues.dst, queues.codes)

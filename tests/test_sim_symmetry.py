@@ -20,6 +20,7 @@ def _full(monkeypatch, *args, **kwargs):
     what earlier runs of the same Algorithm prepared."""
     with monkeypatch.context() as patch:
         patch.setattr(algorithm_mode, "node_rotation", lambda *a: None)
+        patch.setattr(algorithm_mode, "table_rotation", lambda *a: None)
         patch.setattr(algorithm_mode, "_PREPARED", {})
         return simulate(*args, **kwargs)
 
@@ -174,3 +175,96 @@ def test_plans_kept_for_later_sizes_are_bounded(monkeypatch):
     assert list(algorithm_mode._PREPARED) == [id(other)]  # 960 + 480 messages: the older ones go
     del other
     assert not algorithm_mode._PREPARED  # and an Algorithm's plan goes with it
+
+
+def _plan_fields_equal(a, b) -> None:
+    for name in ("src", "dst", "chunk", "reduce", "batch", "pending", "labels", "groups"):
+        assert getattr(a, name) == getattr(b, name), name
+    for name in ("wait_slot", "wait_landed", "wait_msg", "write_slot"):
+        assert np.array_equal(getattr(a, name), getattr(b, name)), name
+        assert getattr(a, name).dtype == getattr(b, name).dtype, name
+    for name in ("src", "dst", "starts", "messages"):
+        assert np.array_equal(getattr(a.queues, name), getattr(b.queues, name)), name
+    assert [a.describe(m) for m in range(a.messages)] == [b.describe(m) for m in range(b.messages)]
+
+
+@pytest.mark.parametrize(
+    "topo, coll, name, order",
+    [
+        ("dgx-h100*4", "allreduce", "ring", 4),
+        ("dgx-h100*4", "allreduce", "nccl-ring", 2),
+        ("dgx-h100*4", "allreduce", "multi-ring", 4),
+        ("perlmutter*6", "allgather", "ring", 6),
+        ("dgx2*2", "reducescatter", "direct", 2),
+        ("dgx-h100*4", "allreduce", "double-binary-tree", 1),  # no rotation: a tree
+        ("dgx-h100*4", "allreduce", "2d-ring", None),  # contiguity groups: left to the plan of every message
+    ],
+)
+def test_the_rotation_found_from_the_transfer_table_is_the_one_the_plan_gives(topo, coll, name, order):
+    from simcoll.simulator.symmetry import node_rotation, quotient_plan, table_rotation
+
+    machine = load_machine(topo)
+    algorithm = generate(name, machine, coll)
+    run = _Run(algorithm, machine, 1 << 20, contention=True, record_utilisation=True)  # (no rotation looked for)
+    found = table_rotation(algorithm, run.net, run.num_chunks, run._present())
+    plan = run._full_plan()
+    expected = node_rotation(plan, _Run(algorithm, machine, 1 << 20, contention=True, record_utilisation=True).net,
+                             algorithm.num_ranks, run.num_chunks)  # fmt: skip
+    if order is None:
+        assert found is None and expected is None
+        return
+    if order == 1:
+        assert found.rotation is None and found.quotient is None and expected is None
+        return
+    rotation = found.rotation
+    assert (rotation.order, rotation.shift_ranks) == (expected.order, expected.shift_ranks)
+    assert rotation.order == order
+    for name_ in ("representatives", "rep_of", "write_slot"):
+        assert np.array_equal(getattr(rotation, name_), getattr(expected, name_)), name_
+    assert list(rotation.routes) == list(expected.routes)
+    assert [(a, b, [(r.key, w) for r, w in u]) for a, b, u in rotation.routes.values()] == [
+        (a, b, [(r.key, w) for r, w in u]) for a, b, u in expected.routes.values()
+    ]
+    _plan_fields_equal(found.quotient, quotient_plan(plan, expected))
+
+
+def test_a_read_before_the_chunk_is_there_is_named_by_the_plan_of_every_message():
+    """The transfer table proves no symmetry for a schedule that reads a
+    chunk before its rank holds it: the plan of every message names the
+    first such read, as without symmetry."""
+    from simcoll.algorithm import TransferTable
+    from simcoll.errors import AlgorithmError
+    from simcoll.simulator.symmetry import table_rotation
+
+    machine = load_machine("dgx-h100*2")
+    algorithm = _two_node_ring(False)
+    run = _Run(algorithm, machine, 1 << 20, contention=True, record_utilisation=True)
+    assert table_rotation(algorithm, run.net, run.num_chunks, run._present()).rotation.order == 2
+    t = algorithm.table
+    # every rank sends its neighbour's chunk first: a read before the chunk is there, in every node alike
+    early = algorithm.with_changes(
+        transfers=TransferTable(chunk=(t.chunk + 1) % 16, src=t.src, dst=t.dst, reduce=t.reduce, step=t.step)
+    )
+    assert table_rotation(early, run.net, run.num_chunks, run._present()) is None
+    with pytest.raises(AlgorithmError, match="before rank 0 holds the chunk"):
+        simulate(early, machine, 1 << 20, record_utilisation=False, record_timeline=False, verify=False)
+
+
+def test_without_a_timeline_the_quotient_needs_no_plan_of_every_message(monkeypatch):
+    machine = load_machine("dgx-h100*4")
+    algorithm = generate("ring", machine, "allreduce")
+    options = {"record_utilisation": False, "record_timeline": False}
+    monkeypatch.setattr(algorithm_mode, "_PREPARED", {})
+    quotient = {size: simulate(algorithm, machine, size, **options) for size in SIZES}
+    assert algorithm_mode._PREPARED[id(algorithm)].plan is None  # only the quotient was planned
+    for size in SIZES:
+        full = _full(monkeypatch, algorithm, machine, size, **options)
+        assert quotient[size].stats["node_rotation"] == 4
+        assert quotient[size].time_s == full.time_s
+        for stat in ("messages", "private_messages"):
+            assert quotient[size].stats[stat] == full.stats[stat]
+    # a timeline asked for later plans every message then, and is the full simulation's
+    with_timeline = simulate(algorithm, machine, 1 << 20, record_utilisation=False)
+    assert with_timeline.timeline.equals(
+        _full(monkeypatch, algorithm, machine, 1 << 20, record_utilisation=False).timeline
+    )

@@ -102,7 +102,7 @@ from .engine import check_limit, run_with_limit
 from .network import Flow, FluidNetwork, alone_rate_Bps
 from .plan import Plan, QueueTable, SlotLists, SlotNumbering, plan_switched, plan_vectorised
 from .results import TIMELINE_COLUMNS, SimulationResult, make_result
-from .symmetry import NodeRotation, node_rotation, quotient_plan, rebind_routes
+from .symmetry import NodeRotation, node_rotation, quotient_plan, rebind_routes, table_rotation
 
 
 @dataclass
@@ -202,9 +202,6 @@ class _Run:
         self.nbytes = chunk_bytes(algorithm.collective, size_bytes)
         self.num_chunks = algorithm.collective.num_chunks
         self.prepared = prepared = _prepared(algorithm)
-        if prepared.plan is None:
-            prepared.plan = self._make_plan()
-        self.plan = plan = _fresh(prepared.plan)
         self.env = simpy.Environment()
         self.net = FluidNetwork(
             self.env, machine, contention=contention, record_timeline=False, record_utilisation=record_utilisation
@@ -212,8 +209,9 @@ class _Run:
         # utilisation is per resource: a quotient would have to map it back, so it is run in full
         self.rotation = None if record_utilisation else self._rotation(contention)
         if self.rotation is not None:
-            self.full_plan, self.plan = plan, _fresh(prepared.quotient)
-            plan = self.plan
+            self.plan = plan = _fresh(prepared.quotient)
+        else:
+            self.plan = plan = _fresh(self._full_plan())
         _forget_old_plans()
         # the plan's per-message columns the event handlers read (:class:`Plan`)
         self.pending, self.groups, self.is_reduce = plan.pending, plan.groups, plan.reduce
@@ -243,17 +241,32 @@ class _Run:
             self._batch_columns()
 
     # -- static part ---------------------------------------------------------------------------
-    def _make_plan(self) -> Plan:
-        """The plan (:class:`Plan`); the chunks the collective starts with are present."""
-        algorithm, num_chunks = self.algorithm, self.num_chunks
+    def _full_plan(self) -> Plan:
+        """The plan of every message (:class:`Plan`), worked out once per
+        Algorithm; under a node rotation found from the transfer table
+        (:func:`~.symmetry.table_rotation`) only when a timeline asks for it."""
+        prepared = self.prepared
+        if prepared.plan is None:
+            algorithm, num_chunks, present = self.algorithm, self.num_chunks, self._present()
+            if algorithm.switch_reductions:
+                prepared.plan = plan_switched(algorithm, num_chunks, present)
+            else:
+                prepared.plan = plan_vectorised(algorithm, num_chunks, present)
+        return prepared.plan
+
+    @property
+    def full_plan(self) -> Plan:
+        """The plan of every message (the quotient's too, under a node rotation)."""
+        return self.plan if self.rotation is None else self._full_plan()
+
+    def _present(self) -> np.ndarray:
+        """The slots (chunk + rank × chunks) the collective starts with, ascending."""
         # the precondition's (chunk, rank) pairs, read from the input layout (a million on 1,024 ranks)
-        rank, chunk = flatten(algorithm.collective.input_layout)
-        present = chunk + rank * num_chunks
+        rank, chunk = flatten(self.algorithm.collective.input_layout)
+        present = chunk + rank * self.num_chunks
         if not (np.diff(present) > 0).all():  # (layouts list their chunks in order: sorted already)
             present = np.unique(present)
-        if algorithm.switch_reductions:
-            return plan_switched(algorithm, num_chunks, present)
-        return plan_vectorised(algorithm, num_chunks, present)
+        return present
 
     def _rotation(self, contention: bool) -> NodeRotation | None:
         """The schedule's node-rotation symmetry (:mod:`.symmetry`), with the
@@ -266,9 +279,16 @@ class _Run:
             rotation = prepared.rotation and rebind_routes(prepared.rotation, self.net, prepared.resources)
         else:
             check_limit(self.started_s, self.time_limit_s, self.what, "looking for node symmetry")
-            rotation = node_rotation(self.plan, self.net, self.algorithm.num_ranks, self.num_chunks)
+            found = None if prepared.plan is not None else table_rotation(self.algorithm, self.net, self.num_chunks,
+                                                                          self._present())  # fmt: skip
+            if found is not None:
+                rotation, quotient = found.rotation, found.quotient
+            else:
+                plan = self._full_plan()
+                rotation = node_rotation(plan, self.net, self.algorithm.num_ranks, self.num_chunks)
+                quotient = None if rotation is None else quotient_plan(plan, rotation)
             prepared.machine, prepared.contention, prepared.rotation = weakref.ref(machine), contention, rotation
-            prepared.quotient = None if rotation is None else quotient_plan(self.plan, rotation)
+            prepared.quotient = quotient
             prepared.resources = self.net.resource_calls() if rotation is not None else []
         if rotation is not None:
             for (src, dst), route in rotation.routes.items():
@@ -745,7 +765,8 @@ class _Run:
     @property
     def messages(self) -> int:
         """Messages of the schedule (not only those simulated)."""
-        return (self.plan if self.rotation is None else self.full_plan).messages
+        # (under a rotation each representative stands for one message per block of nodes)
+        return self.plan.messages * (1 if self.rotation is None else self.rotation.order)
 
     def private_messages(self) -> np.ndarray:
         """Per message of the schedule: whether it went on a private pair."""

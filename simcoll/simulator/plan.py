@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..algorithm import Algorithm, SwitchReductionTable, Transfer, messages
-from ..arrays import flatten, packed_key, ragged_indices
+from ..arrays import flatten, packed_key, ragged_indices, stable_argsort
 from ..errors import AlgorithmError
 from .network import SwitchPath
 
@@ -161,7 +161,21 @@ class QueueTable(Mapping):
     def of(cls, pair_code: np.ndarray, ranks: int) -> QueueTable:
         """The queues of messages whose rank pairs are ``pair_code`` (per
         message in schedule order: ``src × ranks + dst``)."""
-        messages = np.argsort(pair_code, kind="stable")
+        span = ranks * ranks
+        if len(pair_code) and span <= 4 * len(pair_code):  # by a table of every pair, where it is small
+            seen = np.zeros(span, dtype=bool)
+            seen[pair_code] = True
+            codes = np.flatnonzero(seen)
+            del seen
+            if len(codes) <= 1 << 16:  # the pairs' numbers fit 16 bits: NumPy sorts them by radix
+                number = np.zeros(span, dtype=np.uint16)
+                number[codes] = np.arange(len(codes))
+                pair = number[pair_code]
+                del number
+                messages = np.argsort(pair, kind="stable")
+                starts = np.concatenate(([0], np.cumsum(np.bincount(pair, minlength=len(codes)))))
+                return cls(codes // ranks, codes % ranks, starts.astype(np.int64), messages.astype(np.int64), ranks)
+        messages = stable_argsort(pair_code)
         sorted_codes = pair_code[messages]
         first = np.flatnonzero(np.diff(sorted_codes, prepend=-1)) if len(messages) else np.zeros(0, dtype=np.int64)
         codes = sorted_codes[first].astype(np.int64)
@@ -208,6 +222,29 @@ def _labels(keys, timed: bool) -> list[str]:
     return [f"t={k:.6g}" if timed else f"step {k}" for k in keys]
 
 
+def schedule_order(algorithm: Algorithm) -> tuple[np.ndarray, np.ndarray, list[str], np.ndarray]:
+    """The transfers of a schedule without in-switch reductions in message
+    order: ``order`` (table rows: batch by batch, each batch's single
+    transfers in order, then its contiguity groups), the batch of each, the
+    batches' labels, and where each message starts (True per row)."""
+    table = algorithm.table
+    n = len(table.src)
+    timed = algorithm.schedule != "steps"
+    key = table.start_s if timed else table.step
+    order = np.argsort(key, kind="stable")
+    key = key[order]
+    change = np.empty(n, dtype=bool)
+    change[:1] = True
+    change[1:] = key[1:] != key[:-1]
+    batch = np.cumsum(change.view(np.uint8), dtype=np.int64)  # (a bool's cumsum casts slowly)
+    batch -= 1
+    labels = _labels(key[change].tolist(), timed)
+    if table.group is not None:  # transfers in message order; each message's first transfer
+        order, batch, first = _message_order(table, order, batch)
+        return order, batch, labels, first
+    return order, batch, labels, np.ones(n, dtype=bool)
+
+
 def plan_vectorised(algorithm: Algorithm, num_chunks: int, present: np.ndarray) -> Plan:
     """Plan for schedules without in-switch reductions, with numpy: millions
     of transfers in seconds. A batch's messages are those of
@@ -217,57 +254,30 @@ def plan_vectorised(algorithm: Algorithm, num_chunks: int, present: np.ndarray) 
     slots the collective starts with, ascending."""
     transfers, table = algorithm.transfers, algorithm.table
     n = len(transfers)
-    timed = algorithm.schedule != "steps"
-    key = table.start_s if timed else table.step
-    order = np.argsort(key, kind="stable")
-    key = key[order]
-    change = np.empty(n, dtype=bool)
-    change[:1] = True
-    change[1:] = key[1:] != key[:-1]
-    batch = np.cumsum(change) - 1
-    batches = int(batch[-1]) + 1 if n else 0
-    labels = _labels(key[change].tolist(), timed)
-    if table.group is not None:  # transfers in message order; each message's first transfer
-        order, batch, first = _message_order(table, order, batch)
-    else:
-        first = np.ones(n, dtype=bool)
-    del key, change
+    order, batch, labels, first = schedule_order(algorithm)
+    batches = len(labels)
     src, dst, chunk, reduce = table.src[order], table.dst[order], table.chunk[order], table.reduce[order]
-    msg = np.cumsum(first) - 1  # per transfer: its message
     # updates of (src, chunk) landed in earlier batches = writes with the same slot and a smaller batch;
     # temporaries are let go as soon as they are used (17 M transfers on 1,024 GPUs: 136 MB each)
-    read_slot = chunk + src * num_chunks
-    write_slot = chunk + dst * num_chunks
-    write_key = write_slot * (batches + 1)
-    write_key += batch
-    write_key.sort()
-    # the reads in key order: each binary search then starts where the previous one ended (3x faster on
-    # millions of reads than searching them in schedule order); a read's key with its batch sorts its key
-    # without it too
-    read_key = read_slot * (batches + 1)
-    read_key += batch
-    by_read = np.argsort(read_key, kind="stable")
-    sorted_key = read_key[by_read]
-    del read_key
-    landed_sorted = np.searchsorted(write_key, sorted_key)
-    sorted_key -= batch[by_read]
-    landed_sorted -= np.searchsorted(write_key, sorted_key)
-    del write_key, sorted_key
-    landed = np.empty(n, dtype=np.int32)
-    landed[by_read] = landed_sorted
-    del by_read, landed_sorted
+    read_slot = src * num_chunks
+    read_slot += chunk
+    write_slot = dst * num_chunks
+    write_slot += chunk
+    landed = landed_before(read_slot, write_slot, batch, batches, num_chunks * algorithm.num_ranks)
     unwaited = np.flatnonzero(landed == 0)  # reads of what the collective starts with
     missing = unwaited[~holds(present, read_slot[unwaited])]
     if missing.size:
         bad = transfers[int(order[missing[0]])]
         raise AlgorithmError(f"{algorithm.name}: {bad.describe()} before rank {bad.src} holds the chunk")
     del missing, unwaited
-    waits = landed > 0
-    wait_slot, wait_landed, wait_msg = read_slot[waits], landed[waits], msg[waits]
+    waits = np.flatnonzero(landed)
+    wait_slot, wait_landed = read_slot[waits], landed[waits]
     del read_slot, landed
-    pending = np.bincount(wait_msg, minlength=int(msg[-1]) + 1 if n else 0).astype(np.int32)
-    del msg, waits
     heads = np.flatnonzero(first)
+    # per waiting read: its message (each transfer its own where no two are one message)
+    wait_msg = waits if len(heads) == n else np.searchsorted(heads, waits, side="right") - 1
+    pending = np.bincount(wait_msg, minlength=len(heads)).astype(np.int32)
+    del waits
     groups = {}
     if len(heads) < n:  # messages of several transfers: the slots each updates; then one row per message
         sizes = np.diff(np.append(heads, n))
@@ -277,7 +287,7 @@ def plan_vectorised(algorithm: Algorithm, num_chunks: int, present: np.ndarray) 
     del write_slot, heads
     # 8 bytes a message in one array, not a list of Python ints (40) per pair: 17 M messages on 1,024 GPUs
     queues = QueueTable.of(src.astype(np.int64) * algorithm.num_ranks + dst, algorithm.num_ranks)
-    return _plan_of_columns(
+    return plan_of_columns(
         (src, dst, chunk, reduce, batch),
         labels,
         groups,
@@ -286,6 +296,63 @@ def plan_vectorised(algorithm: Algorithm, num_chunks: int, present: np.ndarray) 
         queues,
         lambda m: transfers[int(order[m])].describe(),
     )
+
+
+#: :func:`landed_before` counts batch by batch (a Python loop over batches, NumPy within each) where
+#: the schedule has at least this many transfers per batch and a table of every slot is small enough
+#: (:data:`DENSE_SLOTS_PER_USE`); else it sorts.
+LOOP_MIN_TRANSFERS_PER_BATCH = 256
+
+
+def landed_before(
+    read_slot: np.ndarray, write_slot: np.ndarray, batch: np.ndarray, batches: int, num_slots: int
+) -> np.ndarray:
+    """Per transfer (rows in batch order, ``batch`` non-decreasing): how many
+    transfers of earlier batches write the slot it reads, as int32.
+
+    Batch by batch over one counter per slot where that is cheap
+    (:data:`LOOP_MIN_TRANSFERS_PER_BATCH`): each batch reads the counters,
+    then adds its writes; a few thousand steps of millions of transfers
+    cost a pass over the rows. Otherwise by sorting: the writes keyed by
+    (slot, batch), sorted, and each read's count found by two binary
+    searches. Both give the same counts (tested)."""
+    n = len(read_slot)
+    if n and n >= LOOP_MIN_TRANSFERS_PER_BATCH * batches and num_slots <= DENSE_SLOTS_PER_USE * 2 * n:
+        starts = np.searchsorted(batch, np.arange(batches + 1))
+        count = np.zeros(num_slots, dtype=np.int32)
+        landed = np.empty(n, dtype=np.int32)
+        for lo, hi in zip(starts[:-1].tolist(), starts[1:].tolist(), strict=True):
+            np.take(count, read_slot[lo:hi], out=landed[lo:hi])
+            np.add.at(count, write_slot[lo:hi], 1)
+        return landed
+    return landed_counts(read_slot, batch, write_slot, batch, batches)
+
+
+def landed_counts(
+    read_slot: np.ndarray, read_batch: np.ndarray, write_slot: np.ndarray, write_batch: np.ndarray, batches: int
+) -> np.ndarray:
+    """Per read (``read_slot``, ``read_batch``): how many of the writes
+    (``write_slot``, ``write_batch``) update its slot in an earlier batch,
+    as int32: the writes keyed by (slot, batch) and sorted, each read's
+    count found by two binary searches."""
+    write_key = write_slot * (batches + 1)
+    write_key += write_batch
+    write_key.sort()
+    # the reads in key order: each binary search then starts where the previous one ended (3x faster on
+    # millions of reads than searching them in schedule order); a read's key with its batch sorts its key
+    # without it too
+    read_key = read_slot * (batches + 1)
+    read_key += read_batch
+    by_read = np.argsort(read_key, kind="stable")
+    sorted_key = read_key[by_read]
+    del read_key
+    landed_sorted = np.searchsorted(write_key, sorted_key)
+    sorted_key -= read_batch[by_read]
+    landed_sorted -= np.searchsorted(write_key, sorted_key)
+    del write_key, sorted_key
+    landed = np.empty(len(read_slot), dtype=np.int32)
+    landed[by_read] = landed_sorted
+    return landed
 
 
 def plan_switched(algorithm: Algorithm, num_chunks: int, present: np.ndarray) -> Plan:
@@ -399,7 +466,7 @@ def plan_switched(algorithm: Algorithm, num_chunks: int, present: np.ndarray) ->
         k = int(kind[m])
         return reductions[int(r_order[k])].describe() if k >= 0 else transfers[int(order[heads[-1 - k]])].describe()
 
-    return _plan_of_columns(
+    return plan_of_columns(
         (src, dst, chunk, reduce, batch),
         _labels(keys.tolist(), timed),
         groups,
@@ -411,7 +478,7 @@ def plan_switched(algorithm: Algorithm, num_chunks: int, present: np.ndarray) ->
     )
 
 
-def _plan_of_columns(messages, labels, groups, pending, waits, queues, describe, fanout=None) -> Plan:
+def plan_of_columns(messages, labels, groups, pending, waits, queues, describe, fanout=None, write_slot=None) -> Plan:
     """A :class:`Plan` from NumPy columns: per message ``(src, dst, chunk,
     reduce, batch)`` and its pending reads, and the waits ``(slot, landed,
     message)``; the per-message columns stored compactly (4 bytes, 1 for
@@ -433,6 +500,7 @@ def _plan_of_columns(messages, labels, groups, pending, waits, queues, describe,
         queues=queues,
         describe=describe,
         fanout=fanout,
+        write_slot=write_slot,
     )
 
 

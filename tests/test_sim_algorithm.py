@@ -510,7 +510,7 @@ def test_messages_are_planned_alike_with_or_without_contiguity_groups(monkeypatc
     from simcoll.simulator import plan as plan_module
 
     # the waits counted batch by batch over a table of every slot (large schedules), or by sorting
-    monkeypatch.setattr(plan_module, "LOOP_MIN_TRANSFERS_PER_BATCH", 1 if count_by_batch else 1 << 62)
+    monkeypatch.setattr(plan_module, "LOOP_MIN_TRANSFERS_PER_BATCH", 0 if count_by_batch else 1 << 62)
     algorithm = generate(name, load_machine(topo), coll)
     _plans_agree(algorithm)
     # the same transfers, rows shuffled within their steps and regrouped at random: singles and groups
@@ -541,11 +541,14 @@ def test_messages_are_planned_alike_with_or_without_contiguity_groups(monkeypatc
         ("dgx-a100*2/fat-tree:sharp=on", "collnet"),
     ],
 )
-def test_schedules_with_switch_reductions_are_planned_alike_with_numpy(topo, name):
+@pytest.mark.parametrize("count_by_batch", [False, True])
+def test_schedules_with_switch_reductions_are_planned_alike_with_numpy(monkeypatch, topo, name, count_by_batch):
     import numpy as np
 
     from simcoll.algorithm import TransferTable
+    from simcoll.simulator import plan as plan_module
 
+    monkeypatch.setattr(plan_module, "LOOP_MIN_TRANSFERS_PER_BATCH", 0 if count_by_batch else 1 << 62)
     algorithm = generate(name, load_machine(topo), "allreduce")
     _plans_agree(algorithm, "plan_switched")
     if not algorithm.transfers:
@@ -666,3 +669,17 @@ def test_queues_keep_each_pairs_messages_in_schedule_order(ranks, pairs):
     assert np.array_equal(queues.codes, code[by_pair][first])
     assert np.array_equal(queues.starts, np.append(first, len(code)))
     assert np.array_equal(queues.src * ranks + queues.dst, queues.codes)
+
+
+@pytest.mark.parametrize("spread", [1, 1000])
+def test_a_slot_is_held_exactly_when_it_is_present(spread):
+    # by a table of every slot (present slots close together) or by binary search (far apart)
+    import numpy as np
+
+    from simcoll.simulator.plan import holds
+
+    rng = np.random.default_rng(spread)
+    present = np.unique(rng.integers(0, 500 * spread, 200))
+    slots = rng.integers(0, 600 * spread, 1000)
+    assert np.array_equal(holds(present, slots), np.isin(slots, present))
+    assert not holds(present[:0], slots).any()

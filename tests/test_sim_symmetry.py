@@ -200,8 +200,14 @@ def _plan_fields_equal(a, b) -> None:
         ("dgx-h100*4", "allreduce", "2d-ring", None),  # contiguity groups: left to the plan of every message
     ],
 )
-def test_the_rotation_found_from_the_transfer_table_is_the_one_the_plan_gives(topo, coll, name, order):
+@pytest.mark.parametrize("count_by_batch", [False, True])
+def test_the_rotation_found_from_the_transfer_table_is_the_one_the_plan_gives(
+    monkeypatch, topo, coll, name, order, count_by_batch
+):
+    from simcoll.simulator import plan as plan_module
     from simcoll.simulator.symmetry import node_rotation, quotient_plan, table_rotation
+
+    monkeypatch.setattr(plan_module, "LOOP_MIN_TRANSFERS_PER_BATCH", 0 if count_by_batch else 1 << 62)
 
     machine = load_machine(topo)
     algorithm = generate(name, machine, coll)

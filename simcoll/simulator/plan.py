@@ -136,9 +136,15 @@ class SlotLists(Mapping):
 
 
 def holds(present: np.ndarray, slots: np.ndarray) -> np.ndarray:
-    """Per slot of ``slots``: whether it is in ``present`` (ascending)."""
+    """Per slot of ``slots``: whether it is in ``present`` (ascending): by a
+    table of every slot where it is small, else by binary search."""
     if not len(present):
         return np.zeros(len(slots), dtype=bool)
+    top = int(present[-1])
+    if top < DENSE_SLOTS_PER_USE * (len(present) + len(slots)):
+        table = np.zeros(top + 2, dtype=bool)  # (the last entry: every slot past the present ones)
+        table[present] = True
+        return table[np.minimum(slots, top + 1)]
     at = np.minimum(np.searchsorted(present, slots), len(present) - 1)
     return present[at] == slots
 
@@ -263,7 +269,7 @@ def plan_vectorised(algorithm: Algorithm, num_chunks: int, present: np.ndarray) 
     read_slot += chunk
     write_slot = dst * num_chunks
     write_slot += chunk
-    landed = landed_before(read_slot, write_slot, batch, batches, num_chunks * algorithm.num_ranks)
+    landed = landed_counts(read_slot, batch, write_slot, batch, batches, num_chunks * algorithm.num_ranks)
     unwaited = np.flatnonzero(landed == 0)  # reads of what the collective starts with
     missing = unwaited[~holds(present, read_slot[unwaited])]
     if missing.size:
@@ -298,17 +304,23 @@ def plan_vectorised(algorithm: Algorithm, num_chunks: int, present: np.ndarray) 
     )
 
 
-#: :func:`landed_before` counts batch by batch (a Python loop over batches, NumPy within each) where
-#: the schedule has at least this many transfers per batch and a table of every slot is small enough
+#: :func:`landed_counts` counts batch by batch (a Python loop over batches, NumPy within each) where
+#: there are at least this many reads per batch and a table of every slot is small enough
 #: (:data:`DENSE_SLOTS_PER_USE`); else it sorts.
 LOOP_MIN_TRANSFERS_PER_BATCH = 256
 
 
-def landed_before(
-    read_slot: np.ndarray, write_slot: np.ndarray, batch: np.ndarray, batches: int, num_slots: int
+def landed_counts(
+    read_slot: np.ndarray,
+    read_batch: np.ndarray,
+    write_slot: np.ndarray,
+    write_batch: np.ndarray,
+    batches: int,
+    num_slots: int,
 ) -> np.ndarray:
-    """Per transfer (rows in batch order, ``batch`` non-decreasing): how many
-    transfers of earlier batches write the slot it reads, as int32.
+    """Per read (``read_slot``, ``read_batch``; reads in batch order): how
+    many of the writes (``write_slot``, ``write_batch``; any order) update
+    its slot in an earlier batch, as int32.
 
     Batch by batch over one counter per slot where that is cheap
     (:data:`LOOP_MIN_TRANSFERS_PER_BATCH`): each batch reads the counters,
@@ -317,24 +329,18 @@ def landed_before(
     (slot, batch), sorted, and each read's count found by two binary
     searches. Both give the same counts (tested)."""
     n = len(read_slot)
-    if n and n >= LOOP_MIN_TRANSFERS_PER_BATCH * batches and num_slots <= DENSE_SLOTS_PER_USE * 2 * n:
-        starts = np.searchsorted(batch, np.arange(batches + 1))
+    if n and n >= LOOP_MIN_TRANSFERS_PER_BATCH * batches and num_slots <= DENSE_SLOTS_PER_USE * (n + len(write_slot)):
+        if len(write_batch) and (np.diff(write_batch) < 0).any():
+            by_batch = stable_argsort(write_batch)
+            write_slot, write_batch = write_slot[by_batch], write_batch[by_batch]
+        read_at = np.searchsorted(read_batch, np.arange(batches + 1)).tolist()
+        write_at = np.searchsorted(write_batch, np.arange(batches + 1)).tolist()
         count = np.zeros(num_slots, dtype=np.int32)
         landed = np.empty(n, dtype=np.int32)
-        for lo, hi in zip(starts[:-1].tolist(), starts[1:].tolist(), strict=True):
-            np.take(count, read_slot[lo:hi], out=landed[lo:hi])
-            np.add.at(count, write_slot[lo:hi], 1)
+        for b in range(batches):
+            np.take(count, read_slot[read_at[b] : read_at[b + 1]], out=landed[read_at[b] : read_at[b + 1]])
+            np.add.at(count, write_slot[write_at[b] : write_at[b + 1]], 1)
         return landed
-    return landed_counts(read_slot, batch, write_slot, batch, batches)
-
-
-def landed_counts(
-    read_slot: np.ndarray, read_batch: np.ndarray, write_slot: np.ndarray, write_batch: np.ndarray, batches: int
-) -> np.ndarray:
-    """Per read (``read_slot``, ``read_batch``): how many of the writes
-    (``write_slot``, ``write_batch``) update its slot in an earlier batch,
-    as int32: the writes keyed by (slot, batch) and sorted, each read's
-    count found by two binary searches."""
     write_key = write_slot * (batches + 1)
     write_key += write_batch
     write_key.sort()
@@ -350,7 +356,7 @@ def landed_counts(
     sorted_key -= read_batch[by_read]
     landed_sorted -= np.searchsorted(write_key, sorted_key)
     del write_key, sorted_key
-    landed = np.empty(len(read_slot), dtype=np.int32)
+    landed = np.empty(n, dtype=np.int32)
     landed[by_read] = landed_sorted
     return landed
 
@@ -408,14 +414,7 @@ def plan_switched(algorithm: Algorithm, num_chunks: int, present: np.ndarray) ->
     r_write, t_write = np.repeat(r_chunk, n_dests) + dests * num_chunks, t_chunk + t_dst * num_chunks
     write_slot = np.concatenate((r_write, t_write))
     write_batch = np.concatenate((np.repeat(r_batch, n_dests), t_batch))
-    write_key = np.sort(write_slot * (batches + 1) + write_batch)
-    read_key = read_slot * (batches + 1)
-    by_read = np.argsort(read_key, kind="stable")  # (sorted queries: each search starts where the last ended)
-    sorted_key = read_key[by_read]
-    landed = np.empty(len(read_key), dtype=np.int32)
-    landed[by_read] = np.searchsorted(write_key, sorted_key + read_batch[by_read]) - np.searchsorted(
-        write_key, sorted_key
-    )
+    landed = landed_counts(read_slot, read_batch, write_slot, write_batch, batches, num_chunks * ranks)
     missing = np.flatnonzero(landed == 0)
     missing = missing[~holds(present, read_slot[missing])]
     if missing.size:

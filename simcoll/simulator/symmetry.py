@@ -224,7 +224,7 @@ def _table_quotient(
     into = np.flatnonzero(dst < shift)  # the writes a representative's read can wait for
     read_slot = src[reps] * num_chunks + chunk[reps]
     write_slot = dst[into] * num_chunks + chunk[into]
-    landed = landed_counts(read_slot, batch[reps], write_slot, batch[into], len(labels))
+    landed = landed_counts(read_slot, batch[reps], write_slot, batch[into], len(labels), num_chunks * queues.ranks)
     if not holds(present, read_slot[landed == 0]).all():
         return None
     waits = np.flatnonzero(landed)

@@ -215,7 +215,7 @@ class Core {
   std::vector<std::int64_t> res_seen_;   // per resource: the recomputation that reached it last
   std::vector<std::int32_t> res_local_;  // per resource: its index among a component's (sparse_max_min)
   // scratch of recompute and sparse_max_min, kept between calls (millions of small components)
-  std::vector<std::int32_t> seen_, comp_, todo_, entry_flow_;
+  std::vector<std::int32_t> seen_, comp_, todo_, entry_flow_, active_, live_;
   std::vector<std::pair<std::int64_t, std::int32_t>> keyed_;
   std::vector<std::int64_t> off_, fill_;
   std::vector<double> bound_, entry_w_, residual_, weight_sum_, share_, newly_sum_;
@@ -724,26 +724,39 @@ class Core {
     }
     std::vector<double> rates(nf, 0.0);
     std::vector<std::int32_t> touched_list;
+    // the unfrozen flows, ascending, and the resources whose share is finite: the rounds look at
+    // those alone (a frozen flow is never looked at again; a resource whose unfrozen weights sum to
+    // nothing keeps an infinite share, which sets no level and freezes no flow that its bound does not)
+    std::vector<std::int32_t>& active = active_;
+    std::vector<std::int32_t>& live = live_;
+    active.resize(nf);
+    for (std::size_t i = 0; i < nf; ++i) active[i] = static_cast<std::int32_t>(i);
+    live.clear();
+    for (std::size_t k = 0; k < nr; ++k)
+      if (share[k] < kInf) live.push_back(static_cast<std::int32_t>(k));
     std::size_t left = nf;
     while (left) {
-      double bmin = kInf;
-      for (std::size_t i = 0; i < nf; ++i)
-        if (unfrozen[i] && bound[i] < bmin) bmin = bound[i];
+      double bmin = kInf;  // (the minima of exact values: any order gives the same)
+      for (std::int32_t i : active) bmin = bound[i] < bmin ? bound[i] : bmin;
       double smin = kInf;
-      for (std::size_t k = 0; k < nr; ++k)
-        if (share[k] < smin) smin = share[k];
+      for (std::int32_t k : live) smin = share[k] < smin ? share[k] : smin;
       double level = bmin < smin ? bmin : smin;  // min(share.min(), bound.min(...))
       if (0.0 > level) level = 0.0;              // max(..., 0.0)
       double limit = level * (1 + kRelTol);
-      for (std::size_t i = 0; i < nf; ++i) newly[i] = unfrozen[i] && bound[i] <= limit;
-      for (std::size_t k = 0; k < nr; ++k) {
+      for (std::int32_t i : active) newly[i] = bound[i] <= limit;
+      for (std::int32_t k : live) {
         if (!(share[k] <= limit)) continue;
         for (std::int64_t e = off[k]; e < off[k + 1]; ++e)
           if (entry_w[e] > 0 && unfrozen[entry_flow[e]]) newly[entry_flow[e]] = 1;
       }
       touched_list.clear();
-      for (std::size_t i = 0; i < nf; ++i) {  // in flow order: the order NumPy sums them in
-        if (!newly[i]) continue;
+      std::size_t kept = 0;
+      for (std::int32_t i : active) {  // in flow order: the order NumPy sums them in
+        if (!newly[i]) {
+          active[kept++] = i;
+          continue;
+        }
+        newly[i] = 0;
         rates[i] = level;
         unfrozen[i] = 0;
         --left;
@@ -757,6 +770,7 @@ class Core {
           }
         }
       }
+      active.resize(kept);
       for (std::int32_t k : touched_list) {
         residual[k] -= level * newly_sum[k];
         newly_sum[k] = 0.0;
@@ -766,6 +780,10 @@ class Core {
           share[k] = weight_sum[k] > 1e-12 ? residual[k] / weight_sum[k] : kInf;
         }
       }
+      kept = 0;
+      for (std::int32_t k : live)
+        if (share[k] < kInf) live[kept++] = k;
+      live.resize(kept);
     }
     return rates;
   }

@@ -562,11 +562,11 @@ class FluidNetwork:
         created = _padded(created_rows)[image_of_pair]
         used = _padded(used_rows)[image_of_pair]
         weights = _padded(weight_rows, fill=0.0)[image_of_pair]
-        for i, mapped in maps.items():
-            from_node = src_node == i
-            for table in (created, used):
-                part = table[from_node]
-                table[from_node] = np.where(part >= 0, mapped[np.maximum(part, 0)], -1)
+        # every pair's calls through its source node's map at once (maps[0]: the identity, also for a
+        # node without a swap): one gather, not a pass over every pair per node
+        node_maps = np.stack([maps.get(i, maps[0]) for i in range(len(nodes))])
+        for table in (created, used):
+            table[...] = np.where(table >= 0, node_maps[src_node[:, None], np.maximum(table, 0)], -1)
         # the resources, created in the order the pairs would create them one after another
         flat = created.ravel()
         made, first = np.unique(flat[flat >= 0], return_index=True)

@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from .arrays import ragged_indices, unique_counts
+from .arrays import ragged_indices, unique_pair_counts
 from .collectives import Collective, collective_from_dict, collective_to_dict
 from .errors import AlgorithmError
 from .files import atomic_output, parse_json, read_text, write_atomic
@@ -582,7 +582,7 @@ class RelationIndex:
         constraints, counts)`` for every (step, constraint) with at least one
         send, sorted by step then constraint. ``pairs`` are ``s * P + d``."""
         p2 = self.num_ranks * self.num_ranks
-        keys, counts = unique_counts(step.astype(np.int64) * p2 + pairs)
+        keys, counts = unique_pair_counts(step, pairs, p2)
         key_step, key_pair = np.divmod(keys, p2)
         del keys
         per = self.offsets[key_pair + 1] - self.offsets[key_pair]

@@ -96,3 +96,33 @@ def stable_argsort(keys: np.ndarray) -> np.ndarray:
         return np.argsort(keys.astype(np.uint16), kind="stable")
     order = np.argsort(keys.astype(np.uint16), kind="stable")  # (the cast keeps the low 16 bits)
     return order[np.argsort((keys >> 16).astype(np.uint16)[order], kind="stable")]
+
+
+def unique_pair_counts(major: np.ndarray, minor: np.ndarray, minor_span: int) -> tuple[np.ndarray, np.ndarray]:
+    """``unique_counts(major * minor_span + minor)`` of non-negative integer
+    columns, counted in a table of (major, distinct minor) cells where that
+    table is no larger than four cells a row: a schedule's (step, rank pair)
+    keys, thousands of steps by thousands of pairs for millions of sends,
+    without sorting them. Same values and counts.
+
+    >>> unique_pair_counts(np.array([1, 0, 1, 1]), np.array([5, 7, 5, 2]), 10)
+    (array([ 7, 12, 15]), array([1, 1, 2]))
+    """
+    n = len(major)
+    if n and minor_span <= 4 * n:
+        seen = np.zeros(minor_span, dtype=bool)
+        seen[minor] = True
+        values = np.flatnonzero(seen)  # the distinct minors, ascending
+        steps = int(major.max()) + 1
+        if steps * len(values) <= 4 * n:
+            number = np.zeros(minor_span, dtype=np.int64)
+            number[values] = np.arange(len(values))
+            cells = major.astype(np.int64) * len(values)
+            cells += number[minor]
+            del number
+            totals = np.bincount(cells, minlength=steps * len(values))
+            del cells
+            used = np.flatnonzero(totals)
+            which_major, which_minor = np.divmod(used, len(values))
+            return which_major * minor_span + values[which_minor], totals[used]
+    return unique_counts(major.astype(np.int64) * minor_span + minor)

@@ -404,6 +404,9 @@ class FluidNetwork:
         self._path_queries: dict[tuple[str, bool], int] = {}
         self._nic_of: dict[tuple[int, str | None], str] = {}
         self._trees: dict[tuple[str, bool], tuple] = {}
+        # per (rank, switch, inbound): the hops between them (switch_route asks again for every path through
+        # the switch: 35,000 times for 2,048 answers for NVLS-Tree on 1,024 GPUs)
+        self._switch_hops_of: dict[tuple[int, str, bool], tuple[RouteHop, ...]] = {}
         params = machine.model.network
         self.host_staging = bool(contention and params is not None and params.host_staging)
         self.nic_binding = params.nic_binding if (contention and params is not None) else None
@@ -761,11 +764,19 @@ class FluidNetwork:
         bandwidth = min(r.capacity_Bps / w for r, w in resources)
         return alpha, bandwidth, resources
 
-    def _switch_hops(self, rank: int, gpu: str, sw: str, inbound: bool) -> list[RouteHop]:
-        """Path between ``gpu`` and switch ``sw`` (towards it when ``inbound``):
-        to a switch outside the nodes through the rank's NIC (``nic_binding``,
-        else round-robin over the node's NICs, one per GPU on DGX nodes), to
-        one inside a node along the shortest path."""
+    def _switch_hops(self, rank: int, gpu: str, sw: str, inbound: bool) -> tuple[RouteHop, ...]:
+        """Path between ``gpu`` (rank ``rank``'s) and switch ``sw`` (towards it
+        when ``inbound``): to a switch outside the nodes through the rank's NIC
+        (``nic_binding``, else round-robin over the node's NICs, one per GPU
+        on DGX nodes), to one inside a node along the shortest path."""
+        key = (rank, sw, inbound)
+        hops = self._switch_hops_of.get(key)
+        if hops is None:
+            hops = self._switch_hops_of[key] = tuple(self._find_switch_hops(rank, gpu, sw, inbound))
+        return hops
+
+    def _find_switch_hops(self, rank: int, gpu: str, sw: str, inbound: bool) -> list[RouteHop]:
+        """:meth:`_switch_hops` worked out."""
         if self._topo.component(sw).node is None:
             binding = self.nic_binding
             try:

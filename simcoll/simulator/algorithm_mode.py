@@ -770,17 +770,25 @@ class _Run:
 
     def private_messages(self) -> np.ndarray:
         """Per message of the schedule: whether it went on a private pair."""
+        return self._per_message(self._private_simulated())
+
+    def private_count(self) -> int:
+        """How many messages of the schedule went on private pairs (under a
+        rotation, each representative's orbit has ``order`` messages)."""
+        return int(self._private_simulated().sum()) * (1 if self.rotation is None else self.rotation.order)
+
+    def _private_simulated(self) -> np.ndarray:
         if not self.plan.messages:
             return np.zeros(0, bool)
-        return self._per_message(np.frombuffer(bytes(self.q_fast), dtype=np.uint8).astype(bool)[self.msg_q_np])
+        return np.frombuffer(bytes(self.q_fast), dtype=np.uint8).astype(bool)[self.msg_q_np]
 
-    def record_private(self, fast: np.ndarray) -> None:
-        """Hand the private pairs' messages (``fast``) to the network's counters
-        and utilisation, as if it had run them."""
+    def record_private(self) -> None:
+        """Hand the private pairs' messages to the network's counters and
+        utilisation, as if it had run them."""
         if self.rotation is not None:  # no utilisation is recorded: every message counts once
             self.net.transfers = self.messages
             return
-        msgs = np.flatnonzero(fast)
+        msgs = np.flatnonzero(self.private_messages())
         start = np.frombuffer(self.msg_start, dtype=np.float64)[msgs]
         wire = np.frombuffer(self.msg_wire, dtype=np.float64)[msgs]
         resources = [res if fast_q else () for (_, _, res), fast_q in zip(self.routes, self.q_fast, strict=True)]
@@ -843,9 +851,8 @@ def _simulate_algorithm(
     # a pipeline's time needs the schedule's loads, not its run: it runs only for what it records
     ran = not pipelined or record_timeline or record_utilisation
     events = run.run() if ran else 0
-    fast = run.private_messages()
     if ran:
-        run.record_private(fast)
+        run.record_private()
     time_s, call_s = run.last_s + run.call_s, run.call_s
     stats: dict[str, object] = {}
     if pipelined:
@@ -864,7 +871,7 @@ def _simulate_algorithm(
             "protocol_efficiency": run.efficiency,
             "call_s": call_s,
             "messages": run.messages,
-            "private_messages": int(fast.sum()),
+            "private_messages": run.private_count(),
             "batched_landings": run.batched,
             "compiled": run.compiled,
             "in_schedule_order": run.in_schedule_order,

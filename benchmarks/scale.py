@@ -1,9 +1,12 @@
-"""Scale to thousands of GPUs (issue 15): wall time and peak memory per case.
+"""Scale to thousands of GPUs (issue 15): wall time, peak memory and CPU time per case.
 
 Each case runs in a fresh subprocess (``simcoll`` command lines, or a short
-Python snippet), so its peak memory is that process's own maximum resident
-set size (``getrusage(RUSAGE_CHILDREN).ru_maxrss`` read after each child),
-and no case profits from another's caches.
+Python snippet), so no case profits from another's caches. Its peak memory
+is the larger of the process's own maximum resident set size (``os.wait4``)
+and the sampled peak of the resident memory of it and all its descendants
+at once (``compare --jobs`` runs tasks in workers forked by a fork server,
+which the benchmark cannot wait for); its CPU seconds are the whole tree's
+(:class:`TreeSampler`).
 
     python benchmarks/scale.py                 # every case of the issue's table
     python benchmarks/scale.py --quick         # skip the largest (dgx-h100*128, dgx-h100*512)

@@ -208,14 +208,13 @@ def test_the_rotation_found_from_the_transfer_table_is_the_one_the_plan_gives(
     from simcoll.simulator.symmetry import node_rotation, quotient_plan, table_rotation
 
     monkeypatch.setattr(plan_module, "LOOP_MIN_TRANSFERS_PER_BATCH", 0 if count_by_batch else 1 << 62)
-
     machine = load_machine(topo)
     algorithm = generate(name, machine, coll)
-    run = _Run(algorithm, machine, 1 << 20, contention=True, record_utilisation=True)  # (no rotation looked for)
+    # two runs that look for no rotation (they record utilisation): a fresh network for each search
+    run, other = (_Run(algorithm, machine, 1 << 20, contention=True, record_utilisation=True) for _ in range(2))
     found = table_rotation(algorithm, run.net, run.num_chunks, run._present())
     plan = run._full_plan()
-    expected = node_rotation(plan, _Run(algorithm, machine, 1 << 20, contention=True, record_utilisation=True).net,
-                             algorithm.num_ranks, run.num_chunks)  # fmt: skip
+    expected = node_rotation(plan, other.net, algorithm.num_ranks, run.num_chunks)
     if order is None:
         assert found is None and expected is None
         return

@@ -279,8 +279,10 @@ class _Run:
             rotation = prepared.rotation and rebind_routes(prepared.rotation, self.net, prepared.resources)
         else:
             check_limit(self.started_s, self.time_limit_s, self.what, "looking for node symmetry")
-            found = None if prepared.plan is not None else table_rotation(self.algorithm, self.net, self.num_chunks,
-                                                                          self._present())  # fmt: skip
+            # from the transfer table, unless a plan of every message is at hand already
+            found = None
+            if prepared.plan is None:
+                found = table_rotation(self.algorithm, self.net, self.num_chunks, self._present())
             if found is not None:
                 rotation, quotient = found.rotation, found.quotient
             else:

@@ -27,6 +27,12 @@ representatives that use its orbit when every orbit has ``k`` resources and
 no route uses two resources of one orbit; where that fails (a resource every
 node shares, such as a spine link), the schedule is simulated in full.
 
+The rotation is looked for on the schedule's transfer table
+(:func:`table_rotation`: only the representatives' waits are counted, and
+the plan of every message is built only for a timeline), and on a plan
+already built (:func:`node_rotation`) where a run recording utilisation
+built one first, or the table cannot show it (contiguity groups).
+
 The quotient runs ``k`` times fewer messages. Its times equal the full
 simulation's (``tests/test_sim_symmetry.py`` checks them bit for bit on
 small clusters): the max-min arithmetic sums, per resource and filling
@@ -168,10 +174,10 @@ def table_rotation(
 
     None (the caller plans every message) where the symmetry cannot be
     looked for this way (a contiguity group of several transfers, in-switch
-    reductions, one node)
-    or where a representative reads a chunk before its rank holds it or
-    the chunks held at the start are not symmetric under τ: the full plan
-    then reports the schedule's first such read."""
+    reductions, one node), or where a representative reads a chunk before
+    its rank holds it or the chunks held at the start are not symmetric
+    under τ: the plan of every message then names the schedule's first
+    such read."""
     topology = net.machine.topology
     table = algorithm.table
     n, nodes = algorithm.num_ranks, len(topology.nodes)
@@ -349,9 +355,11 @@ def _slot_permutation(columns: _Columns, image: np.ndarray, num_chunks: int) -> 
     batch, reduce = columns.batch, columns.reduce
     if not (np.array_equal(batch[image], batch) and np.array_equal(reduce[image], reduce)):
         return None
-    chunk = columns.chunk.astype(np.int64)
-    read = chunk + columns.src.astype(np.int64) * num_chunks
-    write = chunk + columns.dst.astype(np.int64) * num_chunks
+    chunk = columns.chunk.astype(np.int64, copy=False)
+    read = columns.src.astype(np.int64) * num_chunks
+    read += chunk
+    write = columns.dst.astype(np.int64) * num_chunks
+    write += chunk
     # a shift that maps one slot to two mostly shows it in the first messages already (NCCL's rings
     # shifted by one node): those alone first
     first = slice(0, len(read) // 64)

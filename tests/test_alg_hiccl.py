@@ -494,32 +494,13 @@ def test_a_tree_to_every_rank_is_built_as_the_walk_builds_it(factors):
     """§4.2's tree from every root to every other rank, built with NumPy,
     equals the depth-first walk (each level's groups in digit order, a hop
     to the group's representative, then the group below), hop for hop."""
-    from collections import defaultdict
-
-    from simcoll.algorithms.hiccl_primitives import _full_tree_hops
+    from simcoll.algorithms.hiccl_primitives import _full_tree_hops, _walk_tree
 
     h = Hierarchy(factors)
-
-    def walk(root):
-        hops = []
-
-        def descend(sender, targets, level):
-            if not targets or level == h.levels:
-                return
-            groups = defaultdict(list)
-            for r in targets:
-                groups[h.digit(r, level)].append(r)
-            for value in sorted(groups):
-                rep = h.with_digit(sender, level, value)
-                if rep != sender:
-                    hops.append((sender, rep, level))
-                descend(rep, [m for m in groups[value] if m != rep], level + 1)
-
-        descend(root, [r for r in range(h.size) if r != root], 0)
-        return hops
-
     for root in range(h.size):
-        assert [tuple(row) for row in _full_tree_hops(h, root).tolist()] == walk(root)
+        walked: list[tuple[int, int, int]] = []
+        _walk_tree(h, root, [r for r in range(h.size) if r != root], 0, 0, walked)
+        assert [tuple(row) for row in _full_tree_hops(h, root).tolist()] == walked
 
 
 def test_a_hierarchy_needing_a_hop_without_a_route_is_refused_by_name():

@@ -261,19 +261,6 @@ def _tree_hops(plan: Plan, root: int, leaves: Iterable[int]) -> np.ndarray:
     if plan.ring == 1 and len(targets) == h.size - 1:  # to every other rank: the whole tree at once
         return _full_tree_hops(h, root)
     hops: list[tuple[int, int, int]] = []
-
-    def descend(sender: int, targets: list[int], level: int, stage: int) -> None:
-        if not targets or level == h.levels:
-            return
-        groups: dict[int, list[int]] = defaultdict(list)
-        for r in targets:
-            groups[h.digit(r, level)].append(r)
-        for value in sorted(groups):
-            rep = h.with_digit(sender, level, value)
-            if rep != sender:
-                hops.append((sender, rep, stage))
-            descend(rep, [m for m in groups[value] if m != rep], level + 1, stage + 1)
-
     if plan.ring > 1 and targets:
         k, own = plan.ring, h.digit(root, 0)
         groups: dict[int, list[int]] = defaultdict(list)
@@ -286,10 +273,30 @@ def _tree_hops(plan: Plan, root: int, leaves: Iterable[int]) -> np.ndarray:
                 nxt = h.with_digit(holder, 0, (own + distance) % k)
                 hops.append((holder, nxt, distance - 1))
                 holder = nxt
-            descend(holder, [m for m in groups.get(distance, []) if m != holder], 1, distance)
+            _walk_tree(h, holder, [m for m in groups.get(distance, []) if m != holder], 1, distance, hops)
     else:
-        descend(root, targets, 0, 0)
+        _walk_tree(h, root, targets, 0, 0, hops)
     return np.array(hops, dtype=np.int64).reshape(-1, 3)
+
+
+def _walk_tree(
+    h: Hierarchy, sender: int, targets: list[int], level: int, stage: int, hops: list[tuple[int, int, int]]
+) -> None:
+    """Append to ``hops`` the (sender, receiver, stage) hops that carry
+    ``sender``'s data to ``targets`` from hierarchy level ``level`` down,
+    depth first: the targets grouped by their digit at that level (groups
+    in digit order), a hop to each group's representative (the sender with
+    that digit), then that group's walk one level and one stage lower."""
+    if not targets or level == h.levels:
+        return
+    groups: dict[int, list[int]] = defaultdict(list)
+    for r in targets:
+        groups[h.digit(r, level)].append(r)
+    for value in sorted(groups):
+        rep = h.with_digit(sender, level, value)
+        if rep != sender:
+            hops.append((sender, rep, stage))
+        _walk_tree(h, rep, [m for m in groups[value] if m != rep], level + 1, stage + 1, hops)
 
 
 def _full_tree_hops(h: Hierarchy, root: int) -> np.ndarray:

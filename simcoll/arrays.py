@@ -93,9 +93,28 @@ def stable_argsort(keys: np.ndarray) -> np.ndarray:
     if int(keys.min()) < 0 or top >= 1 << 32:
         return np.argsort(keys, kind="stable")
     if top < 1 << 16:
-        return np.argsort(keys.astype(np.uint16), kind="stable")
+        return np.argsort(keys.astype(np.uint16, copy=False), kind="stable")
     order = np.argsort(keys.astype(np.uint16), kind="stable")  # (the cast keeps the low 16 bits)
     return order[np.argsort((keys >> 16).astype(np.uint16)[order], kind="stable")]
+
+
+def dense_numbers(keys: np.ndarray, span: int) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct values of ``keys`` (non-negative integers below
+    ``span``), ascending, and each key's index among them, found in a table
+    of ``span`` entries instead of by sorting the keys; the indices are
+    16-bit where there are at most 2^16 values (NumPy sorts those by
+    radix), else 64-bit.
+
+    >>> dense_numbers(np.array([7, 2, 7, 5]), 10)
+    (array([2, 5, 7]), array([2, 0, 2, 1], dtype=uint16))
+    """
+    seen = np.zeros(span, dtype=bool)
+    seen[keys] = True
+    values = np.flatnonzero(seen)
+    del seen
+    number = np.zeros(span, dtype=np.uint16 if len(values) <= 1 << 16 else np.int64)
+    number[values] = np.arange(len(values))
+    return values, number[keys]
 
 
 def unique_pair_counts(major: np.ndarray, minor: np.ndarray, minor_span: int) -> tuple[np.ndarray, np.ndarray]:
@@ -110,15 +129,11 @@ def unique_pair_counts(major: np.ndarray, minor: np.ndarray, minor_span: int) ->
     """
     n = len(major)
     if n and minor_span <= 4 * n:
-        seen = np.zeros(minor_span, dtype=bool)
-        seen[minor] = True
-        values = np.flatnonzero(seen)  # the distinct minors, ascending
+        values, number = dense_numbers(minor, minor_span)
         steps = int(major.max()) + 1
         if steps * len(values) <= 4 * n:
-            number = np.zeros(minor_span, dtype=np.int64)
-            number[values] = np.arange(len(values))
             cells = major.astype(np.int64) * len(values)
-            cells += number[minor]
+            cells += number
             del number
             totals = np.bincount(cells, minlength=steps * len(values))
             del cells

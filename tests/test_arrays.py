@@ -4,7 +4,7 @@ calls they stand in for, on either of their paths."""
 import numpy as np
 import pytest
 
-from simcoll.arrays import stable_argsort, unique_counts, unique_pair_counts
+from simcoll.arrays import dense_numbers, stable_argsort, unique_counts, unique_pair_counts
 
 
 @pytest.mark.parametrize("top", [5, 70_000, 1 << 31, 1 << 40])
@@ -28,3 +28,14 @@ def test_unique_pair_counts_is_unique_counts_of_the_packed_keys(rows, steps, spa
     expected_values, expected_counts = unique_counts(major * span + minor)
     assert np.array_equal(values, expected_values) and values.dtype == expected_values.dtype
     assert np.array_equal(counts, expected_counts) and counts.dtype == expected_counts.dtype
+
+
+@pytest.mark.parametrize("distinct", [3, 70_000])
+def test_dense_numbers_are_the_keys_ranks_among_their_distinct_values(distinct):
+    # 16-bit numbers for up to 2^16 values, 64-bit past that
+    rng = np.random.default_rng(distinct)
+    keys = rng.choice(200_000, distinct, replace=False)[rng.integers(0, distinct, 300_000)]
+    values, numbers = dense_numbers(keys, 200_000)
+    expected_values, expected_numbers = np.unique(keys, return_inverse=True)
+    assert np.array_equal(values, expected_values) and np.array_equal(numbers, expected_numbers)
+    assert numbers.dtype == (np.uint16 if distinct <= 1 << 16 else np.int64)

@@ -652,10 +652,11 @@ def test_slot_lists_read_as_a_dict_of_lists_and_release_alike():
     assert np.array_equal(off, off_dict) and np.array_equal(out, out_dict)
 
 
-@pytest.mark.parametrize("ranks, pairs", [(8, 20), (64, 3000), (100, 10), (300, 70000)])
+@pytest.mark.parametrize("ranks, pairs", [(8, 20), (64, 3000), (100, 10), (300, 70000), (400, 200_000), (1000, 500)])
 def test_queues_keep_each_pairs_messages_in_schedule_order(ranks, pairs):
-    # by a table of every pair (few pairs, many messages) or by sorting the pair codes (more than 2^16
-    # pairs, or more pairs than messages): the same queues as a stable sort by pair
+    # pairs numbered by a table of every pair (16-bit numbers, or 64-bit past 2^16 pairs), or the pair
+    # codes sorted (a table of every pair larger than four entries a message): the same queues as a
+    # stable sort by pair
     import numpy as np
 
     from simcoll.simulator.plan import QueueTable

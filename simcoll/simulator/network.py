@@ -405,7 +405,7 @@ class FluidNetwork:
         self._nic_of: dict[tuple[int, str | None], str] = {}
         self._trees: dict[tuple[str, bool], tuple] = {}
         # per (rank, switch, inbound): the hops between them (switch_route asks again for every path through
-        # the switch: 35,000 times for 2,048 answers for NVLS-Tree on 1,024 GPUs)
+        # the switch: 35,000 times for 8,192 answers for NVLS-Tree on 1,024 GPUs)
         self._switch_hops_of: dict[tuple[int, str, bool], tuple[RouteHop, ...]] = {}
         params = machine.model.network
         self.host_staging = bool(contention and params is not None and params.host_staging)
@@ -737,8 +737,7 @@ class FluidNetwork:
         latency = {"in": 0.0, "out": 0.0}
         for direction, ranks in (("in", path.sources), ("out", path.destinations)):
             for rank in ranks:
-                gpu = self._topo.gpu(rank).name
-                hops = self._switch_hops(rank, gpu, sw, direction == "in")
+                hops = self._switch_hops(rank, sw, direction == "in")
                 types.update(h.type for h in hops)
                 between = sum(self.machine.model.switch_latency_s(self._kinds[h.dst]) for h in hops[:-1])
                 latency[direction] = max(latency[direction], between)
@@ -764,19 +763,20 @@ class FluidNetwork:
         bandwidth = min(r.capacity_Bps / w for r, w in resources)
         return alpha, bandwidth, resources
 
-    def _switch_hops(self, rank: int, gpu: str, sw: str, inbound: bool) -> tuple[RouteHop, ...]:
-        """Path between ``gpu`` (rank ``rank``'s) and switch ``sw`` (towards it
-        when ``inbound``): to a switch outside the nodes through the rank's NIC
+    def _switch_hops(self, rank: int, sw: str, inbound: bool) -> tuple[RouteHop, ...]:
+        """Path between rank ``rank``'s GPU and switch ``sw`` (towards it when
+        ``inbound``): to a switch outside the nodes through the rank's NIC
         (``nic_binding``, else round-robin over the node's NICs, one per GPU
         on DGX nodes), to one inside a node along the shortest path."""
         key = (rank, sw, inbound)
         hops = self._switch_hops_of.get(key)
         if hops is None:
-            hops = self._switch_hops_of[key] = tuple(self._find_switch_hops(rank, gpu, sw, inbound))
+            hops = self._switch_hops_of[key] = tuple(self._find_switch_hops(rank, sw, inbound))
         return hops
 
-    def _find_switch_hops(self, rank: int, gpu: str, sw: str, inbound: bool) -> list[RouteHop]:
+    def _find_switch_hops(self, rank: int, sw: str, inbound: bool) -> list[RouteHop]:
         """:meth:`_switch_hops` worked out."""
+        gpu = self._topo.gpu(rank).name
         if self._topo.component(sw).node is None:
             binding = self.nic_binding
             try:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..algorithm import Algorithm, SwitchReductionTable, Transfer, messages
-from ..arrays import flatten, packed_key, ragged_indices, stable_argsort
+from ..arrays import dense_numbers, flatten, packed_key, ragged_indices, stable_argsort
 from ..errors import AlgorithmError
 from .network import SwitchPath
 
@@ -168,19 +168,11 @@ class QueueTable(Mapping):
         """The queues of messages whose rank pairs are ``pair_code`` (per
         message in schedule order: ``src × ranks + dst``)."""
         span = ranks * ranks
-        if len(pair_code) and span <= 4 * len(pair_code):  # by a table of every pair, where it is small
-            seen = np.zeros(span, dtype=bool)
-            seen[pair_code] = True
-            codes = np.flatnonzero(seen)
-            del seen
-            if len(codes) <= 1 << 16:  # the pairs' numbers fit 16 bits: NumPy sorts them by radix
-                number = np.zeros(span, dtype=np.uint16)
-                number[codes] = np.arange(len(codes))
-                pair = number[pair_code]
-                del number
-                messages = np.argsort(pair, kind="stable")
-                starts = np.concatenate(([0], np.cumsum(np.bincount(pair, minlength=len(codes)))))
-                return cls(codes // ranks, codes % ranks, starts.astype(np.int64), messages.astype(np.int64), ranks)
+        if len(pair_code) and span <= 4 * len(pair_code):  # the pairs numbered by a table of every pair
+            codes, pair = dense_numbers(pair_code, span)
+            messages = stable_argsort(pair)  # (by radix: a few thousand pairs' numbers fit 16 bits)
+            starts = np.concatenate(([0], np.cumsum(np.bincount(pair, minlength=len(codes)))))
+            return cls(codes // ranks, codes % ranks, starts.astype(np.int64), messages.astype(np.int64), ranks)
         messages = stable_argsort(pair_code)
         sorted_codes = pair_code[messages]
         first = np.flatnonzero(np.diff(sorted_codes, prepend=-1)) if len(messages) else np.zeros(0, dtype=np.int64)

@@ -76,12 +76,18 @@ class _CutSolver:
         gpus = [index[g.name] for g in topology.gpus]
         self.source_arcs = [self.solver.add_arc_with_capacity(self.source, g, 0) for g in gpus]
         self.sink_arcs = [self.solver.add_arc_with_capacity(g, self.sink, 0) for g in gpus]
+        self._inside: np.ndarray | None = None  # the mask the source and sink arcs are set for
 
     def into(self, inside: np.ndarray) -> int:
         """Max flow from the GPUs outside the mask into the GPUs inside it."""
-        for rank, is_in in enumerate(inside):
+        inside = np.asarray(inside, dtype=bool)
+        # only the ranks that changed sides since the last cut (a rank or a node on 1,024 GPUs)
+        changed = range(len(inside)) if self._inside is None else np.flatnonzero(inside != self._inside).tolist()
+        for rank in changed:
+            is_in = inside[rank]
             self.solver.set_arc_capacity(self.source_arcs[rank], 0 if is_in else _INF)
             self.solver.set_arc_capacity(self.sink_arcs[rank], _INF if is_in else 0)
+        self._inside = inside.copy()
         status = self.solver.solve(self.source, self.sink)
         if status != self.solver.OPTIMAL:  # pragma: no cover - only on overflow
             raise RuntimeError(f"max-flow solver returned status {status}")
@@ -100,8 +106,9 @@ def _cut_family(topology: Topology) -> tuple[list[np.ndarray], bool]:
     for s in sets:
         mask = np.array([r in s for r in range(p)], dtype=bool)
         if 0 < mask.sum() < p:
-            masks += [mask, ~mask]
-    return masks, False
+            masks.append(mask)
+    # the sets, then their complements: consecutive cuts differ in a few ranks (:meth:`_CutSolver.into`)
+    return masks + [~mask for mask in masks], False
 
 
 def _needed_chunks(collective: Collective, masks: list[np.ndarray]) -> np.ndarray:

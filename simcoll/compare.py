@@ -27,6 +27,7 @@ chosen protocol; Alltoall and SendRecv get NCCL's point-to-point exchange,
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from collections.abc import Callable
@@ -35,6 +36,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from . import worker_machine
 from .algorithm import Algorithm
 from .algorithms import applicable
 from .analytic import algbw_GBps, busbw_GBps, critical_path_time_s
@@ -201,10 +203,17 @@ def _compare(
     with_nccl = wanted is None or NCCL_ROW in wanted
     timed: dict[tuple[str, int], float | str] = {}
     nccl_done: dict[int, Algorithm | str] = {}
-    if jobs > 1:
+    coll = make_collective(collective, machine.num_ranks)
+    bound: list[float] = []
+
+    def unit_bound() -> None:  # the cut bound is linear in size (no latency term): computed once
+        bound.append(time_lower_bound_s(coll, machine, coll.size_chunks)[0])
+
+    if jobs > 1:  # (the bound is worked out while the workers run: a second on 1,024 GPUs)
         candidates, timed, nccl_done = _in_parallel(
-            machine, collective, sizes, wanted, with_nccl, method, contention, time_limit_s, jobs, program, report
-        )
+            machine, collective, sizes, wanted, with_nccl, method, contention, time_limit_s, jobs, program, report,
+            meanwhile=unit_bound,
+        )  # fmt: skip
     elif program:  # every Algorithm is lowered below
         candidates = applicable(machine, collective, names=wanted)
         for name, reason in candidates.items():
@@ -225,9 +234,9 @@ def _compare(
     if not algorithms and not nccl_ok:
         reasons = "; ".join(f"{k}: {v}" for k, v in skipped.items()) or "no generator implements it"
         raise SimcollError(f"no algorithm applies to {collective} on {machine.name} ({reasons})")
-    coll = make_collective(collective, machine.num_ranks)
-    # The cut bound is linear in size (no latency term): compute it once.
-    unit_bound_s, _ = time_lower_bound_s(coll, machine, coll.size_chunks)
+    if not bound:
+        unit_bound()
+    unit_bound_s = bound[0]
     lowered = _lower_all(algorithms, machine, skipped) if program else {}
     rows = []
     stopped: dict[tuple[str, str], int] = {}  # (row, method): the size whose simulation reached the limit
@@ -392,13 +401,14 @@ def _in_parallel(
     jobs: int,
     keep: bool,
     report: _Reporter,
+    meanwhile: Callable[[], None] = lambda: None,
 ) -> tuple[dict[str, Algorithm | Timed | str], dict[tuple[str, int], float | str], dict[int, Algorithm | str]]:
     """:func:`compare`'s generation and timing on ``jobs`` processes: one
     task per generator (its Algorithm, or with ``keep`` false only its
     :class:`Timed` summary, and its time at every size) and one per size for
     NCCL's row. Results are collected in registry order, so the table does
     not depend on which task ends first; ``report`` hears of each task as
-    it ends."""
+    it ends. This process calls ``meanwhile`` once every task is submitted."""
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     from .nccl.baseline import BASELINE_COLLECTIVES
@@ -409,24 +419,28 @@ def _in_parallel(
     # task gets a fresh worker, forked from a server that has imported simcoll once (a worker
     # started afresh imports it again: 0.8 s of CPU a task, 20 tasks on 1,024 GPUs).
     fresh = machine.num_ranks >= FRESH_WORKERS_FROM_RANKS and sys.version_info >= (3, 11)
-    with ProcessPoolExecutor(max_workers=jobs, **(_fresh_workers() if fresh else {})) as pool:
+    with contextlib.ExitStack() as stack:
+        options, token = _fresh_workers(stack, machine, contention) if fresh else ({}, None)
+        pool = stack.enter_context(ProcessPoolExecutor(max_workers=jobs, **options))
+
+        def submit(task: Callable, *args):
+            return pool.submit(_on_worker_machine, token, task, machine, *args)
+
         # Longest first: the generators registered last (hierarchical, NCCL's, in-network) compose
         # the others and have the most messages sharing resources, so they are submitted first;
         # a long one started last would leave the other workers idle (NVLS-Tree on 128 GPUs:
         # a third of the one-process time, started last in registry order).
         submitted = {
-            n: pool.submit(_generate_and_time, machine, collective, n, sizes, method, contention, time_limit_s, keep)
+            n: submit(_generate_and_time, collective, n, sizes, method, contention, time_limit_s, keep)
             for n in reversed(names)
         }
         generated = [submitted[n] for n in names]
         nccl = (
-            {
-                size: pool.submit(_nccl_task, machine, collective, size, method, contention, time_limit_s)
-                for size in sizes
-            }
+            {size: submit(_nccl_task, collective, size, method, contention, time_limit_s) for size in sizes}
             if with_nccl and collective in BASELINE_COLLECTIVES
             else {}
         )
+        meanwhile()
         if report.enabled:  # each task as it ends (the worker's own wall time is not known here)
             what = {future: name for name, future in submitted.items()}
             what.update({future: size for size, future in nccl.items()})
@@ -452,18 +466,48 @@ def _in_parallel(
         return candidates, timed, nccl_done
 
 
-def _fresh_workers() -> dict:
+def _fresh_workers(stack: contextlib.ExitStack, machine: Machine, contention: bool) -> tuple[dict, str | None]:
     """ProcessPoolExecutor options for a fresh worker per task: forked from
     a fork server that has imported what a task runs, where the platform has
-    one (the default start method for it, "spawn", imports it all again)."""
+    one (the default start method for it, "spawn", imports it all again),
+    and has prepared ``machine`` for them (:mod:`.worker_machine`); with the
+    prepared machine's token (None without a fork server). What is set up
+    for the server is undone when ``stack`` closes."""
     import multiprocessing
+    import os
+    import tempfile
 
     options: dict = {"max_tasks_per_child": 1}
-    if "forkserver" in multiprocessing.get_all_start_methods():
-        context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(["simcoll.compare", "simcoll.simulator", "simcoll.algorithms"])
-        options["mp_context"] = context
-    return options
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return options, None
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(
+        ["simcoll.compare", "simcoll.simulator", "simcoll.algorithms", "simcoll.worker_machine"]
+    )
+    options["mp_context"] = context
+    # the server reads the machine when it starts (at the first task); a server already running
+    # (an earlier comparison in this process) keeps the machine it has, if any
+    folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="simcoll-compare-")))
+    token = worker_machine.write_for_server(machine, contention, folder / "machine.pickle")
+    before = os.environ.get(worker_machine.ENV_VAR)
+    os.environ[worker_machine.ENV_VAR] = str(folder / "machine.pickle")
+    stack.callback(_restore_environment, worker_machine.ENV_VAR, before)
+    return options, token
+
+
+def _restore_environment(name: str, value: str | None) -> None:
+    import os
+
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
+
+
+def _on_worker_machine(token: str | None, task: Callable, machine: Machine, *args):
+    """``task(machine, *args)`` on the machine this worker's fork server
+    prepared, where it has ``token`` (:func:`.worker_machine.machine_for`)."""
+    return task(machine if token is None else worker_machine.machine_for(token, machine), *args)
 
 
 @dataclass(frozen=True)

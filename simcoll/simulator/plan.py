@@ -243,16 +243,22 @@ def schedule_order(algorithm: Algorithm) -> tuple[np.ndarray, np.ndarray, list[s
     return order, batch, labels, np.ones(n, dtype=bool)
 
 
-def plan_vectorised(algorithm: Algorithm, num_chunks: int, present: np.ndarray) -> Plan:
+def plan_vectorised(
+    algorithm: Algorithm,
+    num_chunks: int,
+    present: np.ndarray,
+    order_of: Callable[[Algorithm], tuple] = schedule_order,
+) -> Plan:
     """Plan for schedules without in-switch reductions, with numpy: millions
     of transfers in seconds. A batch's messages are those of
     :func:`~simcoll.algorithm.messages` (its single transfers in order, then
     its contiguity groups in order of first appearance), as
     :func:`plan_grouped` builds them transfer by transfer. ``present``: the
-    slots the collective starts with, ascending."""
+    slots the collective starts with, ascending. ``order_of`` gives the
+    :func:`schedule_order` (a caller that has it already passes it on)."""
     transfers, table = algorithm.transfers, algorithm.table
     n = len(transfers)
-    order, batch, labels, first = schedule_order(algorithm)
+    order, batch, labels, first = order_of(algorithm)
     batches = len(labels)
     src, dst, chunk, reduce = table.src[order], table.dst[order], table.chunk[order], table.reduce[order]
     # updates of (src, chunk) landed in earlier batches = writes with the same slot and a smaller batch;

@@ -114,7 +114,7 @@ def _rotation(plan: Plan, net: FluidNetwork, n: int, num_chunks: int, shift: int
     """:func:`node_rotation` for one shift of ``shift`` ranks."""
     columns = _Columns.of_plan(plan)
     image = _message_image(plan.queues, plan.messages, shift, n)
-    same = None if image is None else _slot_permutation(columns, image, num_chunks)
+    same = None if image is None else _slot_permutation(columns, image, num_chunks, shift, n)
     if same is None or not _same_waits(plan, image):
         return None
     return _found(columns, plan.queues, net, n, num_chunks, shift, same)
@@ -154,7 +154,11 @@ class TableRotation:
 
 
 def table_rotation(
-    algorithm: Algorithm, net: FluidNetwork, num_chunks: int, present: np.ndarray
+    algorithm: Algorithm,
+    net: FluidNetwork,
+    num_chunks: int,
+    present: np.ndarray,
+    order_of: Callable[[Algorithm], tuple] = schedule_order,
 ) -> TableRotation | None:
     """:func:`node_rotation` and :func:`quotient_plan` worked out from the
     schedule's transfer table, without the plan of every message: the same
@@ -177,7 +181,9 @@ def table_rotation(
     reductions, one node), or where a representative reads a chunk before
     its rank holds it or the chunks held at the start are not symmetric
     under τ: the plan of every message then names the schedule's first
-    such read."""
+    such read. ``order_of`` gives the schedule's
+    :func:`~.plan.schedule_order` (the caller's, to share with the plan it
+    builds where this returns None)."""
     topology = net.machine.topology
     table = algorithm.table
     n, nodes = algorithm.num_ranks, len(topology.nodes)
@@ -192,7 +198,7 @@ def table_rotation(
     del counts
     if not shifts:  # (node_rotation's queue lengths would differ for every shift)
         return TableRotation(None, None)
-    order, batch, labels, first = schedule_order(algorithm)
+    order, batch, labels, first = order_of(algorithm)
     if not first.all():  # a message of several transfers (a contiguity group)
         return None
     del first
@@ -200,7 +206,7 @@ def table_rotation(
     queues = QueueTable.of(columns.src * n + columns.dst, n)
     for shift in shifts:
         image = _message_image(queues, len(order), shift, n)
-        same = None if image is None else _slot_permutation(columns, image, num_chunks)
+        same = None if image is None else _slot_permutation(columns, image, num_chunks, shift, n)
         del image
         if same is None:
             continue
@@ -346,37 +352,62 @@ def _at_same_place(queues: QueueTable, rows: np.ndarray) -> np.ndarray:
     return ragged_indices(queues.starts[rows], queues.lengths())
 
 
-def _slot_permutation(columns: _Columns, image: np.ndarray, num_chunks: int) -> tuple[np.ndarray, SlotNumbering] | None:
+def _slot_permutation(
+    columns: _Columns, image: np.ndarray, num_chunks: int, shift: int, n: int
+) -> tuple[np.ndarray, SlotNumbering] | None:
     """The slot permutation τ under which every message and its image agree
     (batch, op, the slot read and the slot written), or None. τ is a table
     over the slots (``chunk + rank × chunks``) in the returned numbering:
     per slot, the index of the slot it maps to, -1 where no message reads
-    or writes it."""
+    or writes it.
+
+    ``image`` (:func:`_message_image`) maps a message of rank pair (s, d) to
+    one of ((s + ``shift``) mod ``n``, (d + ``shift``) mod ``n``), so τ moves
+    every slot of rank r to rank r + ``shift``: what is left to check is that
+    each slot gets one chunk, the one its readers' and writers' images
+    carry (one gather of the images' chunks, not of their slots)."""
     batch, reduce = columns.batch, columns.reduce
     if not (np.array_equal(batch[image], batch) and np.array_equal(reduce[image], reduce)):
         return None
     chunk = columns.chunk.astype(np.int64, copy=False)
-    read = columns.src.astype(np.int64) * num_chunks
-    read += chunk
-    write = columns.dst.astype(np.int64) * num_chunks
-    write += chunk
+
+    def slots(rank: np.ndarray, rows: np.ndarray | slice) -> np.ndarray:
+        return rank[rows].astype(np.int64) * num_chunks + chunk[rows]
+
     # a shift that maps one slot to two mostly shows it in the first messages already (NCCL's rings
-    # shifted by one node): those alone first
-    first = slice(0, len(read) // 64)
-    if not _one_image_each(read[first], write[first], read[image[first]], write[image[first]]):
+    # shifted by one node): those alone first, before the slots of every message
+    first, images = slice(0, len(image) // 64), image[: len(image) // 64]
+    src, dst = columns.src, columns.dst
+    if not _one_image_each(slots(src, first), slots(dst, first), slots(src, images), slots(dst, images)):
         return None
+    del images
+    read = src.astype(np.int64) * num_chunks
+    read += chunk
+    write = dst.astype(np.int64) * num_chunks
+    write += chunk
     index = SlotNumbering.of([read, write], int(max(read.max(), write.max())) + 1)
     read, write = index(read), index(write)
-    size = index.count
-    tau = np.full(size, -1, dtype=np.int64)
-    read_image, write_image = read[image], write[image]
-    tau[read] = read_image
-    tau[write] = write_image
-    if not (np.array_equal(tau[read], read_image) and np.array_equal(tau[write], write_image)):
+    chunk_image = chunk[image]
+    to_chunk = np.full(index.count, -1, dtype=np.int64)  # per slot: the chunk of its image
+    to_chunk[read] = chunk_image
+    to_chunk[write] = chunk_image
+    if not (np.array_equal(to_chunk[read], chunk_image) and np.array_equal(to_chunk[write], chunk_image)):
         return None  # one slot would map to two
-    del read_image, write_image
-    used = tau[tau >= 0]
-    if len(used) and np.bincount(used, minlength=size).max() > 1:  # τ must be one to one
+    del read, write, chunk_image
+    # per slot, where the slots of its image's rank start; (the image of a slot in use is in use)
+    moved = ((np.arange(n, dtype=np.int64) + shift) % n) * num_chunks
+    if index.used is None:  # each slot its own index: rank by rank, chunk by chunk
+        tau = np.repeat(moved, num_chunks)[: index.count]
+        tau += to_chunk
+        tau[to_chunk < 0] = -1
+        used = tau[tau >= 0]
+    else:
+        tau = np.full(index.count, -1, dtype=np.int64)
+        at = np.flatnonzero(to_chunk >= 0)
+        tau[at] = index(moved[index.slots(at) // num_chunks] + to_chunk[at])
+        used = tau[at]
+    del to_chunk
+    if len(used) and np.bincount(used, minlength=index.count).max() > 1:  # τ must be one to one
         return None
     return tau, index
 

@@ -245,10 +245,12 @@ def ring_steps(
     rows ordered by step, then position, then chunk."""
     p = len(ring)
     order = np.asarray(ring, dtype=np.int64)
-    flat, offsets = blocks_csr(blocks, max(p, int(order.max()) + 1 if p else 0))
+    # the blocks of the ring's ranks alone, by position (a node's ring of 8 among 1,024 ranks)
+    members = [int(r) for r in ring]
+    flat, offsets = blocks_csr(lambda position: blocks(members[position]), p)
     k = np.repeat(np.arange(p - 1, dtype=np.int64), p)
     i = np.tile(np.arange(p, dtype=np.int64), max(p - 1, 0))
-    owner = order[(i - k - lag) % p]
+    owner = (i - k - lag) % p  # (its position)
     counts = offsets[owner + 1] - offsets[owner]
     rows = np.repeat(np.arange(len(owner), dtype=np.int64), counts)
     chunk = flat[ragged_indices(offsets[owner], counts)]

@@ -4,7 +4,7 @@ Every task of ``compare(jobs > 1)`` on a large machine (a generator, timed
 at every size, or NCCL's row at one size) runs in a fresh worker process
 (:func:`simcoll.compare._in_parallel`), and every one of them starts by
 deriving the same structures from the machine alone: SCCL's bandwidth
-relation and its index (each generator's rounds per step,
+relation and its indexes (each generator's rounds per step,
 :func:`simcoll.algorithms.common.minimal_rounds`) and the simulator's
 routes of the first node's rank pairs (every other pair's route is one of
 them mirrored, :class:`~simcoll.simulator.network.FluidNetwork`). On
@@ -53,7 +53,7 @@ def prepare(machine: Machine, contention: bool) -> None:
     from .simulator.network import FluidNetwork
 
     topology = machine.topology
-    RelationIndex.of(bandwidth_relation(topology, machine.routes), machine.num_ranks)
+    _ = RelationIndex.of(bandwidth_relation(topology, machine.routes), machine.num_ranks).by_pair
     if len(topology.nodes) < 2:
         return
     first = np.array(topology.ranks_of_node(topology.nodes[0]), dtype=np.int64)

@@ -150,11 +150,12 @@ def test_bandwidth_loads_counted_in_blocks_match_one_pass(monkeypatch, name):
     assert algorithm_is_correct(a, m.topology)  # its bandwidth check counts in blocks too
 
 
-@pytest.mark.parametrize("dense_cells_per_row", [0, 2, 1 << 30])
-def test_bandwidth_loads_are_the_sends_per_step_and_constraint(monkeypatch, dense_cells_per_row):
-    """Counting every (step, constraint) cell of a block, or only the cells
-    its sends meet, gives each step's sends over each constraint: the counts
-    of a plain loop over the sends and the constraints their pairs fall in."""
+@pytest.mark.parametrize(("dense_cells_per_row", "whole_schedule_cells"), [(0, 0), (2, 0), (1 << 30, 0), (0, 1 << 40)])
+def test_bandwidth_loads_are_the_sends_per_step_and_constraint(monkeypatch, dense_cells_per_row, whole_schedule_cells):
+    """Counting every (step, constraint) cell of the schedule send by send,
+    or of a block of (step, pair) keys, or only the cells a block's keys
+    meet, gives each step's sends over each constraint: the counts of a
+    plain loop over the sends and the constraints their pairs fall in."""
     import importlib
     from collections import Counter
 
@@ -162,6 +163,8 @@ def test_bandwidth_loads_are_the_sends_per_step_and_constraint(monkeypatch, dens
 
     algorithm_module = importlib.import_module("simcoll.algorithm")
     monkeypatch.setattr(algorithm_module, "_DENSE_CELLS_PER_ROW", dense_cells_per_row)
+    monkeypatch.setattr(algorithm_module, "_DENSE_LOAD_CELLS", whole_schedule_cells)
+    monkeypatch.setattr(algorithm_module, "_DENSE_CELLS_PER_SEND", 1 << 30)
     monkeypatch.setattr(algorithm_module, "_LOAD_ROWS", 64)  # several blocks
     m = load_machine("dgx-a100*2")
     a = applicable(m, "allreduce", names=["double-binary-tree"])["double-binary-tree"]

@@ -135,7 +135,7 @@ struct Route {  // FluidNetwork._fast[pair]: the route as launch and the max-min
   std::int64_t order = 0;  // _Uses.order
 };
 
-struct Flow {  // (its route: Core::flow_q_)
+struct Flow {  // (its route: Core::hot_)
   std::int64_t id = 0;
   double bound = 0, remaining = 0, rate = 0, t_last = 0, alpha_s = 0, after_s = 0, start_s = 0, wire_end = 0;
   std::int64_t msg = 0;
@@ -150,6 +150,12 @@ struct Resource {
   std::unordered_set<std::int32_t> left_out;
   double residual = 0, weight_sum = 0;  // (dict_max_min's scratch)
   std::int32_t dirty = 0;
+};
+
+struct SlotHot {  // per flow slot, side by side: what the component search and its sort read of each flow
+  std::int64_t mark;  // the recomputation that reached it last
+  std::int64_t key;   // route order << 40 | flow id (network._ORDER)
+  std::int32_t q;     // its route
 };
 
 struct LeftFlow {
@@ -222,9 +228,7 @@ class Core {
   std::vector<char> unfrozen_, newly_, touched_;
   std::vector<Flow> flows_;
   // per slot, apart from Flow: what the component search, its sort and the max-min read of every flow
-  std::vector<std::int32_t> flow_q_;
-  std::vector<std::int64_t> flow_key_;   // route order << 40 | flow id (network._ORDER)
-  std::vector<std::int64_t> flow_mark_;  // the recomputation that reached it last
+  std::vector<SlotHot> hot_;
   std::vector<std::int32_t> free_slots_;
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> heap_;
   std::int64_t next_eid_ = 0, next_flow_ = 0, uses_count_ = 0;
@@ -392,8 +396,8 @@ class Core {
       changed[q] = 1;
     }
     for (std::size_t s = 0; s < flows_.size(); ++s) {
-      if (!flows_[s].active || !changed[flow_q_[s]]) continue;
-      for (std::int32_t rid : routes_[flow_q_[s]].res) {
+      if (!flows_[s].active || !changed[hot_[s].q]) continue;
+      for (std::int32_t rid : routes_[hot_[s].q].res) {
         auto& on = res_flows_[rid];
         if (std::find(on.begin(), on.end(), static_cast<std::int32_t>(s)) == on.end())
           on.push_back(static_cast<std::int32_t>(s));
@@ -410,9 +414,7 @@ class Core {
       return s;
     }
     flows_.emplace_back();
-    flow_q_.push_back(0);
-    flow_key_.push_back(0);
-    flow_mark_.push_back(0);
+    hot_.push_back(SlotHot{0, 0, 0});
     return static_cast<std::int32_t>(flows_.size() - 1);
   }
 
@@ -423,8 +425,8 @@ class Core {
     Flow& f = flows_[s];
     f.id = next_flow_++;
     f.bound = cap >= route.bandwidth ? route.bandwidth : cap;
-    flow_q_[s] = q;
-    flow_key_[s] = (route.order << 40) | f.id;
+    hot_[s].q = q;
+    hot_[s].key = (route.order << 40) | f.id;
     f.remaining = size / eff;
     f.rate = 0.0;
     f.t_last = now_;
@@ -515,7 +517,7 @@ class Core {
     for (const LeftFlow& l : left) rates[key(l.q, l.bound)].push_back(l.rate);
     std::vector<double> taken;
     for (std::int32_t s : joined) {
-      auto it = rates.find(key(flow_q_[s], flows_[s].bound));
+      auto it = rates.find(key(hot_[s].q, flows_[s].bound));
       if (it == rates.end() || it->second.empty()) return false;
       taken.push_back(it->second.back());
       it->second.pop_back();
@@ -539,19 +541,18 @@ class Core {
         res_seen_[rid] = mark;
         todo.push_back(rid);
       }
-    std::int64_t* flow_mark = flow_mark_.data();  // (locals: the stores below cannot move the arrays)
+    SlotHot* hot = hot_.data();  // (locals: the stores below cannot move the arrays)
     std::int64_t* res_seen = res_seen_.data();
-    const std::int32_t* flow_q = flow_q_.data();
     const Route* routes = routes_.data();
     while (!todo.empty()) {
       std::int32_t rid = todo.back();
       todo.pop_back();
       seen.push_back(rid);
       for (std::int32_t s : res_flows_[rid]) {
-        if (flow_mark[s] == mark) continue;
-        flow_mark[s] = mark;
+        if (hot[s].mark == mark) continue;
+        hot[s].mark = mark;
         comp.push_back(s);
-        for (std::int32_t other : routes[flow_q[s]].res)
+        for (std::int32_t other : routes[hot[s].q].res)
           if (res_seen[other] != mark) {
             res_seen[other] = mark;
             todo.push_back(other);
@@ -562,21 +563,21 @@ class Core {
     if (comp.size() > 1) {  // by route, then by id (network._ORDER)
       std::vector<std::pair<std::int64_t, std::int32_t>>& keyed = keyed_;
       keyed.resize(comp.size());
-      for (std::size_t i = 0; i < comp.size(); ++i) keyed[i] = {flow_key_[comp[i]], comp[i]};
+      for (std::size_t i = 0; i < comp.size(); ++i) keyed[i] = {hot_[comp[i]].key, comp[i]};
       std::sort(keyed.begin(), keyed.end());
       for (std::size_t i = 0; i < comp.size(); ++i) comp[i] = keyed[i].second;
     }
     std::vector<double> rates;
     if (comp.size() == 1) {
       Flow& f = flows_[comp[0]];
-      rates.push_back(alone_rate(f.bound, routes_[flow_q_[comp[0]]]));
+      rates.push_back(alone_rate(f.bound, routes_[hot_[comp[0]].q]));
     } else if (comp.size() > kRememberUpTo) {
       rates = sparse_max_min(comp, seen);
     } else {
       std::string pattern(comp.size() * 16, '\0');
       for (std::size_t i = 0; i < comp.size(); ++i) {
         const Flow& f = flows_[comp[i]];
-        std::int64_t order = routes_[flow_q_[comp[i]]].order;
+        std::int64_t order = routes_[hot_[comp[i]].q].order;
         std::memcpy(&pattern[16 * i], &order, 8);
         std::memcpy(&pattern[16 * i + 8], &f.bound, 8);
       }
@@ -612,7 +613,7 @@ class Core {
     }
     std::unordered_map<std::int32_t, std::vector<std::size_t>> on;  // resource -> flows (positions) on it
     for (std::size_t i = 0; i < comp.size(); ++i) {
-      const Route& route = routes_[flow_q_[comp[i]]];
+      const Route& route = routes_[hot_[comp[i]].q];
       for (std::size_t k = 0; k < route.res.size(); ++k) {
         res_[route.res[k]].weight_sum += route.w[k];
         on[route.res[k]].push_back(i);
@@ -657,7 +658,7 @@ class Core {
         unfrozen[i] = 0;
         --left;
         rates[i] = level;
-        const Route& route = routes_[flow_q_[comp[i]]];
+        const Route& route = routes_[hot_[comp[i]].q];
         for (std::size_t k = 0; k < route.res.size(); ++k) {
           Resource& r = res_[route.res[k]];
           r.residual -= level * route.w[k];
@@ -683,7 +684,7 @@ class Core {
     std::vector<std::int64_t>& off = off_;
     off.assign(nr + 1, 0);
     for (std::size_t i = 0; i < nf; ++i)
-      for (std::int32_t rid : routes_[flow_q_[comp[i]]].res) ++off[res_local_[rid] + 1];
+      for (std::int32_t rid : routes_[hot_[comp[i]].q].res) ++off[res_local_[rid] + 1];
     for (std::size_t k = 0; k < nr; ++k) off[k + 1] += off[k];
     std::vector<std::int32_t>& entry_flow = entry_flow_;
     std::vector<double>& entry_w = entry_w_;
@@ -697,7 +698,7 @@ class Core {
     weight_sum.assign(nr, 0.0);
     newly_sum.assign(nr, 0.0);
     for (std::size_t i = 0; i < nf; ++i) {
-      const Route& route = routes_[flow_q_[comp[i]]];
+      const Route& route = routes_[hot_[comp[i]].q];
       for (std::size_t k = 0; k < route.res.size(); ++k) {
         std::int32_t local = res_local_[route.res[k]];
         std::int64_t at = fill[local]++;
@@ -760,7 +761,7 @@ class Core {
         rates[i] = level;
         unfrozen[i] = 0;
         --left;
-        const Route& route = routes_[flow_q_[comp[i]]];
+        const Route& route = routes_[hot_[comp[i]].q];
         for (std::size_t k = 0; k < route.res.size(); ++k) {
           std::int32_t local = res_local_[route.res[k]];
           newly_sum[local] += route.w[k];
@@ -796,7 +797,7 @@ class Core {
     f.wire_end = now_;
     double rate = f.rate;
     bool others = false;
-    const Route& route = routes_[flow_q_[s]];
+    const Route& route = routes_[hot_[s].q];
     for (std::int32_t rid : route.res) {
       auto& on = res_flows_[rid];
       auto it = std::find(on.begin(), on.end(), s);
@@ -805,7 +806,7 @@ class Core {
       if (!on.empty()) others = true;
     }
     if (others && in_->contention) {
-      left_.push_back(LeftFlow{flow_q_[s], f.bound, rate});
+      left_.push_back(LeftFlow{hot_[s].q, f.bound, rate});
       f.rate = 0.0;
       mark_dirty(route.res);
     } else {

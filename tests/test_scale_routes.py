@@ -105,6 +105,7 @@ def test_large_components_set_only_the_rates_that_change_with_the_same_times(mon
     remembering and setting them flow by flow."""
     machine = load_machine("dgx-a100*4")
     algorithm = generate("hiccl", machine, "allreduce")
+    monkeypatch.setattr(network_module, "_REMEMBER_UP_TO", 1 << 20)  # every component remembered
     small = simulate(algorithm, machine, 1 << 26)
     monkeypatch.setattr(network_module, "_REMEMBER_UP_TO", network_module._NUMPY_FROM)
     large = simulate(algorithm, machine, 1 << 26)

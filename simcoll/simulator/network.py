@@ -88,7 +88,9 @@ _TREE_FROM = 8
 _TREES_KEPT = 16  # trees kept (most recently used): sources are asked in runs, one rank's pairs after another
 #: A flow's place among a component's flows (:meth:`FluidNetwork._recompute`): by route, then by id.
 _ORDER = operator.attrgetter("order")
-_REMEMBER_UP_TO = 512  # flows in a pattern worth remembering (larger ones rarely recur and cost more to key)
+# flows in a pattern worth remembering: larger ones rarely recur and cost more to key (NVLS-Tree on
+# 1,024 GPUs at 1 GB: 76 % of components under 24 flows recur, 8 % of those of 24-100, 1 % above)
+_REMEMBER_UP_TO = 96
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kRelTol = 1e-12;                  // network._REL_TOL
 constexpr std::size_t kNumpyFrom = 24;             // network._NUMPY_FROM
-constexpr std::size_t kRememberUpTo = 512;         // network._REMEMBER_UP_TO
+constexpr std::size_t kRememberUpTo = 96;          // network._REMEMBER_UP_TO
 constexpr std::int64_t kSolvedMaxFlows = 1000000;  // network._SOLVED_MAX_FLOWS
 constexpr double kDominanceMargin = 1e-6;          // network._Dominance.margin
 constexpr int kBatch = 64;                         // engine._BATCH

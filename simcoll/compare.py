@@ -127,9 +127,10 @@ def compare(
         and timed at every size in its own task (and NCCL's row per size),
         on a :class:`concurrent.futures.ProcessPoolExecutor` (from
         :data:`FRESH_WORKERS_FROM_RANKS` ranks, a fresh process per task,
-        forked from a server that imported simcoll once, so that a worker's
-        peak memory is one task's); the rows and their order are the same as
-        with one.
+        forked from a server that imported simcoll once and prepared the
+        machine for every task, :mod:`simcoll.worker_machine`, so that a
+        worker's peak memory is one task's); the rows and their order are
+        the same as with one.
     progress : callable, optional
         Called with one line of text as each piece of work ends: a
         generator generated and timed at every size (or why it does not
@@ -496,6 +497,7 @@ def _fresh_workers(stack: contextlib.ExitStack, machine: Machine, contention: bo
 
 
 def _restore_environment(name: str, value: str | None) -> None:
+    """Environment variable ``name`` back to ``value`` (None: unset)."""
     import os
 
     if value is None:

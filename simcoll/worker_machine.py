@@ -11,7 +11,7 @@ them mirrored, :class:`~simcoll.simulator.network.FluidNetwork`). On
 1,024 GPUs that is about a second of every task.
 
 The workers are forked from a fork server, which imports this module
-first. When the comparison names a file in :data:`ENV_VAR` (see
+before forking any. When the comparison names a file in :data:`ENV_VAR` (see
 :func:`write_for_server`), the import loads the machine from it and
 prepares it (:func:`prepare`); every worker forked afterwards shares the
 prepared machine (copy on write), and a task takes it by its token

@@ -782,7 +782,7 @@ class FluidNetwork:
         its image's hops with the two nodes' names swapped back, as pair
         routes are mirrored (the same hops: tested), so that a cluster's
         switch paths are searched for in the first node alone (CollNet on
-        1,024 GPUs: 10,000 shortest paths, a second and a half, otherwise)."""
+        1,024 GPUs: 10,240 paths between ranks and switches, each searched)."""
         swap = self.machine.routes.swap_to_first_node(rank)
         if swap is not None:
             image = int(self.machine.routes.first_node_permutation(rank)[rank])

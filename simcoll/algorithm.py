@@ -517,6 +517,8 @@ _DENSE_CELLS_PER_ROW = 2
 #: schedule (no sort) where there are at most this many cells (256 MB) and this many per send.
 _DENSE_LOAD_CELLS = 1 << 25
 _DENSE_CELLS_PER_SEND = 4
+#: ... and where no pair falls in more constraints than this (a cluster's pairs: at most 4).
+_DENSE_CONSTRAINTS_PER_PAIR = 8
 #: The element types of a rank tuple an Algorithm accepts (``True`` and NumPy integers equal ranks but are none).
 _PLAIN_INT = {int}
 
@@ -566,6 +568,7 @@ class RelationIndex:
             ids = np.repeat(np.arange(len(key_parts), dtype=np.int64), [len(k) for k in key_parts])
             self.constraints = ids[np.argsort(np.concatenate(key_parts), kind="stable")]
         self.capacity = np.fromiter((c.chunks_per_round for c in relation), dtype=np.int64, count=len(relation))
+        self.most_per_pair = int(np.diff(self.offsets).max()) if p else 0  # constraints of the busiest pair
 
     @classmethod
     def of(cls, relation: Sequence[BandwidthConstraint], num_ranks: int) -> RelationIndex:
@@ -593,7 +596,8 @@ class RelationIndex:
         send, sorted by step then constraint. ``pairs`` are ``s * P + d``."""
         m = len(self.capacity)
         steps = int(step.max()) + 1 if len(step) else 0
-        if len(step) and steps * (m + 1) <= min(_DENSE_CELLS_PER_SEND * len(step), _DENSE_LOAD_CELLS):
+        dense = steps * (m + 1) <= min(_DENSE_CELLS_PER_SEND * len(step), _DENSE_LOAD_CELLS)
+        if len(step) and dense and self.most_per_pair <= _DENSE_CONSTRAINTS_PER_PAIR:
             return self._dense_step_loads(step, pairs, steps)
         p2 = self.num_ranks * self.num_ranks
         keys, counts = unique_pair_counts(step, pairs, p2)
@@ -642,8 +646,7 @@ class RelationIndex:
         padded with ``len(capacity)`` (no constraint)."""
         m, p2 = len(self.capacity), len(self.offsets) - 1
         per = np.diff(self.offsets)
-        width = int(per.max()) if p2 else 0
-        table = np.full((p2, max(width, 1)), m, dtype=np.int32 if m < 2**31 - 1 else np.int64)
+        table = np.full((p2, max(self.most_per_pair, 1)), m, dtype=np.int32 if m < 2**31 - 1 else np.int64)
         place = np.arange(len(self.constraints), dtype=np.int64) - np.repeat(self.offsets[:-1], per)
         table[np.repeat(np.arange(p2, dtype=np.int64), per), place] = self.constraints
         return table

@@ -98,6 +98,11 @@ class _Capacity:
         width = int(slot.max()) + 1 if len(slot) else 1
         self.constraints = np.full((p * p, width), len(relation), dtype=np.int32)  # P² rows: 4 bytes each
         self.constraints[key, slot] = owner
+        # the same per place, a rank's pairs side by side, from it (by_place[place, a, b]) and to it
+        # (to_place[place, b, a]): the search's slack of a rank's P pairs is then the least of a few
+        # contiguous rows, not of P short ones (or P rows P apart)
+        self.by_place = np.ascontiguousarray(self.constraints.T).reshape(width, p, p)
+        self.to_place = np.ascontiguousarray(self.by_place.transpose(0, 2, 1))
         self.connected = np.stack([routes.reachable_mask(r) for r in range(p)])
         self.load = np.zeros((p, p), dtype=np.int32)  # rings placed (or on the path) per pair
 
@@ -109,12 +114,11 @@ class _Capacity:
 
     def slack_from(self, a: int) -> np.ndarray:
         """:meth:`slack` of ``a -> d`` for every rank ``d``."""
-        p = self.p
-        return np.where(self.connected[a], self.left[self.constraints[a * p : (a + 1) * p]].min(axis=1), 0)
+        return np.where(self.connected[a], self.left[self.by_place[:, a]].min(axis=0), 0)
 
     def slack_to(self, b: int) -> np.ndarray:
         """:meth:`slack` of ``d -> b`` for every rank ``d``."""
-        return np.where(self.connected[:, b], self.left[self.constraints[b :: self.p]].min(axis=1), 0)
+        return np.where(self.connected[:, b], self.left[self.to_place[:, b]].min(axis=0), 0)
 
     def slack_all(self) -> np.ndarray:
         """:meth:`slack` of every pair, P x P."""

@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from ..algorithm import Algorithm, PairSet, TransferTable
+from ..algorithm import Algorithm, RelationIndex, TransferTable
 from ..collectives import Collective
 from ..errors import NotApplicableError
 from ..routes import Routes, bandwidth_relation
@@ -84,24 +84,15 @@ class _Capacity:
 
     def __init__(self, topology: Topology, routes: Routes):
         p = self.p = topology.num_ranks
-        relation = [c for c in bandwidth_relation(topology, routes) if c.chunks_per_round]
-        # left[i]: what constraint i still allows; a last entry stands for "no constraint"
-        self.left = np.array([c.chunks_per_round for c in relation] + [_UNLIMITED], dtype=np.int64)
-        # per pair key a * P + b: the constraints it counts against, padded with that last entry
-        keys = [_pair_keys(c.links, p) for c in relation]
-        key = np.concatenate([np.zeros(0, np.int64), *keys])
-        owner = np.repeat(np.arange(len(relation), dtype=np.int64), [len(k) for k in keys])
-        order = np.argsort(key, kind="stable")
-        key, owner = key[order], owner[order]
-        first = np.searchsorted(key, key, side="left")
-        slot = np.arange(len(key)) - first  # the constraint's place among its pair's
-        width = int(slot.max()) + 1 if len(slot) else 1
-        self.constraints = np.full((p * p, width), len(relation), dtype=np.int32)  # P² rows: 4 bytes each
-        self.constraints[key, slot] = owner
-        # the same per place, a rank's pairs side by side, from it (by_place[place, a, b]) and to it
-        # (to_place[place, b, a]): the search's slack of a rank's P pairs is then the least of a few
-        # contiguous rows, not of P short ones (or P rows P apart)
-        self.by_place = np.ascontiguousarray(self.constraints.T).reshape(width, p, p)
+        index = RelationIndex.of(bandwidth_relation(topology, routes), p)
+        # left[i]: what constraint i still allows; a last entry (padding the rows below) stands for
+        # "no constraint", and allows as much as a constraint of capacity 0 (kept so: take_keys)
+        self.unlimited = np.append(index.capacity == 0, True)
+        self.left = np.where(self.unlimited, _UNLIMITED, np.append(index.capacity, 0))
+        # per place among a pair's constraints (RelationIndex.by_pair, padded with the last entry), a
+        # rank's pairs side by side, from it (by_place[place, a, b]) and to it (to_place[place, b, a]):
+        # the search's slack of a rank's P pairs is then the least of a few contiguous rows
+        self.by_place = np.ascontiguousarray(index.by_pair.T).reshape(-1, p, p)
         self.to_place = np.ascontiguousarray(self.by_place.transpose(0, 2, 1))
         self.connected = np.stack([routes.reachable_mask(r) for r in range(p)])
         self.load = np.zeros((p, p), dtype=np.int32)  # rings placed (or on the path) per pair
@@ -110,7 +101,7 @@ class _Capacity:
         """How many more rings may use the pair a -> b (0: none, or no route)."""
         if not self.connected[a, b]:
             return 0
-        return int(self.left[self.constraints[a * self.p + b]].min())
+        return int(self.left[self.by_place[:, a, b]].min())
 
     def slack_from(self, a: int) -> np.ndarray:
         """:meth:`slack` of ``a -> d`` for every rank ``d``."""
@@ -122,16 +113,15 @@ class _Capacity:
 
     def slack_all(self) -> np.ndarray:
         """:meth:`slack` of every pair, P x P."""
-        p = self.p
-        return np.where(self.connected, self.left[self.constraints].min(axis=1).reshape(p, p), 0)
+        return np.where(self.connected, self.left[self.by_place].min(axis=0), 0)
 
     def take(self, a: int, b: int, n: int = 1) -> None:
         self.take_keys(np.array([a * self.p + b]), n)
 
     def take_keys(self, keys: np.ndarray, n: int) -> None:
         """``n`` more rings (fewer, if negative) on each pair of ``keys``."""
-        np.subtract.at(self.left, self.constraints[keys].ravel(), n)
-        self.left[-1] = _UNLIMITED  # the padding counts against nothing
+        np.subtract.at(self.left, self.by_place.reshape(len(self.by_place), -1)[:, keys].ravel(), n)
+        self.left[self.unlimited] = _UNLIMITED  # capacity 0 and the padding count against nothing
         np.add.at(self.load.ravel(), keys, n)
 
     def fits(self, ring: Sequence[int]) -> bool:
@@ -149,13 +139,6 @@ class _Capacity:
 
 #: :class:`_Capacity`'s slack of a pair no constraint limits.
 _UNLIMITED = 1 << 30
-
-
-def _pair_keys(links, p: int) -> np.ndarray:
-    """A constraint's pairs as keys ``a * P + b``."""
-    if isinstance(links, PairSet):
-        return links.keys
-    return np.fromiter((a * p + b for a, b in links), dtype=np.int64, count=len(links))
 
 
 def _ring_keys(ring: Sequence[int], p: int) -> np.ndarray:

@@ -24,7 +24,6 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
-#include <queue>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -118,13 +117,54 @@ namespace {
 
 enum EventKind : std::int32_t { kFlowDone = 0, kArrive = 1, kFlush = 2, kLandPrivate = 3 };
 
-struct Event {
+struct Event {  // 24 bytes: millions are pending at once on 1,024 GPUs (a heap of 16-40 MB)
   double time;
-  std::int64_t eid;
-  std::int32_t kind;
-  std::int64_t ref;  // flow slot
-  double value;      // kLandPrivate: the landing time
-  bool operator>(const Event& o) const { return time > o.time || (time == o.time && eid > o.eid); }
+  std::int64_t key;  // eid << 2 | kind: eids are unique, so (time, key) orders events as (time, eid)
+  std::int64_t ref;  // flow slot; kLandPrivate: the landing time's bits
+  std::int64_t eid() const { return key >> 2; }
+  EventKind kind() const { return static_cast<EventKind>(key & 3); }
+  bool operator<(const Event& o) const { return time < o.time || (time == o.time && key < o.key); }
+};
+
+// The pending events, earliest first: a 4-ary heap, half the levels of a binary one, whose four
+// children share cache lines (pops of a heap of millions miss the cache at every level). Events
+// are totally ordered, so any heap pops them in the same order.
+class EventQueue {
+ public:
+  bool empty() const { return a_.empty(); }
+  const Event& top() const { return a_.front(); }
+  void push(const Event& ev) {
+    std::size_t i = a_.size();
+    a_.push_back(ev);
+    while (i > 0) {
+      std::size_t parent = (i - 1) / 4;
+      if (!(ev < a_[parent])) break;
+      a_[i] = a_[parent];
+      i = parent;
+    }
+    a_[i] = ev;
+  }
+  void pop() {
+    Event last = a_.back();
+    a_.pop_back();
+    const std::size_t n = a_.size();
+    if (n == 0) return;
+    std::size_t i = 0;
+    for (;;) {
+      std::size_t first = 4 * i + 1;
+      if (first >= n) break;
+      std::size_t best = first, end = first + 4 < n ? first + 4 : n;
+      for (std::size_t c = first + 1; c < end; ++c)
+        if (a_[c] < a_[best]) best = c;
+      if (!(a_[best] < last)) break;
+      a_[i] = a_[best];
+      i = best;
+    }
+    a_[i] = last;
+  }
+
+ private:
+  std::vector<Event> a_;
 };
 
 struct Route {  // FluidNetwork._fast[pair]: the route as launch and the max-min read it
@@ -230,7 +270,7 @@ class Core {
   // per slot, apart from Flow: what the component search, its sort and the max-min read of every flow
   std::vector<SlotHot> hot_;
   std::vector<std::int32_t> free_slots_;
-  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> heap_;
+  EventQueue heap_;
   std::int64_t next_eid_ = 0, next_flow_ = 0, uses_count_ = 0;
   double now_ = 0.0;
   std::vector<std::int64_t> q_head_;
@@ -265,15 +305,16 @@ class Core {
   // simpy.Timeout(env, delay, value): due at now + delay, after the events already due then
   std::int64_t schedule(double delay, std::int32_t kind, std::int64_t ref, double value = 0.0) {
     std::int64_t eid = next_eid_++;
-    heap_.push(Event{now_ + delay, eid, kind, ref, value});
+    if (kind == kLandPrivate) std::memcpy(&ref, &value, sizeof ref);
+    heap_.push(Event{now_ + delay, eid << 2 | kind, ref});
     return eid;
   }
 
   void dispatch(const Event& ev) {
-    switch (ev.kind) {
+    switch (ev.kind()) {
       case kFlowDone: {  // FluidNetwork._on_complete
         Flow& f = flows_[ev.ref];
-        if (f.done_eid == ev.eid) complete_flow(static_cast<std::int32_t>(ev.ref));
+        if (f.done_eid == ev.eid()) complete_flow(static_cast<std::int32_t>(ev.ref));
         break;
       }
       case kArrive:
@@ -282,9 +323,12 @@ class Core {
       case kFlush:
         flush();
         break;
-      case kLandPrivate:
-        land_private(ev.value);
+      case kLandPrivate: {
+        double when;
+        std::memcpy(&when, &ev.ref, sizeof when);
+        land_private(when);
         break;
+      }
     }
   }
 
@@ -386,21 +430,29 @@ class Core {
   void restore(std::vector<std::int32_t>& pairs) {
     std::sort(pairs.begin(), pairs.end());
     pairs.erase(std::unique(pairs.begin(), pairs.end()), pairs.end());
-    std::vector<std::int32_t> none;
-    std::vector<char> changed(in_->n_q, 0);
+    std::vector<std::int32_t> none, moved;
     for (std::int32_t q : pairs) {
       Route& route = routes_[q];
       if (!route.ready) continue;
+      // the route's flows in flight: all on each resource it kept, which it keeps again (a
+      // resource's candidates only shrink), so one resource's list holds them, not every slot
+      // (400,000 of them on 1,024 GPUs at 1 MB, scanned thousands of times)
+      if (!route.res.empty()) {
+        for (std::int32_t s : res_flows_[route.res[0]])
+          if (hot_[s].q == q && flows_[s].active) moved.push_back(s);
+      } else {
+        for (std::size_t s = 0; s < flows_.size(); ++s)
+          if (flows_[s].active && hot_[s].q == q) moved.push_back(static_cast<std::int32_t>(s));
+      }
       kept(q, route.res, route.w, none);
       ++uses_count_;  // (the route is added to the table again, keeping its order)
-      changed[q] = 1;
     }
-    for (std::size_t s = 0; s < flows_.size(); ++s) {
-      if (!flows_[s].active || !changed[hot_[s].q]) continue;
+    std::sort(moved.begin(), moved.end());  // (registered in slot order, as a scan of every slot would)
+    for (std::int32_t s : moved) {
       for (std::int32_t rid : routes_[hot_[s].q].res) {
         auto& on = res_flows_[rid];
         if (std::find(on.begin(), on.end(), static_cast<std::int32_t>(s)) == on.end())
-          on.push_back(static_cast<std::int32_t>(s));
+          on.push_back(s);
       }
     }
     solved_.clear();

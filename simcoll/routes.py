@@ -67,6 +67,8 @@ class Routes:
         self._reach_masks: dict[int, np.ndarray] = {}
         self._members: dict[int | None, list] | None = None  # each node's components
         self._swaps: dict[int | None, dict[str, str] | None] = {}
+        # direct_links by rank pair: NCCL's ring search on 1,024 GPUs asks 200,000 times
+        self._direct: dict[tuple[int, int], int] = {}
 
     def _distances(self, start: str, forward: bool, fabric_only: bool) -> dict[str, int]:
         key = (start, forward, fabric_only)
@@ -344,6 +346,13 @@ class Routes:
 
     def direct_links(self, src: int, dst: int) -> int:
         """Number of links joining the two GPUs directly."""
+        key = (src, dst)
+        links = self._direct.get(key)
+        if links is None:
+            links = self._direct[key] = self._direct_links(src, dst)
+        return links
+
+    def _direct_links(self, src: int, dst: int) -> int:
         perm = self._to_first_node(src)
         if perm is not None:
             src, dst = int(perm[src]), int(perm[dst])

@@ -469,8 +469,7 @@ class Core {
       hot_[s].at = routes_[hot_[s].q].at;
       for (std::int32_t rid : routes_[hot_[s].q].res) {
         auto& on = res_flows_[rid];
-        if (std::find(on.begin(), on.end(), static_cast<std::int32_t>(s)) == on.end())
-          on.push_back(s);
+        if (std::find(on.begin(), on.end(), s) == on.end()) on.push_back(s);
       }
     }
     solved_.clear();

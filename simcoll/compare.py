@@ -409,8 +409,11 @@ def _in_parallel(
     :class:`Timed` summary, and its time at every size) and one per size for
     NCCL's row. Results are collected in registry order, so the table does
     not depend on which task ends first; ``report`` hears of each task as
-    it ends. This process calls ``meanwhile`` once every task is submitted."""
-    from concurrent.futures import ProcessPoolExecutor, as_completed
+    it ends. A thread of this process calls ``meanwhile`` while the tasks
+    are submitted: the first submission waits for the workers' fork server
+    to start (3 s on 1,024 GPUs, importing simcoll and preparing the
+    machine), in which this process would otherwise sit idle."""
+    from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_completed
 
     from .nccl.baseline import BASELINE_COLLECTIVES
 
@@ -423,6 +426,8 @@ def _in_parallel(
     with contextlib.ExitStack() as stack:
         options, token = _fresh_workers(stack, machine, contention) if fresh else ({}, None)
         pool = stack.enter_context(ProcessPoolExecutor(max_workers=jobs, **options))
+        aside = stack.enter_context(ThreadPoolExecutor(max_workers=1))
+        meanwhile_done = aside.submit(meanwhile)
 
         def submit(task: Callable, *args):
             return pool.submit(_on_worker_machine, token, task, machine, *args)
@@ -444,7 +449,7 @@ def _in_parallel(
             for n in reversed(names)
         }
         generated = [submitted[n] for n in names]
-        meanwhile()
+        meanwhile_done.result()
         if report.enabled:  # each task as it ends (the worker's own wall time is not known here)
             what = {future: name for name, future in submitted.items()}
             what.update({future: size for size, future in nccl.items()})

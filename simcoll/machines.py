@@ -28,7 +28,7 @@ import networkx as nx
 
 from .cost_model import CostModel, load_model_file
 from .errors import ModelError, TopologyError
-from .routes import Routes, route_shape, shape_flow_graph
+from .routes import Routes, route_shape, routes_of, shape_flow_graph
 from .topology import Topology, load_topology_file
 from .topology_generators import TOPOLOGY_GENERATORS, cluster, generate_topology, gpu_subset
 
@@ -200,7 +200,7 @@ class Machine:
 
     @cached_property
     def routes(self) -> Routes:
-        return Routes(self.topology)
+        return routes_of(self.topology)
 
     @cached_property
     def _route_cache(self) -> dict[tuple[int, int], Route | None]:

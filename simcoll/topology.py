@@ -77,6 +77,9 @@ LINK_TYPES = (
 )
 # GPU-to-GPU fabrics: routes use these alone whenever they connect two GPUs.
 FABRIC_LINK_TYPES = ("nvlink", "xgmi", "infinity_fabric", "xe_link")
+
+#: The attribute a topology keeps its shared routes in (:func:`simcoll.routes.routes_of`).
+SHARED_ROUTES = "_shared_routes"
 _COMPONENT_FIELDS = {"name", "kind", "node", "rank", "model", "gpudirect", "rail", "reduce", "multicast"}
 # Component kinds that may declare in-network reduction / multicast.
 SWITCH_KINDS = ("nvswitch", "ib_switch", "switch")
@@ -131,6 +134,10 @@ class Topology:
     def __post_init__(self) -> None:
         object.__setattr__(self, "_by_name", {c.name: c for c in self.components})
 
+    def __getstate__(self) -> dict:
+        # a pickled copy (a worker's machine) leaves the routes worked out so far behind (routes_of)
+        return {k: v for k, v in self.__dict__.items() if k != SHARED_ROUTES}
+
     # -- GPUs and ranks ---------------------------------------------------
     @cached_property
     def gpus(self) -> tuple[Component, ...]:
@@ -139,9 +146,9 @@ class Topology:
 
     @property
     def num_ranks(self) -> int:
-        return sum(1 for c in self.components if c.kind == "gpu")
+        return len(self.gpus)
 
-    @property
+    @cached_property
     def nodes(self) -> tuple[int, ...]:
         return tuple(sorted({c.node for c in self.components if c.node is not None}))
 

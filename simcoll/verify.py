@@ -48,7 +48,7 @@ from .collectives import Collective
 from .errors import VerificationError
 from .machines import Machine, as_machine
 from .program import RECEIVES, SENDS, Executor, Instruction, Program, Ref
-from .routes import Routes, bandwidth_relation
+from .routes import Routes, bandwidth_relation, routes_of
 from .topology import SWITCH_KINDS, Topology
 
 Value = tuple[int, frozenset[int]]
@@ -247,7 +247,7 @@ def algorithm_is_correct(algorithm: Algorithm, topology: Topology | None = None)
     if not coll.combining and table.reduce.any():
         return False
     pairs = table.src * p + table.dst
-    routes = Routes(topology) if topology is not None else None
+    routes = routes_of(topology) if topology is not None else None
     distinct = table.rank_pairs(p)
     if routes is not None and not all(routes.connected(*divmod(k, p)) for k in distinct.tolist()):
         return False
@@ -360,7 +360,7 @@ def _check_algorithm_symbolic(algorithm: Algorithm, topology: Topology | None = 
             if t.op == "reduce":
                 problems.append(f"{t.describe()}: a {coll.name} combines nothing")
                 break
-    routes = Routes(topology) if topology is not None else None
+    routes = routes_of(topology) if topology is not None else None
     if routes is not None:
         for t in algorithm.transfers:
             if not routes.connected(t.src, t.dst):
@@ -832,7 +832,7 @@ def _check_buffers(program: Program) -> list[str]:
 def _check_connections(program: Program, topology: Topology | None) -> list[str]:
     """One sender and one receiver executor per (rank, peer, channel)."""
     problems = []
-    routes = Routes(topology) if topology is not None else None
+    routes = routes_of(topology) if topology is not None else None
     for rp in program.ranks:
         senders: dict[tuple[int, int], int] = {}
         receivers: dict[tuple[int, int], int] = {}

@@ -13,7 +13,7 @@ import numpy as np
 from ..algorithm import Algorithm, TransferTable
 from ..arrays import ragged_indices
 from ..collectives import Collective
-from ..routes import Routes
+from ..routes import routes_of
 from ..topology import Topology
 from .common import blocks_csr, finish, implements, one_message_per_step, require_routes
 from .registry import Generator
@@ -73,7 +73,7 @@ def bruck(topology: Topology, collective: Collective) -> Algorithm:
         transfers = _allgather_table(collective)
     else:
         transfers = _alltoall_table(collective)
-    routes = Routes(topology)
+    routes = routes_of(topology)
     require_routes("bruck", topology, routes, transfers)
     # by step, then sender, then receiver; otherwise in the order worked out above (a stable sort)
     order = np.lexsort((transfers.dst, transfers.src, transfers.step))

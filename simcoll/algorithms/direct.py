@@ -17,7 +17,7 @@ import numpy as np
 from ..algorithm import Algorithm, Transfer, TransferTable
 from ..collectives import Collective
 from ..errors import NotApplicableError
-from ..routes import Routes
+from ..routes import Routes, routes_of
 from ..topology import Topology
 from .common import block_chunks, finish, implements
 from .registry import Generator
@@ -204,7 +204,7 @@ def direct(topology: Topology, collective: Collective) -> Algorithm:
     >>> direct(load_topology("line:4"), make_collective("broadcast", 4, root=1)).steps
     2
     """
-    routes = Routes(topology)
+    routes = routes_of(topology)
     name, root = collective.name, collective.root
     p = topology.num_ranks
     transfers: list[Transfer] | TransferTable

@@ -38,7 +38,7 @@ import numpy as np
 from ..algorithm import Algorithm
 from ..collectives import Collective
 from ..errors import NotApplicableError
-from ..routes import Routes
+from ..routes import Routes, routes_of
 from ..topology import Topology
 from .common import finish, implements
 from .hiccl_primitives import (
@@ -170,7 +170,7 @@ def default_hierarchy(topology: Topology, routes: Routes | None = None) -> tuple
     >>> default_hierarchy(load_topology("dgx-a100*2")), default_hierarchy(load_topology("dgx1"))
     ((2, 8), (2, 4))
     """
-    routes = routes or Routes(topology)
+    routes = routes or routes_of(topology)
     p, nodes = topology.num_ranks, topology.nodes
     per_node = p // len(nodes)
     node_major = all(
@@ -255,7 +255,7 @@ def hiccl(
     >>> algo.metadata["hierarchy"], algo.steps
     ([2, 8], 4)
     """
-    routes = Routes(topology)
+    routes = routes_of(topology)
     p = collective.num_ranks
     factors = _parse_hierarchy(hierarchy) if hierarchy is not None else default_hierarchy(topology, routes)
     shape = Hierarchy.for_ranks(factors, p)

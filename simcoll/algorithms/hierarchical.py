@@ -29,7 +29,7 @@ import numpy as np
 from ..algorithm import Algorithm, Transfer, TransferTable
 from ..collectives import Collective
 from ..errors import NotApplicableError
-from ..routes import Routes
+from ..routes import Routes, routes_of
 from ..topology import Topology
 from .common import finish, hamiltonian_path, implements, ring_steps
 from .registry import Generator, Option, positive_int
@@ -221,7 +221,7 @@ def two_d_ring(topology: Topology, collective: Collective, group_size: int | Non
     6
     """
     grid = node_grid(topology, "2d-ring", group_size)
-    routes = Routes(topology)
+    routes = routes_of(topology)
     n_nodes, g_local = grid.num_nodes, grid.gpus_per_node
     node_rings = [_ring_order(grid.node(n), routes, "2d-ring") for n in range(n_nodes)]
     peer_rings = [_ring_order(grid.peers(g), routes, "2d-ring") for g in range(g_local)]
@@ -288,7 +288,7 @@ def gc3_hierarchical(topology: Topology, collective: Collective, group_size: int
     6
     """
     grid = node_grid(topology, "gc3-hierarchical", group_size)
-    routes = Routes(topology)
+    routes = routes_of(topology)
     n_nodes, g_local = grid.num_nodes, grid.gpus_per_node
     slots = n_nodes * g_local
     chunks = range(collective.num_chunks)
@@ -343,7 +343,7 @@ def two_step_alltoall(topology: Topology, collective: Collective, group_size: in
     2
     """
     grid = node_grid(topology, "two-step-alltoall", group_size)
-    routes = Routes(topology)
+    routes = routes_of(topology)
     p, factor = collective.num_ranks, collective.chunk_factor
     node, local = np.zeros(p, dtype=np.int64), np.zeros(p, dtype=np.int64)
     for n, ranks in enumerate(grid.ranks):
@@ -391,7 +391,7 @@ def alltonext(topology: Topology, collective: Collective, group_size: int | None
     3
     """
     grid = node_grid(topology, "alltonext", group_size)
-    routes = Routes(topology)
+    routes = routes_of(topology)
     g_local = grid.gpus_per_node
     transfers: list[Transfer] = []
     for src in range(collective.num_ranks - 1):

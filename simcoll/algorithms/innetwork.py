@@ -36,7 +36,7 @@ import numpy as np
 from ..algorithm import Algorithm, SwitchReduction, SwitchReductionTable, Transfer, TransferTable
 from ..collectives import Collective
 from ..errors import NotApplicableError
-from ..routes import Routes
+from ..routes import routes_of
 from ..topology import Topology
 from .common import implements, minimal_rounds, require_routes
 from .registry import Generator
@@ -146,7 +146,7 @@ def _algorithm(
 ) -> Algorithm:
     """An Algorithm whose steps take the fewest rounds the topology's rank
     links allow (one round where only switches work)."""
-    routes = Routes(topology)
+    routes = routes_of(topology)
     require_routes(name, topology, routes, transfers)
     if isinstance(transfers, TransferTable):
         last = int(transfers.step.max()) if len(transfers) else -1

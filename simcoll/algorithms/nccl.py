@@ -43,7 +43,7 @@ import networkx as nx
 from ..algorithm import Algorithm, Transfer
 from ..collectives import Collective
 from ..errors import NotApplicableError
-from ..routes import Routes
+from ..routes import Routes, routes_of
 from ..topology import FABRIC_LINK_TYPES, Topology
 from .common import finish, hamiltonian_path, implements, require_routes
 from .registry import Generator, Option, positive_int
@@ -185,7 +185,7 @@ def _endpoints(num_nodes: int, railed: Sequence[int], a: int, b: int) -> list[in
 
 def nccl_rings(topology: Topology, channels: int, routes: Routes | None = None) -> list[list[int]]:
     """The rank order of each of ``channels`` NCCL ring channels (module docstring)."""
-    routes = routes or Routes(topology)
+    routes = routes or routes_of(topology)
     nodes = topology.nodes
     if len(nodes) == 1:
         rings = find_rings(topology, routes, limit=channels)
@@ -341,7 +341,7 @@ def nccl_ring(topology: Topology, collective: Collective, channels: int | None =
         raise NotApplicableError(
             f"nccl-ring: {channels} channels need a chunk factor that is a multiple of {need}, got {collective.chunk_factor}"
         )
-    routes = Routes(topology)
+    routes = routes_of(topology)
     rings = nccl_rings(topology, channels, routes)
     transfers = _rings_transfers(collective, rings)
     require_routes("nccl-ring", topology, routes, transfers)
@@ -400,7 +400,7 @@ def nccl_tree(topology: Topology, collective: Collective, channels: int | None =
         transfers += up + down
         for chain in chains:
             transfers += [Transfer(chunk, chain[k], chain[k + 1], "copy", step=after + k) for k in range(g - 1)]
-    routes = Routes(topology)
+    routes = routes_of(topology)
     require_routes("nccl-tree", topology, routes, transfers)
     return finish("nccl-tree", collective, topology, transfers, routes, channels=channels)
 

@@ -29,7 +29,7 @@ from ..algorithm import Algorithm, TransferTable
 from ..collectives import Collective
 from ..errors import NotApplicableError
 from ..program import Executor, Instruction, Program, RankProgram, Ref
-from ..routes import Routes
+from ..routes import Routes, routes_of
 from ..topology import FABRIC_LINK_TYPES, Topology, directed_pairs
 from .common import block_chunks, finish, implements
 from .registry import Generator, Option
@@ -343,7 +343,7 @@ def nvgroup_ring(topology: Topology, collective: Collective, pipeline: bool = Fa
     >>> algo.metadata["groups"], algo.metadata["leaders"]
     ([[0, 1, 2], [3, 4, 5]], [0, 3])
     """
-    routes = Routes(topology)
+    routes = routes_of(topology)
     groups = _ring_groups(topology, routes)
     plan = _Schedule(collective, groups, pipeline)
     n = plan.n
@@ -463,7 +463,7 @@ def nvgroup_cpu_allreduce(topology: Topology, collective: Collective) -> Program
     >>> sorted({e.kind for r in prog.ranks for e in r.executors})
     ['host']
     """
-    routes = Routes(topology)
+    routes = routes_of(topology)
     groups = nvlink_groups(topology)
     leaders = [g.leader for g in groups]
     for a in leaders:

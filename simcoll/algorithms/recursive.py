@@ -22,7 +22,7 @@ import numpy as np
 
 from ..algorithm import Algorithm, Transfer, TransferTable
 from ..collectives import Collective
-from ..routes import Routes
+from ..routes import routes_of
 from ..topology import Topology
 from .common import blocks_csr, finish, implements, one_message_per_step, require_routes
 from .registry import Generator
@@ -120,7 +120,7 @@ def _table(*parts: list[Transfer] | TransferTable) -> TransferTable:
 def _build(
     name: str, collective: Collective, topology: Topology, transfers: list[Transfer] | TransferTable
 ) -> Algorithm:
-    routes = Routes(topology)
+    routes = routes_of(topology)
     require_routes(name, topology, routes, transfers)
     return finish(name, collective, topology, one_message_per_step(transfers), routes)
 

@@ -31,7 +31,7 @@ import numpy as np
 from ..algorithm import Algorithm, RelationIndex, TransferTable
 from ..collectives import Collective
 from ..errors import NotApplicableError
-from ..routes import Routes, bandwidth_relation
+from ..routes import Routes, bandwidth_relation, routes_of
 from ..topology import Topology
 from .common import block_chunks, depth_first, finish, hamiltonian_path, implements, ring_steps
 from .registry import Generator, Option, int_list, positive_int
@@ -52,7 +52,7 @@ def find_ring(topology: Topology, routes: Routes | None = None, time_limit_s: fl
     Raises :class:`NotApplicableError` when none exists, or none is found
     within ``time_limit_s`` (the search is exponential in the worst case).
     """
-    routes = routes or Routes(topology)
+    routes = routes or routes_of(topology)
     p = topology.num_ranks
     if p == 1:
         return [0]
@@ -245,7 +245,7 @@ def find_rings(
     >>> len(find_rings(load_topology("dgx1")))
     6
     """
-    routes = routes or Routes(topology)
+    routes = routes or routes_of(topology)
     p = topology.num_ranks
     if p == 1:
         return [[0]]
@@ -379,7 +379,7 @@ def ring_allgather(topology: Topology, collective: Collective, ring: Sequence[in
     >>> ring_allgather(load_topology("ring:4"), make_collective("allgather", 4)).steps
     3
     """
-    routes = Routes(topology)
+    routes = routes_of(topology)
     order = _ring_order(topology, routes, ring)
     transfers = _ring_allgather_steps(collective, order, 0, lambda owner: collective.input_layout[owner])
     return finish("ring", collective, topology, transfers, routes, ring=order)
@@ -391,7 +391,7 @@ def ring_reducescatter(topology: Topology, collective: Collective, ring: Sequenc
 
     Cost (NV-Group eq. 1): ``(P-1)(α + M/(P·B) + T_R(M/P))``.
     """
-    routes = Routes(topology)
+    routes = routes_of(topology)
     order = _ring_order(topology, routes, ring)
     transfers = _ring_reducescatter_steps(collective, order)
     return finish("ring", collective, topology, transfers, routes, ring=order)
@@ -406,7 +406,7 @@ def ring_allreduce(topology: Topology, collective: Collective, ring: Sequence[in
     Cost (NV-Group eq. 3 = eq. 1 + eq. 2):
     ``(P-1)(α + M/(P·B) + T_R(M/P)) + (P-1)(α + M/(P·B))``.
     """
-    routes = Routes(topology)
+    routes = routes_of(topology)
     order = _ring_order(topology, routes, ring)
     p = len(order)
     transfers = TransferTable.concatenate(
@@ -431,7 +431,7 @@ def ring_broadcast(topology: Topology, collective: Collective, ring: Sequence[in
     >>> ring_broadcast(load_topology("ring:4"), make_collective("broadcast", 4, 3, root=2)).steps
     5
     """
-    routes = Routes(topology)
+    routes = routes_of(topology)
     order = _ring_order(topology, routes, ring)
     return finish("ring", collective, topology, _rings_transfers(collective, [order]), routes, ring=order)
 
@@ -444,7 +444,7 @@ def ring_reduce(topology: Topology, collective: Collective, ring: Sequence[int] 
 
     Cost: ``(P+C-2)(α + M/(C·B) + T_R(M/C))``.
     """
-    routes = Routes(topology)
+    routes = routes_of(topology)
     order = _ring_order(topology, routes, ring)
     return finish("ring", collective, topology, _rings_transfers(collective, [order]), routes, ring=order)
 
@@ -494,7 +494,7 @@ def bidirectional_ring(topology: Topology, collective: Collective, ring: Sequenc
     >>> (a.chunks, a.steps, a.rounds)
     (2, 3, 3)
     """
-    routes = Routes(topology)
+    routes = routes_of(topology)
     order = _ring_order(topology, routes, ring)
     backward = _reverse(order)
     for a, b in _pairs(backward):
@@ -551,7 +551,7 @@ def multi_ring(topology: Topology, collective: Collective, rings: int | None = N
     chunks = collective.chunk_factor
     if rings is not None and m is None and rings > chunks:
         raise NotApplicableError(f"multi-ring: {rings} rings need at least {rings} chunks, got chunk factor {chunks}")
-    routes = Routes(topology)
+    routes = routes_of(topology)
     # Without m, a ring with no chunk to carry is of no use; with m, the chunk factor must fit the rings found.
     # The greedy search with a limit stops early, so its rings are the first ones of the unlimited search.
     found = _rings_of(topology, routes)[: rings or (None if m is not None else chunks)]

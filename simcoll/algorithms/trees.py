@@ -24,7 +24,7 @@ import numpy as np
 from ..algorithm import Algorithm, Transfer, TransferTable
 from ..collectives import Collective
 from ..errors import NotApplicableError
-from ..routes import Routes
+from ..routes import Routes, routes_of
 from ..topology import Topology
 from .common import finish, hamiltonian_path, implements, one_message_per_step, require_routes, tree_depths
 from .registry import Generator, Option, int_list
@@ -38,7 +38,7 @@ Tree = dict[int, int]  # child rank -> parent rank
 def _build(
     name: str, collective: Collective, topology: Topology, transfers: list[Transfer] | TransferTable, **metadata
 ) -> Algorithm:
-    routes = Routes(topology)
+    routes = routes_of(topology)
     require_routes(name, topology, routes, transfers)
     return finish(name, collective, topology, one_message_per_step(transfers), routes, **metadata)
 
@@ -220,7 +220,7 @@ def chain(topology: Topology, collective: Collective, order: Sequence[int] | Non
     >>> chain(load_topology("line:4"), make_collective("broadcast", 4, 3)).steps  # 3 hops + 2 more chunks
     5
     """
-    routes = Routes(topology)
+    routes = routes_of(topology)
     p = collective.num_ranks
     start = collective.root if collective.root is not None else 0
     if order is None:

@@ -8,7 +8,8 @@ at once (``compare --jobs`` runs tasks in workers forked by a fork server,
 which the benchmark cannot wait for); its CPU seconds are the whole tree's
 (:class:`TreeSampler`).
 
-    python benchmarks/scale.py                 # every case of the table
+    python benchmarks/scale.py                 # every case of the table (compare --jobs 2)
+    python benchmarks/scale.py --jobs 1        # the compare cases one algorithm at a time
     python benchmarks/scale.py --quick         # skip the largest (dgx-h100*128, dgx-h100*512)
     python benchmarks/scale.py --only ring     # cases whose name contains "ring"
     python benchmarks/scale.py --ranks 256     # a smaller ring for the CLI case
@@ -275,7 +276,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="skip the largest cases")
     parser.add_argument("--ranks", type=int, default=1024, help="ring size of the CLI case (default 1024)")
     parser.add_argument("--format", default="npz", choices=("npz", "json"), help="schedule file of the CLI case")
-    parser.add_argument("--jobs", type=int, default=1, help="compare --jobs for the compare cases (default 1)")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=min(2, os.cpu_count() or 1),
+        help="compare --jobs for the compare cases (default: 2, the issue's two cores, or fewer if the machine has fewer)",
+    )
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per command before giving up")
     parser.add_argument("--verbose", "-v", action="store_true", help="print each command's last output lines")
     parser.add_argument("--per-algorithm", metavar="TOPO", help="time every Allreduce generator on TOPO instead")
@@ -289,6 +295,7 @@ def main(argv: list[str] | None = None) -> int:
         from simcoll.units import parse_size_range
 
         return per_algorithm(args.per_algorithm, parse_size_range(args.sizes), args.timeout, args.only)
+    print(f"compare cases with --jobs {args.jobs}")
     print(f"{'case':<24} {'wall s':>8} {'target':>7} {'peak GB':>8} {'target':>7} {'cpu s':>6}  steps (s)")
     failed = 0
     with tempfile.TemporaryDirectory() as tmp:

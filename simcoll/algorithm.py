@@ -47,6 +47,7 @@ from .arrays import ragged_indices, unique_pair_counts
 from .collectives import Collective, collective_from_dict, collective_to_dict
 from .errors import AlgorithmError
 from .files import atomic_output, parse_json, read_text, write_atomic
+from .limits import charge_transfers, uncharged
 
 TRANSFER_OPS = ("copy", "reduce")
 FORMAT_VERSION = 1
@@ -131,6 +132,7 @@ class TransferTable(Sequence):
         has_group: Any = None,
     ) -> None:
         self.chunk = np.ascontiguousarray(chunk, dtype=np.int64)
+        charge_transfers(len(self.chunk))  # inside a generator: refused past simcoll.limits.MAX_TRANSFERS
         self.src = np.ascontiguousarray(src, dtype=np.int64)
         self.dst = np.ascontiguousarray(dst, dtype=np.int64)
         self.reduce = np.ascontiguousarray(reduce, dtype=bool)
@@ -197,31 +199,34 @@ class TransferTable(Sequence):
             return None if any(c is None for c in columns) else np.concatenate(columns)
 
         groups = any(t.group is not None for t in tables)
-        return cls(
-            chunk=cat("chunk"),
-            src=cat("src"),
-            dst=cat("dst"),
-            reduce=cat("reduce"),
-            step=cat("step"),
-            start_s=cat("start_s"),
-            end_s=cat("end_s"),
-            group=np.concatenate([t.group if t.group is not None else np.full(len(t), -1) for t in tables])
-            if groups
-            else None,
-            has_group=np.concatenate(
-                [t.has_group if t.has_group is not None else np.zeros(len(t), bool) for t in tables]
+        with uncharged():  # the rows were counted when their tables were built
+            return cls(
+                chunk=cat("chunk"),
+                src=cat("src"),
+                dst=cat("dst"),
+                reduce=cat("reduce"),
+                step=cat("step"),
+                start_s=cat("start_s"),
+                end_s=cat("end_s"),
+                group=np.concatenate([t.group if t.group is not None else np.full(len(t), -1) for t in tables])
+                if groups
+                else None,
+                has_group=np.concatenate(
+                    [t.has_group if t.has_group is not None else np.zeros(len(t), bool) for t in tables]
+                )
+                if groups
+                else None,
             )
-            if groups
-            else None,
-        )
 
     def take(self, rows: Any) -> TransferTable:
         """The table of ``rows`` (indices or a boolean mask), in that order."""
-        return TransferTable(**{name: column[rows] for name, column in self.columns().items()})
+        with uncharged():
+            return TransferTable(**{name: column[rows] for name, column in self.columns().items()})
 
     def with_steps(self, step: Any) -> TransferTable:
         """The same transfers at the steps ``step`` (one per transfer)."""
-        return TransferTable(**{**self.columns(), "step": step, "start_s": None, "end_s": None})
+        with uncharged():
+            return TransferTable(**{**self.columns(), "step": step, "start_s": None, "end_s": None})
 
     def columns(self) -> dict[str, np.ndarray]:
         """The columns present, by name (the ``.npz`` layout)."""
@@ -390,6 +395,28 @@ class SwitchReductionTable(Sequence):
                 raise AlgorithmError(
                     f"switch reduction table: column {name} indexes past its {len(listed)} listed entries"
                 )
+
+    @classmethod
+    def from_reductions(cls, reductions: Iterable[SwitchReduction]) -> SwitchReductionTable:
+        """The columns of step-scheduled reductions, each switch and rank tuple listed once.
+
+        >>> r = SwitchReduction(3, "nvs0", (0, 1), (0, 1), step=2)
+        >>> SwitchReductionTable.from_reductions([r]).rank_sets
+        ((0, 1),)
+        """
+        reductions = list(reductions)
+        switches = {name: i for i, name in enumerate(dict.fromkeys(r.switch for r in reductions))}
+        listed = dict.fromkeys(tuple(ranks) for r in reductions for ranks in (r.sources, r.destinations))
+        sets = {ranks: i for i, ranks in enumerate(listed)}
+        return cls(
+            [r.chunk for r in reductions],
+            [switches[r.switch] for r in reductions],
+            [sets[tuple(r.sources)] for r in reductions],
+            [sets[tuple(r.destinations)] for r in reductions],
+            [r.step for r in reductions],
+            switches=list(switches),
+            rank_sets=list(sets),
+        )
 
     def __len__(self) -> int:
         return len(self.chunk)

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from .errors import CollectiveError
+from .errors import CollectiveError, CollectiveTooLargeError
 from .limits import MAX_COLLECTIVE_SLOTS, MAX_GPUS
 
 Layout = tuple[tuple[int, ...], ...]
@@ -327,7 +327,7 @@ def make_collective(
     p, c = num_ranks, chunk_factor
     slots = p * p * c if key == "alltoall" else p * c
     if p > MAX_GPUS or slots > MAX_COLLECTIVE_SLOTS:
-        raise CollectiveError(
+        raise CollectiveTooLargeError(
             f"{key} on {p:,} ranks with chunk factor {c:,} has {slots:,} buffer slots per rank set, more than "
             f"simcoll builds (at most {MAX_GPUS:,} ranks and {MAX_COLLECTIVE_SLOTS:,} slots, simcoll.limits)"
         )

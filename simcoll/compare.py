@@ -335,8 +335,7 @@ class _Reporter:
         if self.progress is None:
             return
         if isinstance(algorithm, str):
-            reason = algorithm if algorithm.startswith(f"{name}:") else f"{name}: {algorithm}"
-            self._say(f"not applicable: {reason}")
+            self._say(left_out_line(name, algorithm))
             return
         parts = [f"{format_size(size)} {_shown(t)}" for size, t in times.items()]
         if len(parts) > _SIZES_SHOWN:  # a sweep of sizes: its ends, and how many were stopped
@@ -357,6 +356,26 @@ class _Reporter:
 
 
 _SIZES_SHOWN = 4  # a progress line lists this many sizes' times at most
+
+
+def left_out_line(name: str, reason: str) -> str:
+    """The line that says why row ``name`` is not in the table (``reason``,
+    from :func:`compare`'s second result): its simulation stopped at the
+    wall-clock limit, its collective or schedule is larger than simcoll
+    builds (:mod:`simcoll.limits`), or the algorithm does not apply.
+
+    >>> left_out_line("ring", "ring: allreduce on 4,096 ranks, chunk factor 4,096: more than simcoll builds")
+    'too large: ring: allreduce on 4,096 ranks, chunk factor 4,096: more than simcoll builds'
+    >>> left_out_line("nvls", "the machine has no NVLink SHARP switch")
+    'not applicable: nvls: the machine has no NVLink SHARP switch'
+    """
+    if "wall-clock limit" in reason:
+        what = "stopped"
+    elif "more than simcoll builds" in reason:
+        what = "too large"
+    else:
+        what = "not applicable"
+    return f"{what}: {reason if reason.startswith(name + ':') else f'{name}: {reason}'}"
 
 
 def _shown(t: float | str) -> str:
@@ -553,15 +572,15 @@ def _generate_and_time(
     time_limit_s: float,
     keep: bool = True,
 ) -> tuple[Algorithm | Timed | str, dict[int, float | str]]:
-    """One generator's Algorithm (or why it does not apply; with ``keep``
+    """One generator's Algorithm (or why it does not apply or is too large; with ``keep``
     false, its :class:`Timed` summary) and its time at every size it has a
     byte per chunk for, or why its simulation stopped."""
     from .algorithms import generate
-    from .errors import NotApplicableError
+    from .errors import NotApplicableError, TooLargeError
 
     try:
         algorithm = generate(name, machine, collective)
-    except NotApplicableError as exc:
+    except (NotApplicableError, TooLargeError) as exc:  # a row left out, and why: the other rows still come
         return str(exc), {}
     times: dict[int, float | str] = {}
     stopped_at = None  # the size whose simulation reached the wall-clock limit

@@ -27,6 +27,20 @@ class CollectiveError(SimcollError):
     """A collective specification is malformed or unknown."""
 
 
+class TooLargeError(SimcollError):
+    """A collective or schedule larger than simcoll builds (:mod:`simcoll.limits`),
+    refused before it takes the machine's memory. :func:`simcoll.compare.compare`
+    leaves such an algorithm's row out and says why, as for one that does not apply."""
+
+
+class CollectiveTooLargeError(CollectiveError, TooLargeError):
+    """A collective with more buffer slots than :data:`simcoll.limits.MAX_COLLECTIVE_SLOTS`."""
+
+
+class ScheduleTooLargeError(TooLargeError):
+    """A generator would build more transfers than :data:`simcoll.limits.MAX_TRANSFERS`."""
+
+
 class AlgorithmError(SimcollError):
     """An Algorithm or Program is malformed (before any semantic check)."""
 

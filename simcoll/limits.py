@@ -16,11 +16,21 @@ before anything is built, and refused with one line naming the limit.
   graph edges both ways and route entries, a few hundred bytes to a few
   kilobytes in all, so two million links stay within a few GiB
   (``fully-connected:2000`` has 1,999,000).
+- :data:`MAX_TRANSFERS` = 25,000,000 transfers a generator builds (see its
+  comment). A schedule's size is known only to its generator, so this one
+  is counted as the generator builds its transfer tables
+  (:func:`transfer_budget`), and refused as soon as the count passes it:
+  before the rest is built, not before anything is.
 """
 
 from __future__ import annotations
 
-from .errors import TopologyError
+import contextlib
+import contextvars
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from .errors import ScheduleTooLargeError, TopologyError
 
 #: Most GPUs in one machine (see the module docstring).
 MAX_GPUS = 65_536
@@ -31,6 +41,23 @@ MAX_LINKS = 2_000_000
 #: million stay near 1.5 GB. The 1,024-GPU targets of issue 15 need 25
 #: million (``dgx-h100*128``, NCCL's rings with chunk factor 24·P).
 MAX_COLLECTIVE_SLOTS = 50_000_000
+#: Most transfers a generator builds. Generating takes 40-300 bytes a
+#: transfer at its peak (columns of 41 bytes, and what the generator works
+#: them out from), and simulating one holds its message's state besides,
+#: so 25 million stay within a few GB. Issue 15's largest schedules are
+#: NCCL's rings and multi-ring on 1,024 GPUs (``dgx-h100*128``): 16.8
+#: million. On 4,096 GPUs a flat ring Allreduce has 33.5 million (2(P-1)
+#: steps of P chunks) and the 2D ring 63 million.
+MAX_TRANSFERS = 25_000_000
+
+
+@dataclass
+class _Budget:
+    what: str
+    built: int = 0
+
+
+_BUDGET: contextvars.ContextVar[_Budget | None] = contextvars.ContextVar("simcoll_transfer_budget", default=None)
 
 
 def check_machine_size(what: str, gpus: int, links: int = 0) -> None:
@@ -63,4 +90,73 @@ def check_machine_size(what: str, gpus: int, links: int = 0) -> None:
         raise TopologyError(
             f"{what}: {links:,} links is more than simcoll builds (at most {MAX_LINKS:,}; "
             "a switch joining the GPUs needs one link per GPU)"
+        )
+
+
+@contextlib.contextmanager
+def transfer_budget(what: str) -> Iterator[None]:
+    """Count the transfers built inside against :data:`MAX_TRANSFERS`.
+
+    :class:`~simcoll.algorithm.TransferTable` charges every table built from
+    new columns (:func:`charge_transfers`); tables that copy or reorder the
+    rows of others do not (:func:`uncharged`), so each transfer counts once.
+    A budget already open (a generator composing others) goes on counting;
+    ``what`` (the generator, collective and machine) names it in the error.
+
+    Raises
+    ------
+    ScheduleTooLargeError
+        From the first table that takes the count past the limit.
+
+    Examples
+    --------
+    >>> from simcoll.algorithm import TransferTable
+    >>> with transfer_budget("two tables"):
+    ...     _ = TransferTable([0, 1], [0, 1], [1, 0], [False, False], step=[0, 0])
+    ...     _ = TransferTable([0], [0], [1], [False], step=[1])
+    ...     transfers_built()
+    3
+    """
+    if _BUDGET.get() is not None:
+        yield
+        return
+    token = _BUDGET.set(_Budget(what))
+    try:
+        yield
+    finally:
+        _BUDGET.reset(token)
+
+
+def transfers_built() -> int | None:
+    """The transfers counted so far by the open :func:`transfer_budget` (None outside one)."""
+    budget = _BUDGET.get()
+    return None if budget is None else budget.built
+
+
+@contextlib.contextmanager
+def uncharged() -> Iterator[None]:
+    """Tables built inside are not counted: their rows are copies of counted ones."""
+    token = _BUDGET.set(None)
+    try:
+        yield
+    finally:
+        _BUDGET.reset(token)
+
+
+def charge_transfers(count: int) -> None:
+    """Count ``count`` new transfers against the open :func:`transfer_budget`, if any.
+
+    Raises
+    ------
+    ScheduleTooLargeError
+        When the count passes :data:`MAX_TRANSFERS`.
+    """
+    budget = _BUDGET.get()
+    if budget is None:
+        return
+    budget.built += count
+    if budget.built > MAX_TRANSFERS:
+        raise ScheduleTooLargeError(
+            f"{budget.what}: more than {MAX_TRANSFERS:,} transfers, more than simcoll builds "
+            "(simcoll.limits.MAX_TRANSFERS); fewer ranks or a smaller chunk factor build fewer"
         )

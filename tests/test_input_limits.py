@@ -1,6 +1,8 @@
-"""Machine-size limits (simcoll.limits, issue 14 item 2): a spec of a few
-characters that names a machine beyond the limits is refused with one
-line, before anything is built, while the issue-15 scale targets still load."""
+"""Size limits (simcoll.limits): a spec of a few characters that names a
+machine beyond the limits is refused with one line, before anything is
+built, while the issue-15 scale targets still load (issue 14 item 2); a
+generator is stopped once it has built more transfers than simcoll builds,
+and a comparison goes on without that row (issue 15, 4,096 GPUs)."""
 
 from __future__ import annotations
 
@@ -9,11 +11,13 @@ import tracemalloc
 
 import pytest
 
+from simcoll import limits
+from simcoll.algorithms import REGISTRY, generate
 from simcoll.cli import main
 from simcoll.collectives import make_collective
-from simcoll.errors import CollectiveError, TopologyError
-from simcoll.limits import MAX_GPUS, MAX_LINKS, check_machine_size
-from simcoll.machines import load_topology
+from simcoll.errors import CollectiveError, NotApplicableError, ScheduleTooLargeError, TooLargeError, TopologyError
+from simcoll.limits import MAX_GPUS, MAX_LINKS, check_machine_size, transfer_budget, transfers_built
+from simcoll.machines import load_machine, load_topology
 from simcoll.topology_generators import _size_of, generate_topology
 
 
@@ -111,3 +115,70 @@ def test_every_command_refuses_an_oversized_machine_in_one_line(capsys, argv):
     assert main(argv) == 2
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert len(err) == 1 and "more than simcoll builds" in err[0], err
+
+
+# --- transfers a generator builds (simcoll.limits.MAX_TRANSFERS) -------------------------------
+
+
+@pytest.mark.parametrize("spec", ["dgx1", "dgx-h100*2", "perlmutter*2", "ring:6"])
+def test_every_generator_counts_each_of_its_transfers_once(spec):
+    """The budget is charged by tables built from new columns only: copies,
+    reorderings and concatenations are not counted again, so the limit is
+    on the schedule's size, whatever way its generator assembles it."""
+    machine = load_machine(spec)
+    counted = 0
+    for name, generator in REGISTRY.items():
+        for collective in generator.collectives:
+            with transfer_budget("outer"):  # generate() goes on counting in a budget already open
+                try:
+                    algorithm = generate(name, machine, collective)
+                except NotApplicableError:
+                    continue
+                assert transfers_built() == len(algorithm.transfers), (name, collective)
+                counted += 1
+    assert counted >= 20
+
+
+def test_a_schedule_past_the_transfer_limit_is_refused_with_its_name(monkeypatch):
+    transfers = 2 * 63 * 64  # ring Allreduce on 64 ranks (chunk factor P): 2(P-1) steps, each rank one chunk a step
+    monkeypatch.setattr(limits, "MAX_TRANSFERS", transfers)
+    assert len(generate("ring", "ring:64", "allreduce").transfers) == transfers  # the limit is inclusive
+    monkeypatch.setattr(limits, "MAX_TRANSFERS", transfers - 1)
+    with pytest.raises(ScheduleTooLargeError) as refused:
+        generate("ring", "ring:64", "allreduce")
+    message = str(refused.value)
+    assert message.startswith("ring: allreduce on 64 ranks, chunk factor 64: more than 8,063 transfers")
+    assert "simcoll.limits.MAX_TRANSFERS" in message
+    assert isinstance(refused.value, TooLargeError)
+    assert transfers_built() is None  # the budget closed with the error
+
+
+def test_the_cli_refuses_a_schedule_past_the_limit_in_one_line_and_writes_nothing(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(limits, "MAX_TRANSFERS", 1000)
+    out = tmp_path / "ring.json"
+    assert main(["algo", "generate", "ring", "-t", "ring:64", "-c", "allreduce", "-o", str(out)]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and "more than 1,000 transfers" in err[0], err
+    assert not out.exists()
+
+
+def test_compare_leaves_out_a_schedule_past_the_limit_and_says_why(monkeypatch, capsys):
+    """One algorithm too large for the machine does not cost the user the others' rows."""
+    monkeypatch.setattr(limits, "MAX_TRANSFERS", 100)  # ring on 16 ranks has 480; the binomial tree 30
+    argv = [
+        "compare",
+        "-t",
+        "fully-connected:16",
+        "-c",
+        "allreduce",
+        "--sizes",
+        "1MB",
+        "--algorithms",
+        "ring,binomial-tree",
+    ]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "binomial-tree" in out.split("* best")[0]
+    assert "too large: ring: allreduce on 16 ranks, chunk factor 16: more than 100 transfers" in out
+    with pytest.raises(TooLargeError):
+        make_collective("allgather", 4096, chunk_factor=24 * 4096)  # a collective's slots are refused alike

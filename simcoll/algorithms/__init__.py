@@ -16,6 +16,7 @@ from typing import Any
 from ..algorithm import Algorithm
 from ..collectives import ROOTED, Collective, canonical_name, make_collective
 from ..errors import NotApplicableError, SimcollError
+from ..limits import transfer_budget
 from ..machines import Machine, as_machine
 from . import bruck as _bruck
 from . import direct as _direct
@@ -78,6 +79,10 @@ def generate(
         For an unknown generator name.
     NotApplicableError
         When the generator does not apply to this machine or collective.
+    TooLargeError
+        When the collective or the schedule is larger than simcoll builds
+        (:mod:`simcoll.limits`): the schedule as soon as its transfers built
+        pass :data:`~simcoll.limits.MAX_TRANSFERS`.
 
     Examples
     --------
@@ -97,7 +102,10 @@ def generate(
             chunks or generator.default_chunks(coll_name, topology),
             root=root if coll_name in ROOTED else None,
         )
-    return generator.function(topology, collective, **options)
+    # counted as it is built, refused past simcoll.limits.MAX_TRANSFERS before it takes the memory
+    budget = f"{name}: {collective.name} on {collective.num_ranks:,} ranks, chunk factor {collective.chunk_factor:,}"
+    with transfer_budget(budget):
+        return generator.function(topology, collective, **options)
 
 
 def applicable(

@@ -16,6 +16,7 @@ from ..algorithm import Algorithm, RelationIndex, Transfer, TransferTable, const
 from ..arrays import ragged_indices
 from ..collectives import Collective
 from ..errors import NotApplicableError
+from ..limits import uncharged
 from ..routes import Routes, bandwidth_relation
 from ..topology import Topology
 
@@ -222,9 +223,10 @@ def one_message_per_step(transfers: Iterable[Transfer] | TransferTable) -> Trans
     """What a rank sends to one peer in one step travels as one message (one α)."""
     if not isinstance(transfers, TransferTable):
         transfers = TransferTable.from_transfers(transfers)
-    return TransferTable(
-        transfers.chunk, transfers.src, transfers.dst, transfers.reduce, step=transfers.step, group=transfers.step
-    )
+    with uncharged():  # the same rows, counted when they were built
+        return TransferTable(
+            transfers.chunk, transfers.src, transfers.dst, transfers.reduce, step=transfers.step, group=transfers.step
+        )
 
 
 def blocks_csr(blocks: Callable[[int], Iterable[int]], p: int) -> tuple[np.ndarray, np.ndarray]:

@@ -31,7 +31,7 @@ from ..collectives import Collective
 from ..errors import NotApplicableError
 from ..routes import Routes, routes_of
 from ..topology import Topology
-from .common import finish, hamiltonian_path, implements, ring_steps
+from .common import finish, hamiltonian_path, implements, one_message_per_step, ring_steps
 from .registry import Generator, Option, positive_int
 
 RING_SEARCH_TIME_LIMIT_S = 2.0
@@ -160,7 +160,7 @@ def _build(
         [part if isinstance(part, TransferTable) else TransferTable.from_transfers(part) for part in parts]
     )
     _, step = np.unique(table.step, return_inverse=True)
-    transfers = TransferTable(table.chunk, table.src, table.dst, table.reduce, step=step, group=step)
+    transfers = one_message_per_step(table.with_steps(step))
     p = topology.num_ranks
     for pair in np.unique(transfers.src * p + transfers.dst).tolist():  # int keys: a row-wise unique sorts slowly
         src, dst = divmod(pair, p)

@@ -20,7 +20,7 @@ from .options import (
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from ..compare import compare, plot_comparison
+    from ..compare import compare, left_out_line, plot_comparison
     from ..machines import load_machine
     from ..units import parse_size_range
 
@@ -71,8 +71,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         )
     print("* best at that size; bound = algbw upper bound from max-flow cuts")
     for name, reason in skipped.items():
-        what = "stopped" if "wall-clock limit" in reason else "not applicable"  # --time-limit reached
-        print(f"{what}: {reason if reason.startswith(name + ':') else f'{name}: {reason}'}")
+        print(left_out_line(name, reason))
     for path, what in ((args.csv, "CSV"), (args.plot, "plot")):
         if path:
             print(f"wrote {what} to {path}")

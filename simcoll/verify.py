@@ -42,8 +42,8 @@ from collections.abc import Iterable
 import networkx as nx
 import numpy as np
 
-from .algorithm import Algorithm, BandwidthConstraint, RelationIndex, SwitchReduction, Transfer
-from .arrays import flatten
+from .algorithm import Algorithm, BandwidthConstraint, RelationIndex, SwitchReduction, SwitchReductionTable, Transfer
+from .arrays import flatten, ragged_indices
 from .collectives import Collective
 from .errors import VerificationError
 from .machines import Machine, as_machine
@@ -181,10 +181,10 @@ def _check_post(collective: Collective, holds, problems: list[str]) -> None:
 # Algorithms
 # ---------------------------------------------------------------------------
 def check_algorithm(algorithm: Algorithm, topology: Topology | None = None) -> list[str]:
-    """Problems of an Algorithm (:func:`check`). Step schedules without
-    in-switch reductions go through :func:`algorithm_is_correct` first, which
-    holds the state in NumPy arrays; only when it finds a problem does the
-    symbolic execution below run, to describe it."""
+    """Problems of an Algorithm (:func:`check`). Step schedules go through
+    :func:`algorithm_is_correct` first, which holds the state in NumPy
+    arrays; only when it finds a problem does the symbolic execution below
+    run, to describe it."""
     coll = algorithm.collective
     if topology is not None and topology.num_ranks != coll.num_ranks:
         return [f"{algorithm.name} is for {coll.num_ranks} ranks but {topology.name} has {topology.num_ranks}"]
@@ -194,17 +194,22 @@ def check_algorithm(algorithm: Algorithm, topology: Topology | None = None) -> l
 
 
 def _fast_path_applies(algorithm: Algorithm) -> bool:
-    return algorithm.schedule == "steps" and not algorithm.switch_reductions
+    return algorithm.schedule == "steps"
 
 
 def algorithm_is_correct(algorithm: Algorithm, topology: Topology | None = None) -> bool:
     """Whether the general verifier (:func:`check`) finds no problem in a step
-    schedule without in-switch reductions, decided on NumPy columns.
+    schedule, decided on NumPy columns.
 
     The same run as the symbolic execution (module docstring), with a value's
     contributions held as a bitset over the ranks (``ceil(P / 64)`` words per
     (rank, chunk) slot that the schedule touches) instead of a Python set, and
     every step's reads, copies and reductions applied as array operations.
+    In-switch reductions read their sources with the transfers, at the start
+    of their step (the sources' contributions must be disjoint), and replace
+    every destination's copy at its end; the switch rules (kind,
+    ``reduce``/``multicast``, reachability) are checked once per switch and
+    rank tuple, not per reduction.
     A value always carries the chunk of its slot in an Algorithm (transfers
     move a chunk between the same slot of two ranks), so only presence and
     contributions are tracked. Returns True exactly when :func:`check` returns
@@ -224,7 +229,7 @@ def algorithm_is_correct(algorithm: Algorithm, topology: Topology | None = None)
     Raises
     ------
     ValueError
-        For a timed schedule or one with switch reductions (use :func:`check`).
+        For a timed schedule (use :func:`check`).
 
     References
     ----------
@@ -238,7 +243,7 @@ def algorithm_is_correct(algorithm: Algorithm, topology: Topology | None = None)
     True
     """
     if not _fast_path_applies(algorithm):
-        raise ValueError(f"{algorithm.name}: the array verifier takes step schedules without switch reductions")
+        raise ValueError(f"{algorithm.name}: the array verifier takes step schedules")
     coll = algorithm.collective
     p, g = coll.num_ranks, coll.num_chunks
     if topology is not None and topology.num_ranks != p:
@@ -253,6 +258,9 @@ def algorithm_is_correct(algorithm: Algorithm, topology: Topology | None = None)
         return False
     if not _bandwidth_ok(algorithm, topology, routes, pairs, distinct):
         return False
+    switched = _SwitchedSlots.of(algorithm, topology)
+    if switched is None:
+        return False
     # Slots: rank * G + chunk, renumbered densely over those in use.
     pre_rank, pre_chunk = flatten(coll.input_layout)
     out_rank, out_chunk = flatten(coll.output_layout)
@@ -262,10 +270,22 @@ def algorithm_is_correct(algorithm: Algorithm, topology: Topology | None = None)
     if dense:
         keys = np.arange(p * g, dtype=np.int64)  # every slot: no renumbering needed
     else:
-        keys = np.unique(np.concatenate([pre_key, table.src * g + table.chunk, table.dst * g + table.chunk]))
+        # marked in a table of every slot (at most simcoll.limits.MAX_COLLECTIVE_SLOTS): no sort
+        in_use = np.zeros(p * g, dtype=bool)
+        for used in (
+            pre_key,
+            table.src * g + table.chunk,
+            table.dst * g + table.chunk,
+            switched.src_key,
+            switched.dst_key,
+        ):
+            in_use[used] = True
+        keys = np.flatnonzero(in_use)
+        number = np.zeros(p * g, dtype=np.int32 if len(keys) < 2**31 else np.int64)
+        number[keys] = np.arange(len(keys))
 
     def slot_of(key: np.ndarray) -> np.ndarray:  # a slot's number is its key where every slot is kept
-        return key if dense else np.searchsorted(keys, key)
+        return key if dense else number[key]
 
     bits = np.zeros((len(keys), words), dtype=np.uint64)
     present = np.zeros(len(keys), dtype=bool)
@@ -276,9 +296,18 @@ def algorithm_is_correct(algorithm: Algorithm, topology: Topology | None = None)
     src_slot = slot_of(table.src * g + table.chunk)
     dst_slot = slot_of(table.dst * g + table.chunk)
     order = np.argsort(table.step, kind="stable")
-    cuts = np.flatnonzero(np.diff(table.step[order])) + 1
-    for batch in np.split(order, cuts) if len(order) else ():
-        if not _apply_step(bits, present, src_slot[batch], dst_slot[batch], table.reduce[batch]):
+    steps = table.step[order]
+    red_src, red_dst = slot_of(switched.src_key), slot_of(switched.dst_key)
+    every_step = np.union1d(steps, switched.step)
+    t_lo, t_hi = np.searchsorted(steps, every_step), np.searchsorted(steps, every_step, side="right")
+    r_lo, r_hi = np.searchsorted(switched.step, every_step), np.searchsorted(switched.step, every_step, side="right")
+    for i in range(len(every_step)):
+        batch = order[t_lo[i] : t_hi[i]]
+        reductions = slice(r_lo[i], r_hi[i])
+        value = switched.read(bits, present, red_src, reductions)  # at the start of the step, as the transfers
+        if value is None or not _apply_step(bits, present, src_slot[batch], dst_slot[batch], table.reduce[batch]):
+            return False
+        if not switched.write(bits, present, red_dst, reductions, value, dst_slot[batch]):
             return False
     out_key = out_rank * g + out_chunk
     out_slot = np.minimum(np.searchsorted(keys, out_key), len(keys) - 1)
@@ -327,11 +356,125 @@ def _apply_step(bits: np.ndarray, present: np.ndarray, src: np.ndarray, dst: np.
             if (base & red_val).any():
                 return False  # a contribution counted twice
             bits[red_dst] = base | red_val
-        else:
-            for slot, value in zip(red_dst.tolist(), red_val, strict=True):
-                if (bits[slot] & value).any():
-                    return False
-                bits[slot] |= value
+        else:  # several reductions into one slot (a tree's children): all disjoint, so no bit is counted twice
+            starts = np.flatnonzero(first)
+            slots, base = red_dst[starts], bits[red_dst[starts]]
+            merged = base | np.bitwise_or.reduceat(red_val, starts, axis=0)
+            if (np.add.reduceat(_popcount(red_val), starts) + _popcount(base) != _popcount(merged)).any():
+                return False  # a contribution counted twice
+            bits[slots] = merged
+    return True
+
+
+class _SwitchedSlots:
+    """An Algorithm's in-switch reductions for :func:`algorithm_is_correct`:
+    sorted by step, each one's source and destination slot keys (rank × G +
+    chunk) laid out reduction after reduction, with their offsets."""
+
+    def __init__(
+        self, step: np.ndarray, src_key: np.ndarray, src_n: np.ndarray, dst_key: np.ndarray, dst_n: np.ndarray
+    ):
+        self.step, self.src_key, self.src_n, self.dst_key, self.dst_n = step, src_key, src_n, dst_key, dst_n
+        self.src_at = np.concatenate(([0], np.cumsum(src_n)))
+        self.dst_at = np.concatenate(([0], np.cumsum(dst_n)))
+        self._mark: np.ndarray | None = None  # per slot, the number of the destination that wrote it last
+        self._marked = 0
+
+    @classmethod
+    def of(cls, algorithm: Algorithm, topology: Topology | None) -> _SwitchedSlots | None:
+        """The reductions of ``algorithm`` (none: empty columns), or None where
+        the symbolic run would report a problem before any step: a reduction
+        that combines in a collective that does not, or a switch rule
+        (:func:`_check_switch_reductions`) broken."""
+        empty = np.zeros(0, dtype=np.int64)
+        reductions = algorithm.switch_reductions
+        if not reductions:
+            return cls(empty, empty, empty, empty, empty)
+        if not isinstance(reductions, SwitchReductionTable):
+            reductions = SwitchReductionTable.from_reductions(reductions)
+        size = np.array([len(ranks) for ranks in reductions.rank_sets], dtype=np.int64)
+        if not algorithm.collective.combining and (size[reductions.sources] > 1).any():
+            return None
+        if topology is not None and not _switch_rules_ok(reductions, topology):
+            return None
+        order = np.argsort(reductions.step, kind="stable")
+        chunk, g = reductions.chunk[order], algorithm.collective.num_chunks
+        flat = np.fromiter((r for ranks in reductions.rank_sets for r in ranks), dtype=np.int64, count=int(size.sum()))
+        start = np.concatenate(([0], np.cumsum(size)[:-1]))
+
+        def keys(sets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            n = size[sets[order]]
+            return flat[ragged_indices(start[sets[order]], n)] * g + np.repeat(chunk, n), n
+
+        (src_key, src_n), (dst_key, dst_n) = keys(reductions.sources), keys(reductions.destinations)
+        return cls(reductions.step[order], src_key, src_n, dst_key, dst_n)
+
+    def read(self, bits: np.ndarray, present: np.ndarray, src_slot: np.ndarray, rows: slice) -> np.ndarray | None:
+        """The values reductions ``rows`` deliver (their sources' bits ORed,
+        a row each), or None where a source does not hold its chunk or two
+        sources hold the same contribution."""
+        if rows.start == rows.stop:
+            return bits[:0]
+        sources = src_slot[self.src_at[rows.start] : self.src_at[rows.stop]]
+        if not present[sources].all():
+            return None
+        values = bits[sources]
+        starts = self.src_at[rows.start : rows.stop] - self.src_at[rows.start]
+        combined = np.bitwise_or.reduceat(values, starts, axis=0)
+        if (np.add.reduceat(_popcount(values), starts) != _popcount(combined)).any():
+            return None  # a contribution counted twice
+        return combined
+
+    def write(
+        self,
+        bits: np.ndarray,
+        present: np.ndarray,
+        dst_slot: np.ndarray,
+        rows: slice,
+        value: np.ndarray,
+        written: np.ndarray,
+    ) -> bool:
+        """Reductions ``rows`` replace their destinations' copies with ``value``;
+        False where a slot receives twice in the step (``written``: the slots
+        the step's transfers wrote)."""
+        if rows.start == rows.stop:
+            return True
+        slots = dst_slot[self.dst_at[rows.start] : self.dst_at[rows.stop]]
+        if self._mark is None:
+            self._mark = np.full(len(bits), -1, dtype=np.int64)
+        # each destination marks its slot with its own number, above every earlier step's: a slot
+        # marked by another of this step's destinations, or one a transfer wrote, is written twice
+        number = np.arange(self._marked, self._marked + len(slots), dtype=np.int64)
+        self._marked += len(slots)
+        self._mark[slots] = number
+        if (self._mark[slots] != number).any() or (self._mark[written] >= number[0]).any():
+            return False
+        bits[slots] = np.repeat(value, self.dst_n[rows], axis=0)
+        present[slots] = True
+        return True
+
+
+def _popcount(bits: np.ndarray) -> np.ndarray:
+    """Set bits per row of a (rows, words) uint64 array."""
+    if hasattr(np, "bitwise_count"):  # NumPy 2
+        return np.bitwise_count(bits).sum(axis=1, dtype=np.int64)
+    return np.unpackbits(bits.view(np.uint8), axis=1).sum(axis=1, dtype=np.int64)
+
+
+def _switch_rules_ok(reductions: SwitchReductionTable, topology: Topology) -> bool:
+    """:func:`_check_switch_reductions` finds nothing, checked once per (switch, rank tuple)."""
+    names = {c.name: c for c in topology.components}
+    reach = _SwitchReach(topology)
+    sets = len(reductions.rank_sets)
+    for column, fans, forward in ((reductions.sources, "reduce", False), (reductions.destinations, "multicast", True)):
+        for key in np.unique(reductions.switch * sets + column).tolist():
+            switch, ranks = reductions.switches[key // sets], reductions.rank_sets[key % sets]
+            comp = names.get(switch)
+            if comp is None or comp.kind not in SWITCH_KINDS or (len(ranks) > 1 and not getattr(comp, fans)):
+                return False
+            gpus = reach.gpus(switch, forward)
+            if not all(topology.gpu(r).name in gpus for r in ranks):
+                return False
     return True
 
 
@@ -450,30 +593,35 @@ def _check_switch_reductions(algorithm: Algorithm, topology: Topology | None) ->
 
 
 class _SwitchReach:
-    """Which components a GPU reaches (and which reach a GPU) through links that
-    enter no other GPU; cached per GPU."""
+    """Which GPUs reach a switch, and which a switch reaches, through links
+    that enter no other GPU; cached per switch (a fabric switch reaches
+    thousands of components, but a few switches serve every reduction)."""
 
     def __init__(self, topology: Topology):
         self.graph = topology.to_networkx()
-        self.gpus = {g.name for g in topology.gpus}
+        self.gpu_names = {g.name for g in topology.gpus}
         self._cache: dict[tuple[str, bool], set[str]] = {}
 
-    def _reached(self, gpu: str, forward: bool) -> set[str]:
-        key = (gpu, forward)
+    def gpus(self, switch: str, forward: bool) -> set[str]:
+        """The GPUs ``switch`` reaches (``forward``) or that reach it."""
+        key = (switch, forward)
         if key not in self._cache:
-            seen, stack = {gpu}, [gpu]
+            found: set[str] = set()
+            seen, stack = {switch}, [switch]
             while stack:
                 u = stack.pop()
-                nexts = self.graph.successors(u) if forward else self.graph.predecessors(u)
-                for v in nexts:
-                    if v not in seen and v not in self.gpus:
+                for v in self.graph.successors(u) if forward else self.graph.predecessors(u):
+                    if v in self.gpu_names:
+                        found.add(v)
+                    elif v not in seen:
                         seen.add(v)
                         stack.append(v)
-            self._cache[key] = seen
+            self._cache[key] = found
         return self._cache[key]
 
     def connected(self, a: str, b: str) -> bool:
-        return b in self._reached(a, True) if a in self.gpus else a in self._reached(b, False)
+        """GPU ``a`` reaches switch ``b``, or switch ``a`` reaches GPU ``b``."""
+        return a in self.gpus(b, False) if a in self.gpu_names else b in self.gpus(a, True)
 
 
 def _events(algorithm: Algorithm) -> Iterable[tuple[str, str, list[int]]]:

@@ -4,19 +4,24 @@ columnar transfer tables agree with the general symbolic verifier.
 Claim: on every registered generator's step schedule for small machines, and
 on broken variants of them (a transfer dropped, moved a step, duplicated,
 turned into a reduce, or re-pointed), ``algorithm_is_correct`` is True exactly
-when the symbolic verifier reports no problem. A schedule held as a
+when the symbolic verifier reports no problem; so too for the in-switch
+generators (NVLS, NVLS-Tree, CollNet) and broken variants of their switch
+reductions (one dropped, moved, given a source or destination more or less,
+another chunk or another switch). A schedule held as a
 TransferTable checks, simulates and costs exactly as the same transfers held
 as Transfer objects.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import random
 
 import pytest
 
 from simcoll import load_machine
-from simcoll.algorithm import Algorithm, Transfer, TransferTable
+from simcoll.algorithm import Algorithm, SwitchReductionTable, Transfer, TransferTable
 from simcoll.algorithms import REGISTRY, applicable
 from simcoll.errors import AlgorithmError
 from simcoll.verify import _check_algorithm_symbolic, algorithm_is_correct, check
@@ -30,6 +35,17 @@ def _step_algorithms(machine: str):
     for collective in COLLECTIVES:
         for name, a in applicable(m, collective).items():
             if isinstance(a, Algorithm) and a.schedule == "steps" and not a.switch_reductions:
+                yield f"{machine}/{collective}/{name}", m, a
+
+
+SWITCHED = ("dgx-h100", "dgx-h100*2")
+
+
+def _switched_algorithms(machine: str):
+    m = load_machine(machine)
+    for collective in ("allreduce", "allgather", "reducescatter"):
+        for name, a in applicable(m, collective).items():
+            if isinstance(a, Algorithm) and a.switch_reductions:
                 yield f"{machine}/{collective}/{name}", m, a
 
 
@@ -56,6 +72,61 @@ def _variants(a: Algorithm, rng: random.Random):
         if dst != t.src:
             yield "redirect", [*ts[:i], Transfer(t.chunk, t.src, dst, t.op, t.step), *ts[i + 1 :]]
         yield "chunk", [*ts[:i], Transfer((t.chunk + 1) % g, t.src, t.dst, t.op, t.step), *ts[i + 1 :]]
+
+
+def _replaced(rs: list, i: int, **changes) -> list:
+    return [*rs[:i], dataclasses.replace(rs[i], **changes), *rs[i + 1 :]]
+
+
+def _reduction_variants(a: Algorithm, rng: random.Random):
+    """Broken (or harmless) edits of a schedule's switch reductions."""
+    rs = list(a.switch_reductions)
+    p, g = a.num_ranks, a.collective.num_chunks
+    switches = sorted({r.switch for r in rs})
+    for _ in range(4):
+        i = rng.randrange(len(rs))
+        r = rs[i]
+        edited = functools.partial(_replaced, rs, i)
+
+        yield "drop", rs[:i] + rs[i + 1 :]
+        yield "duplicate", [*rs, r]
+        yield "earlier", edited(step=max(0, r.step - 1))
+        yield "later", edited(step=min(r.step + 1, len(a.rounds_per_step) - 1))
+        yield "chunk", edited(chunk=(r.chunk + 1) % g)
+        if len(r.sources) > 1:
+            yield "fewer sources", edited(sources=r.sources[1:])
+        if len(r.destinations) > 1:
+            yield "fewer destinations", edited(destinations=r.destinations[1:])
+        outside = [x for x in range(p) if x not in r.sources]
+        if outside:
+            yield "another source", edited(sources=(*r.sources, rng.choice(outside)))
+        outside = [x for x in range(p) if x not in r.destinations]
+        if outside:
+            yield "another destination", edited(destinations=(*r.destinations, rng.choice(outside)))
+        if len(switches) > 1:
+            yield "another switch", edited(switch=rng.choice([w for w in switches if w != r.switch]))
+
+
+@pytest.mark.parametrize("machine", SWITCHED)
+def test_array_verifier_agrees_with_symbolic_on_switch_reductions_and_broken_variants(machine):
+    rng = random.Random(15)
+    seen, broken = 0, set()
+    for label, m, a in _switched_algorithms(machine):
+        assert _check_algorithm_symbolic(a, m.topology) == [], label
+        assert algorithm_is_correct(a, m.topology), label
+        as_objects = a.with_changes(switch_reductions=tuple(a.switch_reductions))
+        assert algorithm_is_correct(as_objects, m.topology), label
+        for kind, rs in _reduction_variants(a, rng):
+            for reductions in (tuple(rs), SwitchReductionTable.from_reductions(rs)):
+                b = a.with_changes(switch_reductions=reductions)
+                for topology in (m.topology, None):
+                    expected = _check_algorithm_symbolic(b, topology) == []
+                    assert algorithm_is_correct(b, topology) == expected, f"{label} {kind} topology={topology}"
+                    if not expected:
+                        broken.add(kind)
+            seen += 1
+    assert seen > 0
+    assert {"drop", "duplicate", "chunk", "another source", "fewer sources"} <= broken, broken
 
 
 @pytest.mark.parametrize("machine", MACHINES)
@@ -179,3 +250,16 @@ def test_bandwidth_loads_are_the_sends_per_step_and_constraint(monkeypatch, dens
     assert len(expected) > a.steps  # several constraints a step
     assert list(zip(step.tolist(), cons.tolist(), strict=True)) == sorted(expected)
     assert counts.tolist() == [expected[key] for key in sorted(expected)]
+
+
+def test_a_slot_written_by_a_transfer_and_a_switch_reduction_in_one_step_is_refused_by_both_verifiers():
+    m = load_machine("dgx-h100")
+    a = REGISTRY["nvls"].function(m.topology, _coll("allreduce", 8, 72))
+    r = a.switch_reductions[0]
+    d = r.destinations[0]
+    x = next(rank for rank in range(8) if rank != d)
+    b = a.with_changes(transfers=(Transfer(r.chunk, x, d, "copy", r.step),))
+    problems = _check_algorithm_symbolic(b, m.topology)
+    assert any(f"rank {d} receives chunk {r.chunk} twice" in p for p in problems), problems
+    assert not algorithm_is_correct(b, m.topology)
+    assert check(b, m) == problems

@@ -1,4 +1,4 @@
-"""Limits on the size of a machine simcoll agrees to build.
+"""Limits on the size of a machine, collective or schedule simcoll agrees to build.
 
 A topology spec is a few characters (``fully-connected:100000``,
 ``hypercube:40``, ``gpus: 1e30`` in a YAML file) but the machine it names

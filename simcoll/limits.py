@@ -101,7 +101,7 @@ def transfer_budget(what: str) -> Iterator[None]:
     new columns (:func:`charge_transfers`); tables that copy or reorder the
     rows of others do not (:func:`uncharged`), so each transfer counts once.
     A budget already open (a generator composing others) goes on counting;
-    ``what`` (the generator, collective and machine) names it in the error.
+    ``what`` (the generator and its collective) names it in the error.
 
     Raises
     ------

@@ -93,8 +93,7 @@ def check_machine_size(what: str, gpus: int, links: int = 0) -> None:
         )
 
 
-@contextlib.contextmanager
-def transfer_budget(what: str) -> Iterator[None]:
+def transfer_budget(what: str) -> contextlib.AbstractContextManager[None]:
     """Count the transfers built inside against :data:`MAX_TRANSFERS`.
 
     :class:`~simcoll.algorithm.TransferTable` charges every table built from
@@ -117,14 +116,7 @@ def transfer_budget(what: str) -> Iterator[None]:
     ...     transfers_built()
     3
     """
-    if _BUDGET.get() is not None:
-        yield
-        return
-    token = _BUDGET.set(_Budget(what))
-    try:
-        yield
-    finally:
-        _BUDGET.reset(token)
+    return contextlib.nullcontext() if _BUDGET.get() is not None else _budget_set(_Budget(what))
 
 
 def transfers_built() -> int | None:
@@ -133,10 +125,15 @@ def transfers_built() -> int | None:
     return None if budget is None else budget.built
 
 
-@contextlib.contextmanager
-def uncharged() -> Iterator[None]:
+def uncharged() -> contextlib.AbstractContextManager[None]:
     """Tables built inside are not counted: their rows are copies of counted ones."""
-    token = _BUDGET.set(None)
+    return _budget_set(None)
+
+
+@contextlib.contextmanager
+def _budget_set(budget: _Budget | None) -> Iterator[None]:
+    """``budget`` is the open one inside, the one before after."""
+    token = _BUDGET.set(budget)
     try:
         yield
     finally:

@@ -383,20 +383,21 @@ class _SwitchedSlots:
     @classmethod
     def of(cls, algorithm: Algorithm, topology: Topology | None) -> _SwitchedSlots | None:
         """The reductions of ``algorithm`` (none: empty columns), or None where
-        the symbolic run would report a problem before any step: a reduction
-        that combines in a collective that does not, or a switch rule
-        (:func:`_check_switch_reductions`) broken."""
+        the symbolic run would report a problem before any step: a rule of
+        :func:`_check_switch_reductions` broken, checked on one reduction per
+        (switch, sources, destinations), all the rules depend on."""
         empty = np.zeros(0, dtype=np.int64)
         reductions = algorithm.switch_reductions
         if not reductions:
             return cls(empty, empty, empty, empty, empty)
         if not isinstance(reductions, SwitchReductionTable):
             reductions = SwitchReductionTable.from_reductions(reductions)
+        sets = len(reductions.rank_sets)  # (switch, sources) numbered, then with destinations: int keys sort fast
+        _, pair = np.unique(reductions.switch * sets + reductions.sources, return_inverse=True)
+        _, first = np.unique(pair * sets + reductions.destinations, return_index=True)
+        if _check_switch_reductions([reductions[i] for i in first.tolist()], algorithm.collective, topology):
+            return None
         size = np.array([len(ranks) for ranks in reductions.rank_sets], dtype=np.int64)
-        if not algorithm.collective.combining and (size[reductions.sources] > 1).any():
-            return None
-        if topology is not None and not _switch_rules_ok(reductions, topology):
-            return None
         order = np.argsort(reductions.step, kind="stable")
         chunk, g = reductions.chunk[order], algorithm.collective.num_chunks
         flat = np.fromiter((r for ranks in reductions.rank_sets for r in ranks), dtype=np.int64, count=int(size.sum()))
@@ -461,23 +462,6 @@ def _popcount(bits: np.ndarray) -> np.ndarray:
     return np.unpackbits(bits.view(np.uint8), axis=1).sum(axis=1, dtype=np.int64)
 
 
-def _switch_rules_ok(reductions: SwitchReductionTable, topology: Topology) -> bool:
-    """:func:`_check_switch_reductions` finds nothing, checked once per (switch, rank tuple)."""
-    names = {c.name: c for c in topology.components}
-    reach = _SwitchReach(topology)
-    sets = len(reductions.rank_sets)
-    for column, fans, forward in ((reductions.sources, "reduce", False), (reductions.destinations, "multicast", True)):
-        for key in np.unique(reductions.switch * sets + column).tolist():
-            switch, ranks = reductions.switches[key // sets], reductions.rank_sets[key % sets]
-            comp = names.get(switch)
-            if comp is None or comp.kind not in SWITCH_KINDS or (len(ranks) > 1 and not getattr(comp, fans)):
-                return False
-            gpus = reach.gpus(switch, forward)
-            if not all(topology.gpu(r).name in gpus for r in ranks):
-                return False
-    return True
-
-
 def _bandwidth_ok(
     algorithm: Algorithm, topology: Topology | None, routes: Routes | None, pairs: np.ndarray, distinct: np.ndarray
 ) -> bool:
@@ -509,7 +493,7 @@ def _check_algorithm_symbolic(algorithm: Algorithm, topology: Topology | None = 
             if not routes.connected(t.src, t.dst):
                 problems.append(f"{t.describe()}: {topology.name} has no route from GPU {t.src} to GPU {t.dst}")
     n = len(algorithm.transfers)
-    problems += _check_switch_reductions(algorithm, topology)
+    problems += _check_switch_reductions(algorithm.switch_reductions, coll, topology)
     state: dict[tuple[int, int], Value] = {(r, c): _initial_value(c, r) for c, r in coll.pre}
     captured: dict[int, Value | None] = {}
     for kind, label, batch in _events(algorithm):
@@ -557,21 +541,24 @@ def _switch_read(r: SwitchReduction, state, problems: list[str]) -> Value | None
     return value
 
 
-def _check_switch_reductions(algorithm: Algorithm, topology: Topology | None) -> list[str]:
+def _check_switch_reductions(
+    reductions: Iterable[SwitchReduction], collective: Collective, topology: Topology | None
+) -> list[str]:
     """Collective and topology rules for the in-switch reductions (module docstring)."""
     problems: list[str] = []
-    if not algorithm.switch_reductions:
+    reductions = list(reductions)
+    if not reductions:
         return problems
-    if not algorithm.collective.combining:
-        for r in algorithm.switch_reductions:
+    if not collective.combining:
+        for r in reductions:
             if len(r.sources) > 1:
-                problems.append(f"{r.describe()}: a {algorithm.collective.name} combines nothing")
+                problems.append(f"{r.describe()}: a {collective.name} combines nothing")
                 break
     if topology is None:
         return problems
     names = {c.name: c for c in topology.components}
     reach = _SwitchReach(topology)
-    for r in algorithm.switch_reductions:
+    for r in reductions:
         comp = names.get(r.switch)
         if comp is None or comp.kind not in SWITCH_KINDS:
             what = "no such component" if comp is None else f"a {comp.kind}, not a switch"

@@ -36,8 +36,11 @@ Use :func:`check` for the list of problems, :func:`verify` to raise.
 
 from __future__ import annotations
 
+import contextvars
+import time
 from collections import defaultdict, deque
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 
 import networkx as nx
 import numpy as np
@@ -45,7 +48,7 @@ import numpy as np
 from .algorithm import Algorithm, BandwidthConstraint, RelationIndex, SwitchReduction, SwitchReductionTable, Transfer
 from .arrays import flatten, ragged_indices
 from .collectives import Collective
-from .errors import VerificationError
+from .errors import SimcollError, TimeLimitError, VerificationError
 from .machines import Machine, as_machine
 from .program import RECEIVES, SENDS, Executor, Instruction, Program, Ref
 from .routes import Routes, bandwidth_relation, routes_of
@@ -55,7 +58,9 @@ Value = tuple[int, frozenset[int]]
 MAX_PROBLEMS = 20
 
 
-def check(schedule: Algorithm | Program, machine: Machine | str | None = None) -> list[str]:
+def check(
+    schedule: Algorithm | Program, machine: Machine | str | None = None, *, time_limit_s: float | None = None
+) -> list[str]:
     """Every problem of a schedule, as sentences naming what is at fault.
 
     An Algorithm is replayed step by step (module docstring) and checked
@@ -70,6 +75,10 @@ def check(schedule: Algorithm | Program, machine: Machine | str | None = None) -
     machine : Machine or str, optional
         The machine (or a topology spec) the schedule runs on; without one,
         routes are not checked and B is the Algorithm's own, if any.
+    time_limit_s : float, optional
+        Wall-clock limit of the check, in seconds (default: none).
+        :func:`simcoll.simulator.simulate` passes its own: verifying and
+        simulating share it.
 
     Returns
     -------
@@ -83,6 +92,9 @@ def check(schedule: Algorithm | Program, machine: Machine | str | None = None) -
         When ``schedule`` is neither an Algorithm nor a Program.
     TopologyError
         When ``machine`` is not a Machine or a topology spec.
+    TimeLimitError
+        When ``time_limit_s`` seconds pass before the check ends (a schedule
+        of millions of transfers and a problem send it to the symbolic run).
 
     See Also
     --------
@@ -102,11 +114,41 @@ def check(schedule: Algorithm | Program, machine: Machine | str | None = None) -
     ['ring is for 4 ranks but ring:8 has 8']
     """
     topology = as_machine(machine).topology if machine is not None else None
-    if isinstance(schedule, Algorithm):
-        return check_algorithm(schedule, topology)
-    if isinstance(schedule, Program):
+    if not isinstance(schedule, (Algorithm, Program)):
+        raise TypeError(f"cannot verify a {type(schedule).__name__}")
+    if time_limit_s is not None and not time_limit_s > 0:
+        raise SimcollError(f"time_limit_s must be a positive number of seconds, got {time_limit_s!r}")
+    token = _DEADLINE.set(None if time_limit_s is None else _Deadline(f"verification of {schedule.name}", time_limit_s))
+    try:
+        if isinstance(schedule, Algorithm):
+            return check_algorithm(schedule, topology)
         return check_program(schedule, topology)
-    raise TypeError(f"cannot verify a {type(schedule).__name__}")
+    finally:
+        _DEADLINE.reset(token)
+
+
+@dataclass
+class _Deadline:
+    """A check's wall-clock limit (:func:`check`'s ``time_limit_s``)."""
+
+    what: str
+    time_limit_s: float
+    started_s: float = field(default_factory=time.perf_counter)
+
+
+#: The limit of the check running in this context, if it has one.
+_DEADLINE: contextvars.ContextVar[_Deadline | None] = contextvars.ContextVar("simcoll_verify_deadline", default=None)
+
+
+def _on_time(where: str, at: object) -> None:
+    """Raise :class:`TimeLimitError` once the running check is past its limit
+    (the message says it was ``where`` ``at``); nothing without a limit."""
+    deadline = _DEADLINE.get()
+    if deadline is not None and time.perf_counter() - deadline.started_s > deadline.time_limit_s:
+        raise TimeLimitError(
+            f"{deadline.what}: wall-clock limit of {deadline.time_limit_s:g} s reached {where} {at} "
+            "(raise time_limit_s, or skip the check: verify=False, --no-verify)"
+        )
 
 
 def verify(schedule: Algorithm | Program, machine: Machine | str | None = None) -> None:
@@ -302,6 +344,7 @@ def algorithm_is_correct(algorithm: Algorithm, topology: Topology | None = None)
     t_lo, t_hi = np.searchsorted(steps, every_step), np.searchsorted(steps, every_step, side="right")
     r_lo, r_hi = np.searchsorted(switched.step, every_step), np.searchsorted(switched.step, every_step, side="right")
     for i in range(len(every_step)):
+        _on_time("at step", every_step[i])
         batch = order[t_lo[i] : t_hi[i]]
         reductions = slice(r_lo[i], r_hi[i])
         value = switched.read(bits, present, red_src, reductions)  # at the start of the step, as the transfers
@@ -497,6 +540,7 @@ def _check_algorithm_symbolic(algorithm: Algorithm, topology: Topology | None = 
     state: dict[tuple[int, int], Value] = {(r, c): _initial_value(c, r) for c, r in coll.pre}
     captured: dict[int, Value | None] = {}
     for kind, label, batch in _events(algorithm):
+        _on_time("replaying", label)
         switched = [i - n for i in batch if i >= n]
         batch = [i for i in batch if i < n]
         if kind == "read":
@@ -632,8 +676,8 @@ def _events(algorithm: Algorithm) -> Iterable[tuple[str, str, list[int]]]:
     for i, t in enumerate((*algorithm.transfers, *algorithm.switch_reductions)):
         moments[(t.end_s, 0)].append(i)
         moments[(t.start_s, 1)].append(i)
-    for (time, kind), batch in sorted(moments.items()):
-        yield ("write" if kind == 0 else "read"), f"t={time:.6g}s", batch
+    for (moment, kind), batch in sorted(moments.items()):
+        yield ("write" if kind == 0 else "read"), f"t={moment:.6g}s", batch
 
 
 def _apply_updates(reads, state, label: str, problems: list[str]) -> None:
@@ -931,7 +975,8 @@ def check_program(program: Program, topology: Topology | None = None) -> list[st
     while progress and len(problems) < MAX_PROBLEMS:
         progress = False
         for g in range(n):
-            _, e = run.executors[g]
+            rank, e = run.executors[g]
+            _on_time("running executor (rank, id)", (rank, e.id))
             while run.pc[g] < len(e.instructions) and run.blocked_on(g) is None:
                 run.run_one(g)
                 progress = True

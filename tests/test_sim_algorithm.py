@@ -9,6 +9,7 @@ machines.
 
 import json
 import math
+import time
 
 import pandas as pd
 import pytest
@@ -18,7 +19,7 @@ from simcoll.algorithm import Algorithm, Transfer
 from simcoll.algorithms import applicable, generate
 from simcoll.analytic import critical_path_time_s
 from simcoll.collectives import COLLECTIVES, make_collective
-from simcoll.errors import AlgorithmError, SimcollError, SimulationError, SizeError, VerificationError
+from simcoll.errors import AlgorithmError, SimcollError, SimulationError, SizeError, TimeLimitError, VerificationError
 from simcoll.simulator import algorithm_mode, simulate
 
 SIZE = 1 << 20
@@ -684,3 +685,21 @@ def test_a_slot_is_held_exactly_when_it_is_present(spread):
     slots = rng.integers(0, 600 * spread, 1000)
     assert np.array_equal(holds(present, slots), np.isin(slots, present))
     assert not holds(present[:0], slots).any()
+
+
+def test_wall_clock_limit_covers_the_verification():
+    """simulate() verifies first (verify=True): its limit bounds both, so a
+    schedule whose check alone would take minutes stops at the limit too."""
+    machine = load_machine("ring:64")
+    algorithm = generate("ring", machine, "allreduce")
+    with pytest.raises(TimeLimitError, match=r"^verification of ring: wall-clock limit of 1e-09 s reached at step 0 "):
+        simulate(algorithm, machine, SIZE, time_limit_s=1e-9)
+
+
+def test_wall_clock_limit_counts_from_before_the_verification():
+    machine = load_machine("ring:64")
+    algorithm = generate("ring", machine, "allreduce")
+    started_s = time.perf_counter() - 100  # as if its verification had taken 100 s
+    with pytest.raises(TimeLimitError, match="wall-clock limit of 50 s reached"):
+        algorithm_mode._simulate_algorithm(algorithm, machine, SIZE, time_limit_s=50, started_s=started_s)
+    assert algorithm_mode._simulate_algorithm(algorithm, machine, SIZE, time_limit_s=50).time_s > 0

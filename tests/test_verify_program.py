@@ -19,7 +19,7 @@ from program_builders import op, program, tb
 
 from simcoll.collectives import make_collective
 from simcoll.dsl.examples import alltoall_two_step
-from simcoll.errors import AlgorithmError, VerificationError
+from simcoll.errors import AlgorithmError, SimcollError, VerificationError
 from simcoll.machines import load_machine
 from simcoll.program import RECEIVES, SENDS, Program, RankProgram, Ref
 from simcoll.topology import topology_from_dict
@@ -549,3 +549,28 @@ def test_put_to_a_rank_without_route_is_reported():
     """On line:4 rank 0 cannot write into rank 3's memory: no route joins them."""
     problems = check(put_allgather(), "line:4")
     assert any("no route" in p and "rank 3" in p for p in problems), problems
+
+
+def test_a_check_stops_at_its_wall_clock_limit_on_every_path():
+    """check(time_limit_s=...): the array replay, the symbolic replay (a timed
+    schedule) and a Program's execution each stop at the limit, naming where."""
+    from simcoll import generate
+    from simcoll.compiler import lower_algorithm
+    from simcoll.errors import TimeLimitError
+
+    machine = load_machine("ring:8")
+    steps = generate("ring", machine, "allgather")
+    timed = steps.with_changes(
+        transfers=tuple(replace(t, step=None, start_s=float(t.step), end_s=t.step + 1.0) for t in steps.transfers),
+        rounds_per_step=(),
+    )
+    assert check(steps, machine, time_limit_s=60) == check(timed, machine, time_limit_s=60) == []
+    for schedule, where in (
+        (steps, "at step 0"),
+        (timed, "replaying t="),
+        (lower_algorithm(steps), "running executor"),
+    ):
+        with pytest.raises(TimeLimitError, match=f"wall-clock limit of 1e-09 s reached {where}"):
+            check(schedule, machine, time_limit_s=1e-9)
+    with pytest.raises(SimcollError, match="time_limit_s must be a positive number"):
+        check(steps, machine, time_limit_s=0)

@@ -97,7 +97,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--no-contention", action="store_true", help="ideal network: no sharing and no contention parameters"
     )
-    add_time_limit_option(p, "wall-clock limit in seconds (default 60)")
+    add_time_limit_option(p, "wall-clock limit in seconds, the verification included (default 60)")
     p.add_argument("--trace", help="write a Chrome trace JSON (Perfetto) here")
     p.add_argument("--no-verify", action="store_true", help="time the schedule even if it is not a correct collective")
 

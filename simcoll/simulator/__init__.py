@@ -16,6 +16,8 @@ Chrome trace). The network model is in :mod:`.network`.
 
 from __future__ import annotations
 
+import time
+
 from ..algorithm import Algorithm
 from ..collector import collector_paused
 from ..cost_model import PROTOCOLS
@@ -73,7 +75,8 @@ def simulate(
         route's bandwidth. An Algorithm then takes exactly
         :func:`simcoll.analytic.critical_path_time_s` (to rounding).
     time_limit_s : float, optional
-        Wall-clock limit of the run, in seconds (default 60).
+        Wall-clock limit of the run, its verification included, in seconds
+        (default 60).
     verify : bool, optional
         Refuse a schedule that does not implement its collective on this
         machine (:func:`simcoll.verify.check`) instead of timing it (default).
@@ -141,15 +144,19 @@ def simulate(
         raise SimulationError("Algorithm mode needs an Algorithm; a Program runs in Program mode (mode='program')")
     if protocol is not None and protocol not in PROTOCOLS:
         raise SimulationError(f"unknown protocol {protocol!r}: use {', '.join(PROTOCOLS)}")
+    started_s = time.perf_counter()  # the limit covers the check and the run together
     if verify:
         from ..verify import check
 
-        problems = check(schedule, machine)
+        # (a limit that is not a positive number is refused by the back end below, as ever)
+        valid = isinstance(time_limit_s, (int, float)) and time_limit_s > 0
+        problems = check(schedule, machine, time_limit_s=time_limit_s if valid else None)
         if problems:
             raise VerificationError([f"{schedule.name}: {p}" for p in problems])
     options = {
         "contention": contention,
         "time_limit_s": time_limit_s,
+        "started_s": started_s,
         "record_timeline": record_timeline,
         "record_utilisation": record_utilisation,
     }

@@ -189,8 +189,9 @@ class _Run:
         record_utilisation: bool,
         protocol: str | None = None,
         time_limit_s: float = math.inf,
+        started_s: float | None = None,
     ) -> None:
-        self.started_s = time.perf_counter()
+        self.started_s = time.perf_counter() if started_s is None else started_s
         self.time_limit_s = time_limit_s
         self.what = f"simulation of {algorithm.name} on {machine.name}"
         if algorithm.num_ranks != machine.num_ranks:
@@ -836,6 +837,7 @@ def _simulate_algorithm(
     record_timeline: bool = True,
     record_utilisation: bool = True,
     protocol: str | None = None,
+    started_s: float | None = None,
 ) -> SimulationResult:
     """Simulate ``algorithm`` on ``machine`` for a ``size_bytes`` buffer
     (nccl-tests naming: one chunk is ``size_bytes / collective.size_chunks``);
@@ -847,7 +849,10 @@ def _simulate_algorithm(
     ``contention=True`` messages share the network max-min fairly and the
     model's contention parameters apply (:mod:`simcoll.simulator.network`).
     ``record_timeline`` / ``record_utilisation`` off save time and memory on
-    very large schedules (the result's frames are then empty).
+    very large schedules (the result's frames are then empty). The
+    wall-clock limit counts from ``started_s`` (a :func:`time.perf_counter`
+    reading; default now: :func:`~simcoll.simulator.simulate` passes the
+    moment before its verification).
     """
     wall0 = time.perf_counter()
     run = _Run(
@@ -858,6 +863,7 @@ def _simulate_algorithm(
         record_utilisation=record_utilisation,
         protocol=protocol,
         time_limit_s=time_limit_s,
+        started_s=started_s,
     )
     plan_s = time.perf_counter() - wall0
     table = (algorithm.metadata or {}).get("step_pipeline")

@@ -718,10 +718,12 @@ class _Run:
         )
 
     # -- driving -----------------------------------------------------------------
-    def run(self, time_limit_s: float) -> float:
-        """Run to the end; the completion time, or raise on a deadlock."""
+    def run(self, time_limit_s: float, started_s: float | None = None) -> float:
+        """Run to the end; the completion time, or raise on a deadlock (the
+        limit counts from ``started_s``, default now)."""
         self.start()
-        run_with_limit(self.env, time_limit_s, what=f"Program-mode simulation of {self.program.name}")
+        what = f"Program-mode simulation of {self.program.name}"
+        run_with_limit(self.env, time_limit_s, what=what, started_s=started_s)
         unfinished = [k for k, ev in self.finished.items() if not ev.triggered]
         if unfinished:
             waits = [self.state.get(k, f"rank {k[0]} executor {k[1]} cannot proceed") for k in unfinished]
@@ -757,6 +759,7 @@ def _simulate_program(
     record_timeline: bool = True,
     record_utilisation: bool = True,
     protocol: str | None = None,
+    started_s: float | None = None,
 ) -> SimulationResult:
     """Simulate ``program`` on ``machine`` for a ``size_bytes`` collective
     (nccl-tests size: the buffer the collective is named by) in Program mode
@@ -765,7 +768,8 @@ def _simulate_program(
 
     Raises :class:`~simcoll.errors.ProgramDeadlockError` when the run stalls
     with work left, and :class:`~simcoll.errors.SimulationError` past
-    ``time_limit_s`` seconds of wall clock. ``contention=False`` gives the
+    ``time_limit_s`` seconds of wall clock (counted from ``started_s``, a
+    :func:`time.perf_counter` reading; default now). ``contention=False`` gives the
     ideal α-β network (no sharing). ``record_timeline`` /
     ``record_utilisation`` off leave the result's frames empty.
 
@@ -788,7 +792,7 @@ def _simulate_program(
         record_utilisation=record_utilisation,
     )
     run = _Run(program, machine, size_bytes, network, protocol)
-    time_s = run.run(time_limit_s) + run.costs.call_s
+    time_s = run.run(time_limit_s, started_s) + run.costs.call_s
     stats = {
         "wall_s": time.perf_counter() - began,
         "tiles": len(run.tiles),

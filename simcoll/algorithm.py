@@ -45,9 +45,9 @@ import numpy as np
 
 from .arrays import ragged_indices, unique_pair_counts
 from .collectives import Collective, collective_from_dict, collective_to_dict
-from .errors import AlgorithmError
+from .errors import AlgorithmError, ScheduleTooLargeError
 from .files import atomic_output, parse_json, read_text, write_atomic
-from .limits import charge_transfers, uncharged
+from .limits import MAX_TRANSFERS, charge_transfers, uncharged
 
 TRANSFER_OPS = ("copy", "reduce")
 FORMAT_VERSION = 1
@@ -298,6 +298,213 @@ class TransferTable(Sequence):
     def __repr__(self) -> str:
         kind = "timed" if self.timed else "steps"
         return f"TransferTable({len(self)} transfers, {kind})"
+
+
+class OrbitTable(Sequence):
+    """A step schedule held as the transfers of its first ranks and the
+    rotation that gives all the others (issue 15: NCCL's rings on 4,096
+    GPUs have 268 million transfers, 524,288 of them sent from the first
+    node).
+
+    Moving every rank ``shift_ranks`` on, ``π(r) = (r + shift_ranks) mod P``,
+    and every chunk ``c`` to ``chunk_map[c]`` (σ) maps the schedule onto
+    itself. Its transfers are then the ``order = P / shift_ranks`` images of
+    the *representatives*, the transfers sent from ranks ``0 ..
+    shift_ranks - 1``: image ``j`` moves each representative's ranks by
+    ``j · shift_ranks`` and its chunk by σ^j, at the same step with the
+    same op. As a sequence it reads as that table, image after image
+    (:meth:`expand`, refused past :data:`~simcoll.limits.MAX_TRANSFERS`);
+    the verifier, the simulator's node rotation and the ``.npz`` files read
+    the representatives alone.
+
+    Parameters
+    ----------
+    representatives : TransferTable
+        Step-scheduled transfers without contiguity groups, every source
+        rank below ``shift_ranks``.
+    num_ranks : int
+        P; ``shift_ranks`` divides it.
+    shift_ranks : int
+        The rotation's shift (a whole number of nodes on a cluster).
+    chunk_map : array_like of int
+        σ: a permutation of the chunks with σ^order the identity.
+
+    Raises
+    ------
+    AlgorithmError
+        For any of these conditions broken, naming it.
+
+    Examples
+    --------
+    >>> reps = TransferTable([0], [0], [1], [False], step=[0])
+    >>> orbit = OrbitTable(reps, num_ranks=4, shift_ranks=1, chunk_map=[1, 2, 3, 0])
+    >>> len(orbit), [(t.chunk, t.src, t.dst) for t in orbit]
+    (4, [(0, 0, 1), (1, 1, 2), (2, 2, 3), (3, 3, 0)])
+    """
+
+    def __init__(self, representatives: TransferTable, num_ranks: int, shift_ranks: int, chunk_map: Any) -> None:
+        if not isinstance(representatives, TransferTable):
+            raise AlgorithmError("orbit table: the representatives must be a TransferTable")
+        if representatives.timed or representatives.group is not None:
+            raise AlgorithmError("orbit table: the representatives must be step-scheduled, without contiguity groups")
+        if not (isinstance(shift_ranks, int) and isinstance(num_ranks, int) and 0 < shift_ranks <= num_ranks):
+            raise AlgorithmError(f"orbit table: shift {shift_ranks!r} is not a rank count in 1..{num_ranks!r}")
+        if num_ranks % shift_ranks:
+            raise AlgorithmError(f"orbit table: a shift of {shift_ranks} ranks does not divide {num_ranks} ranks")
+        sigma = np.ascontiguousarray(chunk_map, dtype=np.int64)
+        g = len(sigma)
+        if sigma.ndim != 1 or ((sigma < 0) | (sigma >= g)).any() or np.bincount(sigma, minlength=g).max(initial=1) > 1:
+            raise AlgorithmError("orbit table: chunk_map is not a permutation of the chunks 0..G-1")
+        reps = representatives
+        if len(reps) and (int(reps.src.min()) < 0 or int(reps.src.max()) >= shift_ranks):
+            raise AlgorithmError(f"orbit table: a representative is sent from a rank outside 0..{shift_ranks - 1}")
+        if len(reps) and (int(reps.dst.min()) < 0 or int(reps.dst.max()) >= num_ranks):
+            raise AlgorithmError(f"orbit table: a representative is sent to a rank outside 0..{num_ranks - 1}")
+        if len(reps) and int(reps.chunk.max(initial=0)) >= max(g, 1):
+            raise AlgorithmError(f"orbit table: a representative moves a chunk outside 0..{g - 1} (chunk_map)")
+        self.representatives, self.num_ranks, self.shift_ranks, self.chunk_map = reps, num_ranks, shift_ranks, sigma
+        power = np.arange(g, dtype=np.int64)
+        for _ in range(self.order):
+            power = sigma[power]
+        if not np.array_equal(power, np.arange(g)):
+            raise AlgorithmError(f"orbit table: chunk_map applied {self.order} times (the order) is not the identity")
+
+    @property
+    def order(self) -> int:
+        """The images: P / ``shift_ranks``."""
+        return self.num_ranks // self.shift_ranks
+
+    def __len__(self) -> int:
+        return len(self.representatives) * self.order
+
+    def expand(self) -> TransferTable:
+        """Every transfer, image after image (kept once built).
+
+        Raises
+        ------
+        ScheduleTooLargeError
+            Past :data:`~simcoll.limits.MAX_TRANSFERS` transfers: what needs
+            them one by one (JSON, timelines, the compiler) refuses so large a
+            schedule; the verifier and ``simulate`` without a timeline or
+            utilisation read the orbit itself.
+        """
+        if self._expanded is None:
+            if len(self) > MAX_TRANSFERS:
+                raise ScheduleTooLargeError(
+                    f"a schedule of {len(self):,} transfers ({len(self.representatives):,} representatives times "
+                    f"{self.order} images) is more than simcoll lists one by one (simcoll.limits.MAX_TRANSFERS); "
+                    "verify it, save it as .npz, or simulate it without a timeline or utilisation"
+                )
+            self._expanded = self._images(self.order)
+        return self._expanded
+
+    _expanded: TransferTable | None = None
+
+    def coarsened(self, factor: int) -> OrbitTable:
+        """The same schedule under a shift ``factor`` times as long (which
+        divides P): the first ``factor`` images are its representatives.
+        Its images list the transfers in the same order.
+
+        >>> reps = TransferTable([0], [0], [1], [False], step=[0])
+        >>> OrbitTable(reps, 4, 1, [1, 2, 3, 0]).coarsened(2)
+        OrbitTable(4 transfers: 2 representatives, 2 images of a 2-rank shift)
+        """
+        sigma = np.arange(len(self.chunk_map), dtype=np.int64)
+        for _ in range(factor):
+            sigma = self.chunk_map[sigma]
+        return OrbitTable(self._images(factor), self.num_ranks, self.shift_ranks * factor, sigma)
+
+    def _images(self, k: int) -> TransferTable:
+        """The first ``k`` images, one after another."""
+        reps, n, s = self.representatives, self.num_ranks, self.shift_ranks
+        moved = np.repeat(np.arange(k, dtype=np.int64) * s, len(reps))
+        chunks = [reps.chunk]
+        for _ in range(1, k):
+            chunks.append(self.chunk_map[chunks[-1]])
+        with uncharged():  # (the representatives were counted when they were built)
+            return TransferTable(
+                chunk=np.concatenate(chunks) if chunks else reps.chunk,
+                src=(np.tile(reps.src, k) + moved) % n,
+                dst=(np.tile(reps.dst, k) + moved) % n,
+                reduce=np.tile(reps.reduce, k),
+                step=np.tile(reps.step, k),
+            )
+
+    def rank_pairs(self, num_ranks: int) -> np.ndarray:
+        """:meth:`TransferTable.rank_pairs` of the whole schedule, from the representatives' pairs."""
+        src, dst = np.divmod(self.representatives.rank_pairs(num_ranks), num_ranks)
+        moved = np.arange(self.order, dtype=np.int64)[:, None] * self.shift_ranks
+        return np.unique(((src + moved) % num_ranks) * num_ranks + (dst + moved) % num_ranks)
+
+    def step_patterns(self) -> tuple[np.ndarray, list[np.ndarray]]:
+        """The steps grouped by what they send: per step (0 .. the last), the
+        index of its pattern (-1 for a step without transfers), and per
+        pattern the rank pairs ``src × P + dst`` the whole schedule sends in
+        such a step (all images, repeats kept). A ring's steps all send
+        alike: loads per constraint are counted once per pattern, not over
+        every image of every step."""
+        reps, n = self.representatives, self.num_ranks
+        steps = int(reps.step.max()) + 1 if len(reps) else 0
+        keys = reps.src * n + reps.dst
+        by = np.lexsort((keys, reps.step))
+        keys, step = keys[by], reps.step[by]
+        bounds = np.searchsorted(step, np.arange(steps + 1)).tolist()
+        pattern_of = np.full(steps, -1, dtype=np.int64)
+        found: dict[bytes, int] = {}
+        patterns: list[np.ndarray] = []
+        moved = np.arange(self.order, dtype=np.int64)[:, None] * self.shift_ranks
+        for t in range(steps):
+            if bounds[t] == bounds[t + 1]:
+                continue
+            sent = keys[bounds[t] : bounds[t + 1]]
+            at = found.setdefault(sent.tobytes(), len(found))
+            if at == len(patterns):
+                src, dst = np.divmod(sent, n)
+                patterns.append((((src + moved) % n) * n + (dst + moved) % n).ravel())
+            pattern_of[t] = at
+        return pattern_of, patterns
+
+    def __getitem__(self, index):  # type: ignore[override]
+        return self.expand()[index]
+
+    def __iter__(self) -> Iterator[Transfer]:
+        return iter(self.expand())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, OrbitTable):
+            return (
+                (self.num_ranks, self.shift_ranks) == (other.num_ranks, other.shift_ranks)
+                and np.array_equal(self.chunk_map, other.chunk_map)
+                and self.representatives == other.representatives
+            )
+        if isinstance(other, (TransferTable, tuple, list)):
+            return len(other) == len(self) and self.expand() == other
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return (
+            f"OrbitTable({len(self)} transfers: {len(self.representatives)} representatives, "
+            f"{self.order} images of a {self.shift_ranks}-rank shift)"
+        )
+
+
+def layouts_rotate(layout: Sequence[Sequence[int]], shift_ranks: int, chunk_map: np.ndarray) -> bool:
+    """Whether rank ``r + shift_ranks``'s chunks (mod P) are σ of rank
+    ``r``'s for every rank of a collective's ``layout`` (each distinct pair
+    of layout objects compared once: an Allreduce's ranks share one)."""
+    p, seen = len(layout), set()
+    for r in range(p):
+        a, b = layout[r], layout[(r + shift_ranks) % p]
+        if (id(a), id(b)) in seen:
+            continue
+        seen.add((id(a), id(b)))
+        mine = chunk_map[np.fromiter(a, dtype=np.int64, count=len(a))]
+        theirs = np.fromiter(b, dtype=np.int64, count=len(b))
+        if len(mine) != len(theirs) or not np.array_equal(np.sort(mine), np.sort(theirs)):
+            return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -617,13 +824,18 @@ class RelationIndex:
         positive[1:] = np.cumsum(self.capacity[self.constraints] > 0)
         return positive[self.offsets[pairs + 1]] > positive[self.offsets[pairs]]
 
-    def step_loads(self, step: np.ndarray, pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def step_loads(
+        self, step: np.ndarray, pairs: np.ndarray, by_pair: bool = True
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """How many sends of each step fall in each constraint: ``(steps,
         constraints, counts)`` for every (step, constraint) with at least one
-        send, sorted by step then constraint. ``pairs`` are ``s * P + d``."""
+        send, sorted by step then constraint. ``pairs`` are ``s * P + d``.
+        ``by_pair`` False keeps to the sorting path, without the table of
+        every pair's constraints (:attr:`by_pair`: 270 MB on 4,096 GPUs,
+        more than a few steps' sends are worth)."""
         m = len(self.capacity)
         steps = int(step.max()) + 1 if len(step) else 0
-        dense = steps * (m + 1) <= min(_DENSE_CELLS_PER_SEND * len(step), _DENSE_LOAD_CELLS)
+        dense = by_pair and steps * (m + 1) <= min(_DENSE_CELLS_PER_SEND * len(step), _DENSE_LOAD_CELLS)
         if len(step) and dense and self.most_per_pair <= _DENSE_CONSTRAINTS_PER_PAIR:
             return self._dense_step_loads(step, pairs, steps)
         p2 = self.num_ranks * self.num_ranks
@@ -645,6 +857,37 @@ class RelationIndex:
             empty = np.zeros(0, dtype=np.int64)
             return empty, empty, empty
         return tuple(np.concatenate(column) for column in zip(*parts, strict=True))
+
+    def rounds_needed(self, transfers: TransferTable | OrbitTable) -> tuple[np.ndarray, np.ndarray]:
+        """Per step (0 .. the last): the fewest rounds, at least one, in
+        which its sends keep within every constraint of positive capacity
+        (SCCL §3.3: at most b · r_s sends over (L, b) in step s), and whether
+        any of them falls in a constraint of capacity 0. An
+        :class:`OrbitTable`'s sends are counted once per step pattern
+        (:meth:`OrbitTable.step_patterns`), not image by image."""
+        if not isinstance(transfers, OrbitTable):
+            steps = int(transfers.step.max()) + 1 if len(transfers) else 0
+            return self._needs(transfers.step, transfers.src * self.num_ranks + transfers.dst, steps)
+        pattern_of, patterns = transfers.step_patterns()
+        need, zero = np.ones(len(pattern_of), dtype=np.int64), np.zeros(len(pattern_of), dtype=bool)
+        if patterns:
+            which = np.repeat(np.arange(len(patterns), dtype=np.int64), [len(sent) for sent in patterns])
+            per_need, per_zero = self._needs(which, np.concatenate(patterns), len(patterns), by_pair=False)
+            sends = pattern_of >= 0
+            need[sends], zero[sends] = per_need[pattern_of[sends]], per_zero[pattern_of[sends]]
+        return need, zero
+
+    def _needs(
+        self, step: np.ndarray, pairs: np.ndarray, steps: int, by_pair: bool = True
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`rounds_needed` of sends ``step``, ``pairs`` over ``steps`` steps."""
+        need, zero = np.ones(steps, dtype=np.int64), np.zeros(steps, dtype=bool)
+        at, cons, counts = self.step_loads(step, pairs, by_pair)
+        cap = self.capacity[cons]
+        limited = cap > 0
+        np.maximum.at(need, at[limited], -(-counts[limited] // cap[limited]))
+        zero[at[~limited & (counts > 0)]] = True
+        return need, zero
 
     def _dense_step_loads(
         self, step: np.ndarray, pairs: np.ndarray, steps: int
@@ -750,7 +993,7 @@ class Algorithm:
     switch_reductions: tuple[SwitchReduction, ...] = ()
 
     def __post_init__(self) -> None:
-        if not isinstance(self.transfers, TransferTable):
+        if not isinstance(self.transfers, (TransferTable, OrbitTable)):
             object.__setattr__(self, "transfers", tuple(self.transfers))
         if not isinstance(self.switch_reductions, SwitchReductionTable):
             object.__setattr__(self, "switch_reductions", tuple(self.switch_reductions))
@@ -763,8 +1006,9 @@ class Algorithm:
                 last_reduction = [int(reductions.step.max())] if len(reductions) else []
             else:
                 last_reduction = [r.step for r in reductions]
-            if isinstance(self.transfers, TransferTable):
-                last = int(self.transfers.step.max()) if len(self.transfers) else -1
+            columns = self.transfers.representatives if isinstance(self.transfers, OrbitTable) else self.transfers
+            if isinstance(columns, TransferTable):
+                last = int(columns.step.max()) if len(columns) else -1
                 steps = 1 + max([last, *last_reduction])
             else:
                 steps = 1 + max([*(t.step for t in self.transfers), *last_reduction], default=-1)
@@ -773,9 +1017,13 @@ class Algorithm:
     @cached_property
     def table(self) -> TransferTable:
         """The transfers as NumPy columns (:class:`TransferTable`): the
-        Algorithm's own table when it was built from one, else built once."""
+        Algorithm's own table when it was built from one, else built once
+        (an :class:`OrbitTable`'s images: refused past
+        :data:`~simcoll.limits.MAX_TRANSFERS`, see :attr:`orbit`)."""
         if isinstance(self.transfers, TransferTable):
             return self.transfers
+        if isinstance(self.transfers, OrbitTable):
+            return self.transfers.expand()
         return TransferTable.from_transfers(self.transfers)
 
     def _check_table(self, table: TransferTable) -> set[str]:
@@ -832,7 +1080,9 @@ class Algorithm:
         kinds = set()
         if isinstance(self.transfers, TransferTable):
             kinds |= self._check_table(self.transfers)
-        for i, t in enumerate(() if isinstance(self.transfers, TransferTable) else self.transfers):
+        elif isinstance(self.transfers, OrbitTable):
+            kinds |= self._check_orbit(self.transfers)
+        for i, t in enumerate(() if isinstance(self.transfers, (TransferTable, OrbitTable)) else self.transfers):
             kinds.add(self._check_transfer(i, t))
         valid_ranks: dict[tuple, tuple] = {}  # rank tuples checked: a schedule reuses a few thousand
         if isinstance(self.switch_reductions, SwitchReductionTable):
@@ -847,6 +1097,28 @@ class Algorithm:
         for b in self.bandwidth:
             if b.chunks_per_round < 0 or any(not (0 <= a < p and 0 <= z < p) for a, z in b.links):
                 raise AlgorithmError(f"{self.name}: bandwidth constraint {b.label or sorted(b.links)} is out of range")
+
+    def _check_orbit(self, orbit: OrbitTable) -> set[str]:
+        """:meth:`_check_structure` for an :class:`OrbitTable`: its
+        representatives as a table, its rotation against the collective
+        (the rotation must map the pre- and postcondition onto themselves,
+        so that the images of a correct run are correct too), and no
+        in-switch reductions beside it."""
+        coll = self.collective
+        if orbit.num_ranks != coll.num_ranks or len(orbit.chunk_map) != coll.num_chunks:
+            raise AlgorithmError(
+                f"{self.name}: its orbit table is for {orbit.num_ranks} ranks and {len(orbit.chunk_map)} chunks, "
+                f"its {coll.name} has {coll.num_ranks} and {coll.num_chunks}"
+            )
+        if self.switch_reductions:
+            raise AlgorithmError(f"{self.name}: an orbit table takes no in-switch reductions")
+        for which in ("input_layout", "output_layout"):
+            if not layouts_rotate(getattr(coll, which), orbit.shift_ranks, orbit.chunk_map):
+                raise AlgorithmError(
+                    f"{self.name}: shifting the ranks by {orbit.shift_ranks} with its chunk_map does not map the "
+                    f"{coll.name}'s {which.replace('_', ' ')} onto itself: its images would not run the same collective"
+                )
+        return self._check_table(orbit.representatives) or {"steps"}
 
     def _check_reduction_table(self, table: SwitchReductionTable) -> set[str]:
         """:meth:`_check_structure` for a :class:`SwitchReductionTable`:
@@ -935,6 +1207,8 @@ class Algorithm:
     @property
     def schedule(self) -> str:
         """``"steps"`` (k-synchronous) or ``"timed"`` (TACCL-style)."""
+        if isinstance(self.transfers, OrbitTable):
+            return "steps"
         if isinstance(self.transfers, TransferTable) and len(self.transfers):
             return "timed" if self.transfers.timed else "steps"
         first = self.transfers[0] if self.transfers else (self.switch_reductions or (None,))[0]
@@ -945,6 +1219,12 @@ class Algorithm:
     @property
     def num_ranks(self) -> int:
         return self.collective.num_ranks
+
+    @property
+    def orbit(self) -> OrbitTable | None:
+        """The transfers as an :class:`OrbitTable` (representatives and a
+        node rotation) where the generator built them so, else None."""
+        return self.transfers if isinstance(self.transfers, OrbitTable) else None
 
     @property
     def chunks(self) -> int:
@@ -1030,9 +1310,20 @@ class Algorithm:
 
     # -- JSON -----------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
+        orbit = self.orbit
+        if orbit is not None and len(orbit) > MAX_TRANSFERS:
+            raise ScheduleTooLargeError(
+                f"{self.name}: JSON lists each of its {len(orbit):,} transfers, more than simcoll lists one by one "
+                "(simcoll.limits.MAX_TRANSFERS): save it as .npz, which keeps its "
+                f"{len(orbit.representatives):,} representatives and their rotation"
+            )
         transfers = []
-        if isinstance(self.transfers, TransferTable) and self.transfers.group is None and not self.transfers.timed:
-            t = self.transfers
+        if (
+            isinstance(self.transfers, (TransferTable, OrbitTable))
+            and self.table.group is None
+            and not self.table.timed
+        ):
+            t = self.table
             ops = ["reduce" if r else "copy" for r in t.reduce.tolist()]
             rows = zip(t.chunk.tolist(), t.src.tolist(), t.dst.tolist(), ops, t.step.tolist(), strict=True)
             transfers = [{"chunk": c, "src": a, "dst": b, "op": o, "step": k} for c, a, b, o, k in rows]
@@ -1163,8 +1454,12 @@ class Algorithm:
         reductions = self.switch_reductions
         as_columns = isinstance(reductions, SwitchReductionTable)
         header = self._header_dict(with_reductions=not as_columns)
-        header["transfer_columns"] = sorted(self.table.columns())
-        arrays = {f"t_{k}": v for k, v in self.table.columns().items()}
+        table = self.orbit.representatives if self.orbit is not None else self.table
+        header["transfer_columns"] = sorted(table.columns())
+        arrays = {f"t_{k}": v for k, v in table.columns().items()}
+        if self.orbit is not None:  # the representatives, the rotation's shift in the header and σ beside them
+            header["orbit_shift_ranks"] = self.orbit.shift_ranks
+            arrays["o_chunk_map"] = self.orbit.chunk_map
         if as_columns:  # columns too, its switches and rank tuples listed in the header
             header["switch_reduction_lists"] = {
                 "switches": list(reductions.switches),
@@ -1193,6 +1488,8 @@ class Algorithm:
                 if not isinstance(header, dict) or header.get("format") != "simcoll.algorithm":
                     raise AlgorithmError(f'{where}: not a simcoll Algorithm (expected "format": "simcoll.algorithm")')
                 columns = {k: data[f"t_{k}"] for k in header.pop("transfer_columns")}
+                shift = header.pop("orbit_shift_ranks", None)
+                chunk_map = data["o_chunk_map"] if shift is not None else None
                 lists = header.pop("switch_reduction_lists", None)
                 try:
                     reductions = (
@@ -1211,7 +1508,11 @@ class Algorithm:
         header["transfers"] = []
         try:
             table = TransferTable(**columns)
-        except TypeError as exc:
+            if shift is not None:
+                table = OrbitTable(table, int(header["collective"]["num_ranks"]), shift, chunk_map)
+        except (TypeError, KeyError) as exc:
+            raise AlgorithmError(f"{where}: malformed Algorithm .npz: {exc}") from None
+        except AlgorithmError as exc:
             raise AlgorithmError(f"{where}: malformed Algorithm .npz: {exc}") from None
         base = cls.from_dict(header)
         if reductions is not None:

@@ -167,12 +167,25 @@ class Collective:
     @cached_property
     def pre(self) -> frozenset[tuple[int, int]]:
         """(chunk, rank) pairs present before the collective."""
-        return frozenset((c, r) for r, layout in enumerate(self.input_layout) for c in layout)
+        return frozenset((c, r) for r, layout in enumerate(self._listable(self.input_layout)) for c in layout)
 
     @cached_property
     def post(self) -> frozenset[tuple[int, int]]:
         """(chunk, rank) pairs required after it."""
-        return frozenset((c, r) for r, layout in enumerate(self.output_layout) for c in layout)
+        return frozenset((c, r) for r, layout in enumerate(self._listable(self.output_layout)) for c in layout)
+
+    def _listable(self, layout: Layout) -> Layout:
+        """``layout``, refused where its (chunk, rank) pairs are more than
+        :data:`~simcoll.limits.MAX_COLLECTIVE_SLOTS` (an Allreduce's ranks
+        share one layout of C chunks, but its pairs number P·C: 134 million
+        for NCCL's rings on 4,096 GPUs, some 15 GB as Python sets)."""
+        pairs = sum(map(len, layout))
+        if pairs > MAX_COLLECTIVE_SLOTS:
+            raise CollectiveTooLargeError(
+                f"{self.name} on {self.num_ranks:,} ranks with chunk factor {self.chunk_factor:,}: its {pairs:,} "
+                f"(chunk, rank) pairs are more than simcoll lists one by one ({MAX_COLLECTIVE_SLOTS:,}, simcoll.limits)"
+            )
+        return layout
 
     @cached_property
     def _contributors(self) -> dict[int, frozenset[int]]:
@@ -261,6 +274,10 @@ _ALIASES = {
 }
 
 
+#: Collectives whose ranks all list one buffer layout (in or out): their size is that buffer's C chunks.
+SHARED_LAYOUT = ("allreduce", "broadcast", "reduce")
+
+
 def canonical_name(name: str) -> str:
     """Normalise a collective name ("reduce_scatter" -> "reducescatter")."""
     if not isinstance(name, str):
@@ -325,10 +342,11 @@ def make_collective(
     _check_int("num_ranks", num_ranks, 2 if key in ("alltonext", "sendrecv") else 1)
     _check_int("chunk_factor", chunk_factor, 1)
     p, c = num_ranks, chunk_factor
-    slots = p * p * c if key == "alltoall" else p * c
+    # the chunks its layouts list: one buffer's C for those whose ranks all share it
+    slots = p * p * c if key == "alltoall" else c if key in SHARED_LAYOUT else p * c
     if p > MAX_GPUS or slots > MAX_COLLECTIVE_SLOTS:
         raise CollectiveTooLargeError(
-            f"{key} on {p:,} ranks with chunk factor {c:,} has {slots:,} buffer slots per rank set, more than "
+            f"{key} on {p:,} ranks with chunk factor {c:,} lists {slots:,} buffer slots, more than "
             f"simcoll builds (at most {MAX_GPUS:,} ranks and {MAX_COLLECTIVE_SLOTS:,} slots, simcoll.limits)"
         )
     if key in ROOTED:

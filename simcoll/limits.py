@@ -36,10 +36,14 @@ from .errors import ScheduleTooLargeError, TopologyError
 MAX_GPUS = 65_536
 #: Most links in one machine (see the module docstring).
 MAX_LINKS = 2_000_000
-#: Most chunks a collective's buffers hold over all ranks (P·C, P²·C for
-#: Alltoall): each is a Python integer in its layouts (~30 bytes), so 50
-#: million stay near 1.5 GB. The 1,024-GPU targets of issue 15 need 25
-#: million (``dgx-h100*128``, NCCL's rings with chunk factor 24·P).
+#: Most chunks a collective's layouts list (P·C, P²·C for Alltoall, C for
+#: Allreduce, Broadcast and Reduce, whose ranks all share one layout): each
+#: is a Python integer in its layouts (~30 bytes), so 50 million stay near
+#: 1.5 GB. The 1,024-GPU targets of issue 15 need 25 million
+#: (``dgx-h100*128``, NCCL's rings with chunk factor 24·P). What lists every
+#: (chunk, rank) pair of a collective one by one (its ``pre`` and ``post``
+#: sets) is refused past it too: NCCL's rings on 4,096 GPUs have 134
+#: million.
 MAX_COLLECTIVE_SLOTS = 50_000_000
 #: Most transfers a generator builds. Generating takes 40-300 bytes a
 #: transfer at its peak (columns of 41 bytes, and what the generator works

@@ -39,16 +39,26 @@ from __future__ import annotations
 import contextvars
 import time
 from collections import defaultdict, deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import networkx as nx
 import numpy as np
 
-from .algorithm import Algorithm, BandwidthConstraint, RelationIndex, SwitchReduction, SwitchReductionTable, Transfer
+from .algorithm import (
+    Algorithm,
+    BandwidthConstraint,
+    OrbitTable,
+    RelationIndex,
+    SwitchReduction,
+    SwitchReductionTable,
+    Transfer,
+    TransferTable,
+)
 from .arrays import flatten, ragged_indices
 from .collectives import Collective
 from .errors import SimcollError, TimeLimitError, VerificationError
+from .limits import MAX_TRANSFERS
 from .machines import Machine, as_machine
 from .program import RECEIVES, SENDS, Executor, Instruction, Program, Ref
 from .routes import Routes, bandwidth_relation, routes_of
@@ -230,7 +240,16 @@ def check_algorithm(algorithm: Algorithm, topology: Topology | None = None) -> l
     coll = algorithm.collective
     if topology is not None and topology.num_ranks != coll.num_ranks:
         return [f"{algorithm.name} is for {coll.num_ranks} ranks but {topology.name} has {topology.num_ranks}"]
-    if _fast_path_applies(algorithm) and algorithm_is_correct(algorithm, topology):
+    if algorithm.orbit is not None:
+        if orbit_is_correct(algorithm, topology):
+            return []
+        if len(algorithm.transfers) > MAX_TRANSFERS:
+            return [
+                f"{algorithm.name} is not correct (replayed on its first {algorithm.orbit.shift_ranks} ranks' "
+                f"representatives); saying where needs its {len(algorithm.transfers):,} transfers one by one, more "
+                "than simcoll lists (simcoll.limits.MAX_TRANSFERS): try it on fewer ranks"
+            ]
+    elif _fast_path_applies(algorithm) and algorithm_is_correct(algorithm, topology):
         return []
     return _check_algorithm_symbolic(algorithm, topology)
 
@@ -293,12 +312,7 @@ def algorithm_is_correct(algorithm: Algorithm, topology: Topology | None = None)
     table = algorithm.table
     if not coll.combining and table.reduce.any():
         return False
-    pairs = table.src * p + table.dst
-    routes = routes_of(topology) if topology is not None else None
-    distinct = table.rank_pairs(p)
-    if routes is not None and not all(routes.connected(*divmod(k, p)) for k in distinct.tolist()):
-        return False
-    if not _bandwidth_ok(algorithm, topology, routes, pairs, distinct):
+    if not _pairs_ok(algorithm, topology, table):
         return False
     switched = _SwitchedSlots.of(algorithm, topology)
     if switched is None:
@@ -364,18 +378,127 @@ def algorithm_is_correct(algorithm: Algorithm, topology: Topology | None = None)
     return True
 
 
+def orbit_is_correct(algorithm: Algorithm, topology: Topology | None = None) -> bool:
+    """:func:`algorithm_is_correct` for an Algorithm held as an
+    :class:`~simcoll.algorithm.OrbitTable`, replayed on the slots of its
+    first ``s`` ranks alone (``s`` the rotation's shift).
+
+    The rotation (π: ranks ``s`` on; σ: the chunk map) maps the schedule
+    onto itself, and the pre- and postcondition too (checked when the
+    Algorithm is built). A run is deterministic, so after every step slot
+    ``(π^j(r), σ^j(c))`` holds the image of what ``(r, c)`` holds: the same
+    presence, its contributions moved ``j·s`` ranks on. A representative
+    reads a slot of its own rank; one landing at rank ``j·s + d`` (mod P)
+    stands for its image ``j`` shifts back, which updates slot ``(d,
+    σ^-j(c))`` at the same step with the value read, its contributions
+    moved ``j·s`` ranks back. So every update of the first ranks' slots is
+    replayed, and every problem of the full run, at some slot, is the
+    image of one met at the first ranks' slots: the answer is the full
+    run's (tested against it). Routes and the bandwidth relation are
+    checked on every image's rank pair.
+
+    Examples
+    --------
+    >>> from simcoll import generate
+    >>> orbit_is_correct(generate("nccl-ring", "dgx-h100*4", "allreduce"))
+    True
+    """
+    orbit, coll = algorithm.orbit, algorithm.collective
+    if orbit is None:
+        raise ValueError(f"{algorithm.name}: not held as an orbit table (use algorithm_is_correct)")
+    p, g, s = coll.num_ranks, coll.num_chunks, orbit.shift_ranks
+    reps = orbit.representatives
+    if topology is not None and topology.num_ranks != p:
+        return False
+    if not coll.combining and reps.reduce.any():
+        return False
+    if not _pairs_ok(algorithm, topology, orbit):
+        return False
+    words = max(1, (p + 63) // 64)
+    bits = np.zeros((s * g, words), dtype=np.uint64)
+    present = np.zeros(s * g, dtype=bool)
+    pre_rank, pre_chunk = flatten(coll.input_layout[:s])
+    rank_bit = np.left_shift(np.uint64(1), (pre_rank % 64).astype(np.uint64))
+    np.bitwise_or.at(bits, (pre_rank * g + pre_chunk, pre_rank // 64), rank_bit)
+    present[pre_rank * g + pre_chunk] = True
+    # where each representative's image lands on the first ranks: j = dst // s shifts back
+    back = reps.dst // s
+    chunk = reps.chunk.copy()
+    inverse = np.empty(g, dtype=np.int64)
+    inverse[orbit.chunk_map] = np.arange(g, dtype=np.int64)
+    for j in range(1, int(back.max(initial=0)) + 1):
+        moving = back >= j
+        chunk[moving] = inverse[chunk[moving]]
+    src_slot, dst_slot = reps.src * g + reps.chunk, (reps.dst % s) * g + chunk
+    order = np.argsort(reps.step, kind="stable")
+    steps = reps.step[order]
+    bounds = np.flatnonzero(np.diff(steps)) + 1
+    for batch in np.split(order, bounds) if len(order) else ():
+        _on_time("at step", reps.step[batch[0]])
+        shifts = back[batch] * s
+
+        def moved(values: np.ndarray, shifts: np.ndarray = shifts) -> np.ndarray:
+            return _move_contributions(values, shifts, p)
+
+        if not _apply_step(bits, present, src_slot[batch], dst_slot[batch], reps.reduce[batch], moved):
+            return False
+    out_rank, out_chunk = flatten(coll.output_layout[:s])
+    out_slot = out_rank * g + out_chunk
+    if not present[out_slot].all():
+        return False
+    return not coll.combining or bool((bits[out_slot] == _contributor_bits(coll, words)[out_chunk]).all())
+
+
+def _move_contributions(values: np.ndarray, shifts: np.ndarray, p: int) -> np.ndarray:
+    """``values`` (rows of contribution bitsets over ``p`` ranks) with row
+    ``i``'s contributions moved ``shifts[i]`` ranks back (mod ``p``)."""
+    if not shifts.any():
+        return values
+    out = values.copy()
+    for by in np.unique(shifts[shifts != 0]).tolist():
+        rows = np.flatnonzero(shifts == by)
+        ranks = np.unpackbits(values[rows].view(np.uint8), axis=1, bitorder="little")
+        ranks[:, :p] = np.roll(ranks[:, :p], -by, axis=1)
+        out[rows] = np.packbits(ranks, axis=1, bitorder="little").view(np.uint64)
+    return out
+
+
+def _contributor_bits(coll: Collective, words: int) -> np.ndarray:
+    """Per chunk, the bitset of the ranks that hold it at the start: ranks
+    sharing one input layout object (an Allreduce's all do) are set together."""
+    expected = np.zeros((coll.num_chunks, words), dtype=np.uint64)
+    holders: dict[int, tuple[tuple, list[int]]] = {}
+    for rank, layout in enumerate(coll.input_layout):
+        holders.setdefault(id(layout), (layout, []))[1].append(rank)
+    for layout, ranks in holders.values():
+        mask = np.zeros(words, dtype=np.uint64)
+        r = np.asarray(ranks, dtype=np.int64)
+        np.bitwise_or.at(mask, r // 64, np.left_shift(np.uint64(1), (r % 64).astype(np.uint64)))
+        expected[np.fromiter(layout, dtype=np.int64, count=len(layout))] |= mask
+    return expected
+
+
 #: Up to this many 64-bit words of contribution bitsets, :func:`algorithm_is_correct`
 #: keeps one per (rank, chunk) slot (256 MB); beyond, only the slots in use.
 _DENSE_SLOT_WORDS = 1 << 25
 
 
-def _apply_step(bits: np.ndarray, present: np.ndarray, src: np.ndarray, dst: np.ndarray, reduce: np.ndarray) -> bool:
+def _apply_step(
+    bits: np.ndarray,
+    present: np.ndarray,
+    src: np.ndarray,
+    dst: np.ndarray,
+    reduce: np.ndarray,
+    moved: Callable[[np.ndarray], np.ndarray] | None = None,
+) -> bool:
     """One step of :func:`algorithm_is_correct`: every transfer reads its
     source slot at the start of the step, then copies land and reductions
-    combine. False where the symbolic run would report a problem."""
+    combine. False where the symbolic run would report a problem.
+    ``moved`` changes the values read before they land (an orbit's images
+    move their contributions back: :func:`orbit_is_correct`)."""
     if not present[src].all():
         return False
-    values = bits[src]
+    values = bits[src] if moved is None else moved(bits[src])
     copy_dst, copy_val = dst[~reduce], values[~reduce]
     red_dst, red_val = dst[reduce], values[reduce]
     if len(copy_dst) and len(red_dst) and np.intersect1d(copy_dst, red_dst).size:
@@ -505,18 +628,21 @@ def _popcount(bits: np.ndarray) -> np.ndarray:
     return np.unpackbits(bits.view(np.uint8), axis=1).sum(axis=1, dtype=np.int64)
 
 
-def _bandwidth_ok(
-    algorithm: Algorithm, topology: Topology | None, routes: Routes | None, pairs: np.ndarray, distinct: np.ndarray
-) -> bool:
-    """:func:`_check_bandwidth` finds nothing (vectorised, :class:`RelationIndex`); ``pairs`` are the
-    transfers' ``src × P + dst``, ``distinct`` the same without repeats (:meth:`TransferTable.rank_pairs`)."""
+def _pairs_ok(algorithm: Algorithm, topology: Topology | None, transfers: TransferTable | OrbitTable) -> bool:
+    """Every rank pair ``transfers`` use has a route on ``topology`` and
+    :func:`_check_bandwidth` finds nothing (vectorised: :class:`RelationIndex`;
+    an orbit's loads once per step pattern)."""
+    p = algorithm.num_ranks
+    routes = routes_of(topology) if topology is not None else None
+    distinct = transfers.rank_pairs(p)
+    if routes is not None and not all(routes.connected(*divmod(k, p)) for k in distinct.tolist()):
+        return False
     relation = algorithm.bandwidth or (bandwidth_relation(topology, routes) if topology is not None else ())
-    if not relation or not len(pairs):
+    if not relation or not len(transfers):
         return True
-    index = RelationIndex.of(relation, algorithm.num_ranks)
-    rounds = np.asarray(algorithm.rounds_per_step, dtype=np.int64)
-    step, cons, counts = index.step_loads(algorithm.table.step, pairs)
-    if (counts > index.capacity[cons] * rounds[step]).any():
+    index = RelationIndex.of(relation, p)
+    need, zero = index.rounds_needed(transfers)
+    if zero.any() or (need > np.asarray(algorithm.rounds_per_step[: len(need)], dtype=np.int64)).any():
         return False
     return bool(index.covered(distinct).all())
 

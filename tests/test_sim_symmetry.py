@@ -21,6 +21,7 @@ def _full(monkeypatch, *args, **kwargs):
     with monkeypatch.context() as patch:
         patch.setattr(algorithm_mode, "node_rotation", lambda *a: None)
         patch.setattr(algorithm_mode, "table_rotation", lambda *a: None)
+        patch.setattr(algorithm_mode, "orbit_rotation", lambda *a: None)
         patch.setattr(algorithm_mode, "_PREPARED", {})
         return simulate(*args, **kwargs)
 

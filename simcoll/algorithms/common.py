@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ..algorithm import Algorithm, RelationIndex, Transfer, TransferTable, constraint_loads
+from ..algorithm import Algorithm, OrbitTable, RelationIndex, Transfer, TransferTable, constraint_loads
 from ..arrays import ragged_indices
 from ..collectives import Collective
 from ..errors import NotApplicableError
@@ -79,7 +79,7 @@ def block_chunks(collective: Collective, owner: int) -> list[int]:
 def minimal_rounds(transfers: Iterable[Transfer], topology: Topology, routes: Routes | None = None) -> tuple[int, ...]:
     """Fewest rounds per step that satisfy the topology's bandwidth relation
     (SCCL §3.3: at most b · r_s sends over each constraint (L, b) in step s)."""
-    if isinstance(transfers, TransferTable):
+    if isinstance(transfers, (TransferTable, OrbitTable)):
         return _minimal_rounds_table(transfers, topology, routes)
     transfers = list(transfers)
     if transfers and all(t.step is not None for t in transfers):
@@ -99,31 +99,26 @@ def minimal_rounds(transfers: Iterable[Transfer], topology: Topology, routes: Ro
     return tuple(rounds)
 
 
-def _minimal_rounds_table(table: TransferTable, topology: Topology, routes: Routes | None) -> tuple[int, ...]:
+def _minimal_rounds_table(
+    table: TransferTable | OrbitTable, topology: Topology, routes: Routes | None
+) -> tuple[int, ...]:
     """:func:`minimal_rounds` on columns (same result, NumPy counts)."""
-    steps = 1 + (int(table.step.max()) if len(table) else -1)
-    relation = bandwidth_relation(topology, routes)
-    index = RelationIndex.of(relation, topology.num_ranks)
-    need = np.ones(steps, dtype=np.int64)
-    step, cons, counts = index.step_loads(table.step, table.src * topology.num_ranks + table.dst)
-    cap = index.capacity[cons]
-    limited = cap > 0
-    np.maximum.at(need, step[limited], -(-counts[limited] // cap[limited]))
-    return tuple(need.tolist())
+    index = RelationIndex.of(bandwidth_relation(topology, routes), topology.num_ranks)
+    return tuple(index.rounds_needed(table)[0].tolist())
 
 
 def finish(
     name: str,
     collective: Collective,
     topology: Topology,
-    transfers: list[Transfer] | TransferTable,
+    transfers: list[Transfer] | TransferTable | OrbitTable,
     routes: Routes,
     **metadata,
 ) -> Algorithm:
     """An Algorithm with the fewest rounds per step its topology allows; its
     transfers as columns (checked and counted with NumPy, not one Python
     object at a time)."""
-    if not isinstance(transfers, TransferTable):
+    if not isinstance(transfers, (TransferTable, OrbitTable)):
         transfers = TransferTable.from_transfers(transfers)
     return Algorithm(
         name=name,
@@ -207,7 +202,10 @@ def depth_first(
 def require_routes(name: str, topology: Topology, routes: Routes, transfers: Iterable[Transfer]) -> None:
     """Raise :class:`NotApplicableError` naming the first rank pair the
     transfers use that has no route."""
-    if isinstance(transfers, TransferTable):
+    if isinstance(transfers, OrbitTable):
+        p = topology.num_ranks
+        pairs = [divmod(k, p) for k in transfers.rank_pairs(p).tolist() if not routes.connected(*divmod(k, p))]
+    elif isinstance(transfers, TransferTable):
         p = topology.num_ranks
         missing = [k for k in transfers.rank_pairs(p).tolist() if not routes.connected(*divmod(k, p))]
         keys = transfers.src * p + transfers.dst if missing else None
@@ -240,18 +238,26 @@ def blocks_csr(blocks: Callable[[int], Iterable[int]], p: int) -> tuple[np.ndarr
 
 
 def ring_steps(
-    ring: Sequence[int], first_step: int, lag: int, blocks: Callable[[int], Iterable[int]], op: str
+    ring: Sequence[int],
+    first_step: int,
+    lag: int,
+    blocks: Callable[[int], Iterable[int]],
+    op: str,
+    senders: Sequence[int] | None = None,
 ) -> TransferTable:
     """Position i sends to position i+1, at step ``first_step + k`` (k = 0..P-2),
     the chunks of the block owned by the rank ``k + lag`` positions behind it;
-    rows ordered by step, then position, then chunk."""
+    rows ordered by step, then position, then chunk. ``senders``: the
+    positions that send, ascending (default: all; an orbit's representatives
+    are those of its first node)."""
     p = len(ring)
     order = np.asarray(ring, dtype=np.int64)
     # the blocks of the ring's ranks alone, by position (a node's ring of 8 among 1,024 ranks)
     members = [int(r) for r in ring]
     flat, offsets = blocks_csr(lambda position: blocks(members[position]), p)
-    k = np.repeat(np.arange(p - 1, dtype=np.int64), p)
-    i = np.tile(np.arange(p, dtype=np.int64), max(p - 1, 0))
+    sending = np.arange(p, dtype=np.int64) if senders is None else np.asarray(senders, dtype=np.int64)
+    k = np.repeat(np.arange(p - 1, dtype=np.int64), len(sending))
+    i = np.tile(sending, max(p - 1, 0))
     owner = (i - k - lag) % p  # (its position)
     counts = offsets[owner + 1] - offsets[owner]
     rows = np.repeat(np.arange(len(owner), dtype=np.int64), counts)

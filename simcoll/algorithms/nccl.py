@@ -47,7 +47,7 @@ from ..routes import Routes, routes_of
 from ..topology import FABRIC_LINK_TYPES, Topology
 from .common import finish, hamiltonian_path, implements, require_routes
 from .registry import Generator, Option, positive_int
-from .ring import SEARCH_TIME_LIMIT_S, _rings_transfers, find_rings
+from .ring import SEARCH_TIME_LIMIT_S, find_rings, rings_schedule
 
 NCCL_RING_COLLECTIVES = ("allreduce", "allgather", "reducescatter", "broadcast", "reduce")
 
@@ -343,7 +343,8 @@ def nccl_ring(topology: Topology, collective: Collective, channels: int | None =
         )
     routes = routes_of(topology)
     rings = nccl_rings(topology, channels, routes)
-    transfers = _rings_transfers(collective, rings)
+    # across nodes, an Allreduce's rings repeat node after node: the first nodes' transfers and the rotation
+    transfers = rings_schedule(collective, rings, topology)
     require_routes("nccl-ring", topology, routes, transfers)
     return finish("nccl-ring", collective, topology, transfers, routes, rings=rings, channels=channels)
 

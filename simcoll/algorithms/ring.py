@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from ..algorithm import Algorithm, RelationIndex, TransferTable
+from ..algorithm import Algorithm, OrbitTable, RelationIndex, TransferTable
 from ..collectives import Collective
 from ..errors import NotApplicableError
 from ..routes import Routes, bandwidth_relation, routes_of
@@ -363,6 +363,70 @@ def _rings_transfers(collective: Collective, rings: Sequence[list[int]], slot_si
     return TransferTable.concatenate(tables)
 
 
+def rings_rotation(topology: Topology, rings: Sequence[Sequence[int]]) -> int | None:
+    """The smallest shift ``s`` of every rank by whole nodes, ``π(r) = (r +
+    s) mod P``, that maps every ring onto itself (the same cyclic order,
+    any starting point); None on one node, on nodes of different sizes or
+    not numbered node by node, or where no shift of at most half the nodes
+    does. NCCL's rings repeat every node, or every other node where they
+    enter alternate nodes at alternate GPUs (:mod:`.nccl`). A shift that
+    maps one ring onto another would do for the schedule, but its images
+    would list the rings' transfers on a shared rank pair in another order
+    than :func:`_rings_transfers`, and so queue them otherwise."""
+    p, nodes = topology.num_ranks, len(topology.nodes)
+    if nodes < 2 or p % nodes or any(len(ring) != p for ring in rings):
+        return None
+    g = p // nodes
+    if any(topology.node_of(r) != r // g for r in range(p)):
+        return None
+    orders = [np.asarray(ring, dtype=np.int64) for ring in rings]
+    for d in (d for d in range(1, nodes // 2 + 1) if nodes % d == 0):
+        shift = d * g
+        if all(
+            np.array_equal(np.roll(ring, -int(np.argmax(ring == (ring[0] + shift) % p))), (ring + shift) % p)
+            for ring in orders
+        ):
+            return shift
+    return None
+
+
+def rings_allreduce_orbit(collective: Collective, rings: Sequence[list[int]], topology: Topology) -> OrbitTable | None:
+    """:func:`_rings_transfers` of an Allreduce as an :class:`OrbitTable`:
+    the transfers sent from the first ``s`` ranks, ``s`` the shift of
+    :func:`rings_rotation`; None where there is none, or the chunks are not
+    dealt evenly (a chunk factor that is not a multiple of P per ring).
+
+    Chunk ``c`` belongs to ring ``j = c mod k``, owner rank ``o = (c // k)
+    mod P``, index ``q = c // (kP)`` among that owner's. π maps every ring
+    onto itself, so the image of a transfer moving owner ``o``'s ``q``-th
+    chunk of ring ``j`` moves owner ``π(o)``'s ``q``-th chunk of ring ``j``
+    at the same step: σ(c) = j + k(π(o) + Pq)."""
+    p, k, g = collective.num_ranks, len(rings), collective.num_chunks
+    shift = rings_rotation(topology, rings)
+    if shift is None or g % (k * p):
+        return None
+    c = np.arange(g, dtype=np.int64)
+    chunk_map = c % k + k * (((c // k) % p + shift) % p + p * (c // (k * p)))
+    tables = []
+    for j, order in enumerate(rings):
+        share: dict[int, list[int]] = {rank: [] for rank in range(p)}
+        for chunk in range(j, g, k):
+            share[(chunk // k) % p].append(chunk)
+        senders = [i for i, rank in enumerate(order) if rank < shift]
+        tables.append(ring_steps(order, 0, 1, share.__getitem__, "reduce", senders))
+        tables.append(ring_steps(order, p - 1, 0, share.__getitem__, "copy", senders))
+    return OrbitTable(TransferTable.concatenate(tables), p, shift, chunk_map)
+
+
+def rings_schedule(
+    collective: Collective, rings: Sequence[list[int]], topology: Topology, slot_size: int = 1
+) -> TransferTable | OrbitTable:
+    """:func:`_rings_transfers`, as an :class:`OrbitTable` where it is an
+    Allreduce whose rings repeat node after node (:func:`rings_allreduce_orbit`)."""
+    orbit = rings_allreduce_orbit(collective, rings, topology) if collective.name == "allreduce" else None
+    return orbit if orbit is not None else _rings_transfers(collective, rings, slot_size)
+
+
 def _ring_order(topology: Topology, routes: Routes, ring: Sequence[int] | None) -> list[int]:
     return _check_ring(topology, routes, ring) if ring is not None else find_ring(topology, routes)
 
@@ -503,7 +567,7 @@ def bidirectional_ring(topology: Topology, collective: Collective, ring: Sequenc
                 f"bidirectional-ring: {topology.name} has no route from rank {a} to rank {b}, "
                 f"so ring {order} cannot run backwards"
             )
-    transfers = _rings_transfers(collective, [order, backward])
+    transfers = rings_schedule(collective, [order, backward], topology)
     return finish("bidirectional-ring", collective, topology, transfers, routes, ring=order)
 
 
@@ -567,7 +631,7 @@ def multi_ring(topology: Topology, collective: Collective, rings: int | None = N
                 f"{len(found) * m}, got {collective.chunk_factor}"
             )
         slot_size = collective.num_chunks // (len(found) * m)
-    transfers = _rings_transfers(collective, found, slot_size)
+    transfers = rings_schedule(collective, found, topology, slot_size)
     extra = {"m": m} if m is not None else {}
     return finish("multi-ring", collective, topology, transfers, routes, rings=found, **extra)
 

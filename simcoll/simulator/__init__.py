@@ -21,7 +21,8 @@ import time
 from ..algorithm import Algorithm
 from ..collector import collector_paused
 from ..cost_model import PROTOCOLS
-from ..errors import SimulationError, VerificationError
+from ..errors import ScheduleTooLargeError, SimulationError, VerificationError
+from ..limits import MAX_TRANSFERS
 from ..machines import Machine, as_machine
 from ..program import Program
 from ..units import check_size_bytes
@@ -144,6 +145,19 @@ def simulate(
         raise SimulationError("Algorithm mode needs an Algorithm; a Program runs in Program mode (mode='program')")
     if protocol is not None and protocol not in PROTOCOLS:
         raise SimulationError(f"unknown protocol {protocol!r}: use {', '.join(PROTOCOLS)}")
+    orbit = schedule.orbit if isinstance(schedule, Algorithm) else None
+    if (
+        orbit is not None
+        and len(orbit) > MAX_TRANSFERS
+        and (mode == "program" or record_timeline or record_utilisation)
+    ):
+        needs = "Program mode lowers" if mode == "program" else "a timeline or utilisation lists"
+        raise ScheduleTooLargeError(
+            f"{schedule.name}: {needs} each of its {len(orbit):,} transfers (held as {len(orbit.representatives):,} "
+            "and a rotation), more than simcoll lists one by one (simcoll.limits.MAX_TRANSFERS): simulate it in "
+            "Algorithm mode without them (record_timeline=False, record_utilisation=False; on the command line, "
+            "without --trace)"
+        )
     started_s = time.perf_counter()  # the limit covers the check and the run together
     if verify:
         from ..verify import check

@@ -102,7 +102,15 @@ from .engine import check_limit, run_with_limit
 from .network import Flow, FluidNetwork, alone_rate_Bps
 from .plan import Plan, QueueTable, SlotLists, SlotNumbering, plan_switched, plan_vectorised, schedule_order
 from .results import TIMELINE_COLUMNS, SimulationResult, make_result
-from .symmetry import NodeRotation, node_rotation, quotient_plan, rebind_routes, table_rotation
+from .symmetry import (
+    NodeRotation,
+    TableRotation,
+    node_rotation,
+    orbit_rotation,
+    quotient_plan,
+    rebind_routes,
+    table_rotation,
+)
 
 
 @dataclass
@@ -292,7 +300,9 @@ class _Run:
             check_limit(self.started_s, self.time_limit_s, self.what, "looking for node symmetry")
             # from the transfer table, unless a plan of every message is at hand already
             found = None
-            if prepared.plan is None:
+            if self.algorithm.orbit is not None:  # the representatives and their rotation: no table of images
+                found = orbit_rotation(self.algorithm, self.net, self.num_chunks) or TableRotation(None, None)
+            elif prepared.plan is None:
                 found = table_rotation(self.algorithm, self.net, self.num_chunks, self._present(), self._schedule_order)
             if found is not None:
                 rotation, quotient = found.rotation, found.quotient

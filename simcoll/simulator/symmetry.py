@@ -51,7 +51,7 @@ from functools import cached_property
 import numpy as np
 
 from ..algorithm import Algorithm
-from ..arrays import ragged_indices
+from ..arrays import flatten, ragged_indices
 from .network import FluidNetwork, Resource, RouteIdTable
 from .plan import Plan, QueueTable, SlotNumbering, holds, landed_counts, plan_of_columns, schedule_order
 
@@ -221,6 +221,81 @@ def table_rotation(
         quotient = _table_quotient(algorithm, columns, order, labels, queues, rotation, num_chunks, present)
         return None if quotient is None else TableRotation(rotation, quotient)
     return TableRotation(None, None)
+
+
+def orbit_rotation(algorithm: Algorithm, net: FluidNetwork, num_chunks: int) -> TableRotation | None:
+    """:func:`table_rotation` of an Algorithm held as an
+    :class:`~simcoll.algorithm.OrbitTable`, from its representatives alone:
+    the rotation is the orbit's (its shift, its chunk map σ), so what is
+    left to check is the routes' symmetry (:func:`_orbit_routes`, over the
+    images' rank pairs), and the quotient plan is the one
+    :func:`table_rotation` builds from the images (tested): the
+    representatives in step order, each read waiting for the updates of its
+    slot, which are the landings of the representatives' images in the
+    first ranks (one per representative, at slot ``(d, σ^-j(c))`` for a
+    landing at rank ``j·s + d``). None where the routes are not symmetric
+    (the caller then plans every message: the images listed, refused past
+    :data:`~simcoll.limits.MAX_TRANSFERS`)."""
+    orbit = algorithm.orbit
+    n = orbit.num_ranks
+    if not len(orbit):
+        return None
+    pairs = QueueTable.of(orbit.rank_pairs(n), n)
+    # the orbit's shift, else a multiple of it (the routes of NDv2's rings repeat every other node)
+    for factor in (f for f in range(1, orbit.order // 2 + 1) if orbit.order % f == 0):
+        routes = _orbit_routes(pairs, net, orbit.shift_ranks * factor, n, orbit.order // factor)
+        if routes is not None:
+            break
+    else:
+        return None
+    orbit = orbit.coarsened(factor) if factor > 1 else orbit
+    shift, k, reps = orbit.shift_ranks, orbit.order, orbit.representatives
+    order = np.argsort(reps.step, kind="stable")
+    step = reps.step[order]
+    first = np.ones(len(step), dtype=bool)
+    first[1:] = step[1:] != step[:-1]
+    batch = np.cumsum(first, dtype=np.int64) - 1
+    labels = [f"step {t}" for t in step[first].tolist()]
+    src, dst, chunk = reps.src[order], reps.dst[order], reps.chunk[order]
+    # where each lands in the first ranks: the image j = dst // shift shifts back
+    back, landing = dst // shift, chunk.copy()
+    inverse = np.empty(num_chunks, dtype=np.int64)
+    inverse[orbit.chunk_map] = np.arange(num_chunks, dtype=np.int64)
+    for j in range(1, int(back.max(initial=0)) + 1):
+        moving = back >= j
+        landing[moving] = inverse[landing[moving]]
+    write_slot = (dst % shift) * num_chunks + landing
+    read_slot = src * num_chunks + chunk
+    landed = landed_counts(read_slot, batch, write_slot, batch, len(labels), num_chunks * shift)
+    rank, held = flatten(algorithm.collective.input_layout[:shift])
+    if not holds(np.unique(rank * num_chunks + held), read_slot[landed == 0]).all():
+        return None  # (a read of a chunk its rank never holds: the plan of every message names it)
+    # per step, the representatives before it; the images of a step follow one another in the full order
+    before = np.searchsorted(step, step[first])
+    counts = np.diff(np.append(before, len(step)))
+    position = k * np.repeat(before, counts) + (np.arange(len(step)) - np.repeat(before, counts))
+
+    def rep_of() -> np.ndarray:
+        """Per message of the full order: step by step, image after image, the representatives of the step."""
+        per_step = np.repeat(counts, k * counts)
+        start = np.repeat(before, k * counts)
+        within = np.arange(k * len(step), dtype=np.int64) - np.repeat(k * before, k * counts)
+        return start + within % per_step
+
+    rotation = NodeRotation(k, shift, position, rep_of, write_slot, routes)
+    waits = np.flatnonzero(landed)
+    rows = order
+    quotient = plan_of_columns(
+        (src, dst, chunk, reps.reduce[order], batch),
+        labels,
+        {},
+        np.bincount(waits, minlength=len(step)).astype(np.int32),
+        (read_slot[waits], landed[waits], waits),
+        QueueTable.of(src * n + dst, n),
+        lambda m: reps[int(rows[m])].describe(),
+        write_slot=write_slot,
+    )
+    return TableRotation(rotation, quotient)
 
 
 def _present_is_symmetric(present: np.ndarray, tau: np.ndarray, index: SlotNumbering, num_chunks: int) -> bool:

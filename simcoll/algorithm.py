@@ -26,7 +26,13 @@ lower it refuse it by name (:meth:`Algorithm.require_point_to_point`).
 
 Large schedules hold their transfers as NumPy columns (:class:`TransferTable`)
 and their step-scheduled switch reductions likewise
-(:class:`SwitchReductionTable`); both read as tuples of the objects.
+(:class:`SwitchReductionTable`); both read as tuples of the objects. A
+schedule that shifting every rank by whole nodes maps onto itself (rings that
+repeat node after node) can be held as an :class:`OrbitTable`: the transfers
+of its first nodes and the rotation that gives the rest; it reads as its
+listed transfers too, up to :data:`~simcoll.limits.MAX_TRANSFERS`, and the
+verifier, the simulator and ``.npz`` files work on it as it is
+(:attr:`Algorithm.orbit`).
 """
 
 from __future__ import annotations
@@ -303,8 +309,8 @@ class TransferTable(Sequence):
 class OrbitTable(Sequence):
     """A step schedule held as the transfers of its first ranks and the
     rotation that gives all the others (issue 15: NCCL's rings on 4,096
-    GPUs have 268 million transfers, 524,288 of them sent from the first
-    node).
+    GPUs have 268 million transfers, a million of them sent from the first
+    two nodes).
 
     Moving every rank ``shift_ranks`` on, ``π(r) = (r + shift_ranks) mod P``,
     and every chunk ``c`` to ``chunk_map[c]`` (σ) maps the schedule onto
@@ -401,8 +407,8 @@ class OrbitTable(Sequence):
     _expanded: TransferTable | None = None
 
     def coarsened(self, factor: int) -> OrbitTable:
-        """The same schedule under a shift ``factor`` times as long (which
-        divides P): the first ``factor`` images are its representatives.
+        """The same schedule under a shift ``factor`` times as long (``factor``
+        divides the order): the first ``factor`` images are its representatives.
         Its images list the transfers in the same order.
 
         >>> reps = TransferTable([0], [0], [1], [False], step=[0])
@@ -1023,7 +1029,10 @@ class Algorithm:
         if isinstance(self.transfers, TransferTable):
             return self.transfers
         if isinstance(self.transfers, OrbitTable):
-            return self.transfers.expand()
+            try:
+                return self.transfers.expand()
+            except ScheduleTooLargeError as exc:
+                raise ScheduleTooLargeError(f"{self.name}: {exc}") from None
         return TransferTable.from_transfers(self.transfers)
 
     def _check_table(self, table: TransferTable) -> set[str]:

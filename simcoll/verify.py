@@ -37,6 +37,7 @@ Use :func:`check` for the list of problems, :func:`verify` to raise.
 from __future__ import annotations
 
 import contextvars
+import functools
 import time
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterable
@@ -435,11 +436,7 @@ def orbit_is_correct(algorithm: Algorithm, topology: Topology | None = None) -> 
     bounds = np.flatnonzero(np.diff(steps)) + 1
     for batch in np.split(order, bounds) if len(order) else ():
         _on_time("at step", reps.step[batch[0]])
-        shifts = back[batch] * s
-
-        def moved(values: np.ndarray, shifts: np.ndarray = shifts) -> np.ndarray:
-            return _move_contributions(values, shifts, p)
-
+        moved = functools.partial(_move_contributions, shifts=back[batch] * s, p=p)
         if not _apply_step(bits, present, src_slot[batch], dst_slot[batch], reps.reduce[batch], moved):
             return False
     out_rank, out_chunk = flatten(coll.output_layout[:s])

@@ -114,10 +114,11 @@ def test_multi_ring_by_default_gives_every_ring_the_same_share_and_is_symmetric(
 def test_a_schedule_timed_again_reuses_its_plan_and_rotation(monkeypatch):
     machine = load_machine("dgx-h100*4")
     algorithm = generate("ring", machine, "allreduce")
+    assert algorithm.orbit is not None  # its rotation is the orbit's (symmetry.orbit_rotation)
     first = {size: simulate(algorithm, machine, size, record_utilisation=False) for size in SIZES}
     calls = []
     with monkeypatch.context() as patch:
-        patch.setattr(algorithm_mode, "node_rotation", lambda *a: calls.append(a))
+        patch.setattr(algorithm_mode, "orbit_rotation", lambda *a: calls.append(a))
         again = {size: simulate(algorithm, machine, size, record_utilisation=False) for size in SIZES}
     assert not calls  # worked out once, for the first size
     # a later run's network holds the same resources, numbered as in the first
@@ -129,9 +130,9 @@ def test_a_schedule_timed_again_reuses_its_plan_and_rotation(monkeypatch):
         assert again[size].timeline.equals(first[size].timeline)
         assert again[size].stats["node_rotation"] == 4
     # another machine object, or contention off, works the rotation out afresh
-    found = algorithm_mode.node_rotation
+    found = algorithm_mode.orbit_rotation
     with monkeypatch.context() as patch:
-        patch.setattr(algorithm_mode, "node_rotation", lambda *a: calls.append(a) or found(*a))
+        patch.setattr(algorithm_mode, "orbit_rotation", lambda *a: calls.append(a) or found(*a))
         other = simulate(algorithm, load_machine("dgx-h100*4"), 1 << 20, record_utilisation=False)
         simulate(algorithm, machine, 1 << 20, record_utilisation=False, contention=False)
     assert len(calls) == 2

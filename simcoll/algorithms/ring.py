@@ -472,15 +472,9 @@ def ring_allreduce(topology: Topology, collective: Collective, ring: Sequence[in
     """
     routes = routes_of(topology)
     order = _ring_order(topology, routes, ring)
-    p = len(order)
-    transfers = TransferTable.concatenate(
-        [
-            _ring_reducescatter_steps(collective, order),
-            # After the ReduceScatter, position i holds the reduced block of ring[i].
-            _ring_allgather_steps(collective, order, p - 1, lambda owner: block_chunks(collective, owner)),
-        ]
-    )
-    return finish("ring", collective, topology, transfers, routes, ring=order)
+    # the ReduceScatter, then the Allgather of the blocks (position i holds ring[i]'s, reduced): the
+    # rings' schedule of one ring, whose blocks are those of block_chunks
+    return finish("ring", collective, topology, rings_schedule(collective, [order], topology), routes, ring=order)
 
 
 @implements("ring", ("broadcast",))

@@ -27,7 +27,11 @@ representatives that use its orbit when every orbit has ``k`` resources and
 no route uses two resources of one orbit; where that fails (a resource every
 node shares, such as a spine link), the schedule is simulated in full.
 
-The rotation is looked for on the schedule's transfer table
+An Algorithm held as an :class:`~simcoll.algorithm.OrbitTable` names its
+rotation: :func:`orbit_rotation` checks the routes under its shift (or a
+multiple of it) and builds the quotient from its representatives, never
+listing the other transfers (NCCL's rings on 4,096 GPUs: 268 million).
+Otherwise the rotation is looked for on the schedule's transfer table
 (:func:`table_rotation`: only the representatives' waits are counted, and
 the plan of every message is built only for a timeline), and on a plan
 already built (:func:`node_rotation`) where a run recording utilisation

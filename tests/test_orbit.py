@@ -291,3 +291,17 @@ def test_json_of_too_many_transfers_is_refused_pointing_to_npz(monkeypatch, tmp_
     assert not (tmp_path / "a.json").exists()
     algorithm.save(tmp_path / "a.npz")
     assert Algorithm.load(tmp_path / "a.npz").orbit == algorithm.orbit
+
+
+def test_an_orbit_on_routes_that_do_not_repeat_is_refused_when_too_large_to_list(monkeypatch):
+    machine = load_machine("dgx-h100*4")
+    algorithm = generate("nccl-ring", machine, "allreduce")
+    monkeypatch.setattr(algorithm_mode, "orbit_rotation", lambda *a: None)  # (as for routes that do not repeat)
+    monkeypatch.setattr(algorithm_mode, "_PREPARED", {})
+    options = {"record_timeline": False, "record_utilisation": False}
+    listed = simulate(algorithm, machine, 1 << 20, **options)  # every transfer listed: within the limit
+    assert listed.stats["node_rotation"] == 1
+    monkeypatch.setattr(algorithm_mode, "MAX_TRANSFERS", 1000)
+    monkeypatch.setattr(algorithm_mode, "_PREPARED", {})
+    with pytest.raises(ScheduleTooLargeError, match="routes do not repeat under the schedule's rotation by 16 ranks"):
+        simulate(algorithm, machine, 1 << 20, **options)

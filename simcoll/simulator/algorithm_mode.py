@@ -95,7 +95,8 @@ import simpy
 from ..algorithm import Algorithm
 from ..analytic import chunk_bytes
 from ..arrays import flatten
-from ..errors import AlgorithmError, SimulationError
+from ..errors import AlgorithmError, ScheduleTooLargeError, SimulationError
+from ..limits import MAX_TRANSFERS
 from ..machines import Machine
 from . import compiled
 from .engine import check_limit, run_with_limit
@@ -300,8 +301,16 @@ class _Run:
             check_limit(self.started_s, self.time_limit_s, self.what, "looking for node symmetry")
             # from the transfer table, unless a plan of every message is at hand already
             found = None
-            if self.algorithm.orbit is not None:  # the representatives and their rotation: no table of images
-                found = orbit_rotation(self.algorithm, self.net, self.num_chunks) or TableRotation(None, None)
+            orbit = self.algorithm.orbit
+            if orbit is not None:  # the representatives and their rotation: no table of images
+                found = orbit_rotation(self.algorithm, self.net, self.num_chunks)
+                if found is None and len(orbit) > MAX_TRANSFERS:
+                    raise ScheduleTooLargeError(
+                        f"{self.what}: the machine's routes do not repeat under the schedule's rotation by "
+                        f"{orbit.shift_ranks} ranks (or a multiple of it), so each of its {len(orbit):,} transfers "
+                        "would be simulated, more than simcoll lists one by one (simcoll.limits.MAX_TRANSFERS)"
+                    )
+                found = found or TableRotation(None, None)  # (every message planned: the images listed)
             elif prepared.plan is None:
                 found = table_rotation(self.algorithm, self.net, self.num_chunks, self._present(), self._schedule_order)
             if found is not None:

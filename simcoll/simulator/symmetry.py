@@ -288,7 +288,6 @@ def orbit_rotation(algorithm: Algorithm, net: FluidNetwork, num_chunks: int) -> 
 
     rotation = NodeRotation(k, shift, position, rep_of, write_slot, routes)
     waits = np.flatnonzero(landed)
-    rows = order
     quotient = plan_of_columns(
         (src, dst, chunk, reps.reduce[order], batch),
         labels,
@@ -296,7 +295,7 @@ def orbit_rotation(algorithm: Algorithm, net: FluidNetwork, num_chunks: int) -> 
         np.bincount(waits, minlength=len(step)).astype(np.int32),
         (read_slot[waits], landed[waits], waits),
         QueueTable.of(src * n + dst, n),
-        lambda m: reps[int(rows[m])].describe(),
+        lambda m: reps[int(order[m])].describe(),
         write_slot=write_slot,
     )
     return TableRotation(rotation, quotient)

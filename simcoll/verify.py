@@ -452,7 +452,7 @@ def _move_contributions(values: np.ndarray, shifts: np.ndarray, p: int) -> np.nd
     if not shifts.any():
         return values
     out = values.copy()
-    for by in np.unique(shifts[shifts != 0]).tolist():
+    for by in set(shifts.tolist()) - {0}:
         rows = np.flatnonzero(shifts == by)
         ranks = np.unpackbits(values[rows].view(np.uint8), axis=1, bitorder="little")
         ranks[:, :p] = np.roll(ranks[:, :p], -by, axis=1)

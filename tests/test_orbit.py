@@ -20,14 +20,17 @@ from simcoll.simulator.network import FluidNetwork
 from simcoll.simulator.symmetry import orbit_rotation, table_rotation
 from simcoll.verify import algorithm_is_correct, check, orbit_is_correct
 
-# (generator, machine, the orbit's shift, the simulation's rotation order): NCCL's rings enter
-# alternate nodes at alternate GPUs; NDv2's routes repeat every other node only
+# (generator, machine, collective, the orbit's shift, the simulation's rotation order): NCCL's
+# rings enter alternate nodes at alternate GPUs; NDv2's routes repeat every other node only
 ORBITS = [
-    ("nccl-ring", "dgx-h100*4", 16, 2),
-    ("nccl-ring", "perlmutter*6", 8, 3),
-    ("multi-ring", "dgx-a100*4", 8, 4),
-    ("bidirectional-ring", "ndv2*4", 8, 2),
-    ("ring", "dgx-h100*4", 8, 4),
+    ("nccl-ring", "dgx-h100*4", "allreduce", 16, 2),
+    ("nccl-ring", "perlmutter*6", "allreduce", 8, 3),
+    ("multi-ring", "dgx-a100*4", "allreduce", 8, 4),
+    ("bidirectional-ring", "ndv2*4", "allreduce", 8, 2),
+    ("ring", "dgx-h100*4", "allreduce", 8, 4),
+    ("nccl-ring", "dgx-h100*4", "allgather", 16, 2),
+    ("ring", "perlmutter*6", "reducescatter", 4, 6),
+    ("multi-ring", "dgx-a100*4", "reducescatter", 8, 4),
 ]
 
 
@@ -118,10 +121,10 @@ def test_an_allreduce_of_134_million_slots_is_built_but_not_listed_pair_by_pair(
 
 
 # --- generators -------------------------------------------------------------------------------
-@pytest.mark.parametrize("name, spec, shift, order", ORBITS)
-def test_the_rings_orbit_is_the_schedule_the_rings_build(name, spec, shift, order):
+@pytest.mark.parametrize("name, spec, coll, shift, order", ORBITS)
+def test_the_rings_orbit_is_the_schedule_the_rings_build(name, spec, coll, shift, order):
     machine = load_machine(spec)
-    algorithm = generate(name, machine, "allreduce")
+    algorithm = generate(name, machine, coll)
     orbit = algorithm.orbit
     assert orbit is not None and orbit.shift_ranks == shift
     assert (orbit.representatives.src < shift).all()
@@ -161,10 +164,10 @@ def _mutants(algorithm: Algorithm):
         yield change, algorithm.with_changes(transfers=table, rounds_per_step=())
 
 
-@pytest.mark.parametrize("name, spec, shift, order", ORBITS)
-def test_the_orbit_verifier_answers_as_the_verifier_of_every_transfer(name, spec, shift, order):
+@pytest.mark.parametrize("name, spec, coll, shift, order", ORBITS)
+def test_the_orbit_verifier_answers_as_the_verifier_of_every_transfer(name, spec, coll, shift, order):
     machine = load_machine(spec)
-    algorithm = generate(name, machine, "allreduce")
+    algorithm = generate(name, machine, coll)
     assert orbit_is_correct(algorithm, machine.topology)
     assert algorithm_is_correct(_listed(algorithm), machine.topology)
     assert check(algorithm, machine) == []
@@ -197,11 +200,13 @@ def test_an_incorrect_orbit_too_large_to_list_is_reported_in_one_sentence(monkey
 
 
 # --- the simulator ----------------------------------------------------------------------------
-@pytest.mark.parametrize("name, spec, shift, order", ORBITS)
+@pytest.mark.parametrize("name, spec, coll, shift, order", ORBITS)
 @pytest.mark.parametrize("contention", [True, False])
-def test_the_orbit_simulates_as_every_transfer_listed_bit_for_bit(monkeypatch, name, spec, shift, order, contention):
+def test_the_orbit_simulates_as_every_transfer_listed_bit_for_bit(
+    monkeypatch, name, spec, coll, shift, order, contention
+):
     machine = load_machine(spec)
-    algorithm = generate(name, machine, "allreduce")
+    algorithm = generate(name, machine, coll)
     # the generator's schedule before orbits: the rings' transfers listed ring by ring
     before = algorithm.with_changes(transfers=_rings_transfers(algorithm.collective, _rings(algorithm)))
     for size in (1 << 20, 1 << 30):

@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from ..algorithm import Algorithm, OrbitTable, RelationIndex, TransferTable
+from ..algorithm import Algorithm, OrbitTable, RelationIndex, TransferTable, layouts_rotate
 from ..collectives import Collective
 from ..errors import NotApplicableError
 from ..routes import Routes, bandwidth_relation, routes_of
@@ -290,18 +290,25 @@ def _check_ring(topology: Topology, routes: Routes, ring: Sequence[int]) -> list
 # -- schedules on one ring ----------------------------------------------------------
 # The schedules are emitted as columns (:class:`~simcoll.algorithm.TransferTable`):
 # a ring Allreduce on 1,024 ranks has two million transfers.
-def _ring_allgather_steps(collective: Collective, ring: list[int], first_step: int, blocks: Blocks) -> TransferTable:
-    """Each position forwards the block that started k positions behind it."""
-    return ring_steps(ring, first_step, 0, blocks, "copy")
+def _ring_allgather_steps(
+    collective: Collective, ring: list[int], first_step: int, blocks: Blocks, senders: list[int] | None = None
+) -> TransferTable:
+    """Each position forwards the block that started k positions behind it
+    (``senders``: the positions whose sends are wanted, default all)."""
+    return ring_steps(ring, first_step, 0, blocks, "copy", senders)
 
 
 def _ring_reducescatter_steps(
-    collective: Collective, ring: list[int], blocks: Blocks | None = None, first_step: int = 0
+    collective: Collective,
+    ring: list[int],
+    blocks: Blocks | None = None,
+    first_step: int = 0,
+    senders: list[int] | None = None,
 ) -> TransferTable:
     """At step k, position i adds its partial of the block owned k+1 positions
     behind it and passes it on; after P-1 steps each owner holds its block."""
     blocks = blocks or (lambda owner: block_chunks(collective, owner))
-    return ring_steps(ring, first_step, 1, blocks, "reduce")
+    return ring_steps(ring, first_step, 1, blocks, "reduce", senders)
 
 
 def _chain_steps(path: Sequence[int], slots: Sequence[Sequence[int]], op: str) -> TransferTable:
@@ -328,29 +335,39 @@ def _from_root(ring: Sequence[int], root: int) -> list[int]:
 
 
 # -- schedules on several rings at once --------------------------------------------------
-def _rings_transfers(collective: Collective, rings: Sequence[list[int]], slot_size: int = 1) -> TransferTable:
+def _rings_transfers(
+    collective: Collective, rings: Sequence[list[int]], slot_size: int = 1, below: int | None = None
+) -> TransferTable:
     """Every ring runs the ring algorithm for ``collective`` on its share of
     the chunks (module docstring); Broadcast and Reduce move ``slot_size``
-    chunks of a ring per pipeline step."""
+    chunks of a ring per pipeline step. ``below``: only the transfers sent
+    from ranks below it (an orbit's representatives: Allgather,
+    ReduceScatter and Allreduce)."""
     p, k, name = collective.num_ranks, len(rings), collective.name
     tables: list[TransferTable] = []
+
+    def senders(order: list[int]) -> list[int] | None:
+        return None if below is None else [i for i, rank in enumerate(order) if rank < below]
+
     if name in ("allgather", "reducescatter"):
         # Block chunk i*P + n belongs to ring i mod k.
         layout = collective.input_layout if name == "allgather" else collective.output_layout
         for j, order in enumerate(rings):
             share = {owner: [c for c in layout[owner] if (c // p) % k == j] for owner in range(p)}
             if name == "allgather":
-                tables.append(_ring_allgather_steps(collective, order, 0, share.__getitem__))
+                tables.append(_ring_allgather_steps(collective, order, 0, share.__getitem__, senders(order)))
             else:
-                tables.append(_ring_reducescatter_steps(collective, order, share.__getitem__))
+                tables.append(_ring_reducescatter_steps(collective, order, share.__getitem__, 0, senders(order)))
     elif name == "allreduce":
         # Buffer chunk c belongs to ring c mod k; the ring splits its chunks into P blocks.
         for j, order in enumerate(rings):
             share: dict[int, list[int]] = {owner: [] for owner in range(p)}
             for c in range(j, collective.num_chunks, k):
                 share[(c // k) % p].append(c)
-            tables.append(_ring_reducescatter_steps(collective, order, share.__getitem__))
-            tables.append(_ring_allgather_steps(collective, order, p - 1, share.__getitem__))
+            tables.append(_ring_reducescatter_steps(collective, order, share.__getitem__, 0, senders(order)))
+            tables.append(_ring_allgather_steps(collective, order, p - 1, share.__getitem__, senders(order)))
+    elif below is not None:
+        raise ValueError(f"the rings' {name} is not an orbit")
     else:  # broadcast, reduce: buffer chunk c belongs to ring c mod k
         for j, order in enumerate(rings):
             mine = list(range(j, collective.num_chunks, k))
@@ -390,40 +407,45 @@ def rings_rotation(topology: Topology, rings: Sequence[Sequence[int]]) -> int | 
     return None
 
 
-def rings_allreduce_orbit(collective: Collective, rings: Sequence[list[int]], topology: Topology) -> OrbitTable | None:
-    """:func:`_rings_transfers` of an Allreduce as an :class:`OrbitTable`:
-    the transfers sent from the first ``s`` ranks, ``s`` the shift of
-    :func:`rings_rotation`; None where there is none, or the chunks are not
-    dealt evenly (a chunk factor that is not a multiple of P per ring).
+def rings_orbit(collective: Collective, rings: Sequence[list[int]], topology: Topology) -> OrbitTable | None:
+    """:func:`_rings_transfers` of an Allgather, ReduceScatter or Allreduce
+    as an :class:`OrbitTable`: the transfers sent from the first ``s``
+    ranks, ``s`` the shift of :func:`rings_rotation`; None where there is
+    none, for the other collectives (rooted), or where an Allreduce's
+    chunks are not dealt evenly (a chunk factor that is not a multiple of P
+    per ring).
 
-    Chunk ``c`` belongs to ring ``j = c mod k``, owner rank ``o = (c // k)
-    mod P``, index ``q = c // (kP)`` among that owner's. π maps every ring
-    onto itself, so the image of a transfer moving owner ``o``'s ``q``-th
-    chunk of ring ``j`` moves owner ``π(o)``'s ``q``-th chunk of ring ``j``
-    at the same step: σ(c) = j + k(π(o) + Pq)."""
-    p, k, g = collective.num_ranks, len(rings), collective.num_chunks
+    π maps every ring onto itself, so the image of a transfer moving
+    owner ``o``'s ``q``-th chunk of ring ``j`` moves owner ``π(o)``'s
+    ``q``-th chunk of ring ``j`` at the same step. Allreduce: chunk ``c``
+    belongs to ring ``j = c mod k``, owner rank ``o = (c // k) mod P``,
+    index ``q = c // (kP)`` among that owner's, so σ(c) = j + k(π(o) + Pq).
+    Allgather and ReduceScatter: chunk ``iP + n`` is rank ``n``'s ``i``-th
+    (its input, its output), so σ(iP + n) = iP + π(n)."""
+    p, k, g, name = collective.num_ranks, len(rings), collective.num_chunks, collective.name
+    if name not in ("allreduce", "allgather", "reducescatter") or (name == "allreduce" and g % (k * p)):
+        return None
     shift = rings_rotation(topology, rings)
-    if shift is None or g % (k * p):
+    if shift is None:
         return None
     c = np.arange(g, dtype=np.int64)
-    chunk_map = c % k + k * (((c // k) % p + shift) % p + p * (c // (k * p)))
-    tables = []
-    for j, order in enumerate(rings):
-        share: dict[int, list[int]] = {rank: [] for rank in range(p)}
-        for chunk in range(j, g, k):
-            share[(chunk // k) % p].append(chunk)
-        senders = [i for i, rank in enumerate(order) if rank < shift]
-        tables.append(ring_steps(order, 0, 1, share.__getitem__, "reduce", senders))
-        tables.append(ring_steps(order, p - 1, 0, share.__getitem__, "copy", senders))
-    return OrbitTable(TransferTable.concatenate(tables), p, shift, chunk_map)
+    if name == "allreduce":
+        chunk_map = c % k + k * (((c // k) % p + shift) % p + p * (c // (k * p)))
+    else:
+        chunk_map = (c // p) * p + (c % p + shift) % p
+    if not all(
+        layouts_rotate(layout, shift, chunk_map) for layout in (collective.input_layout, collective.output_layout)
+    ):
+        return None  # (a collective built otherwise than make_collective builds it)
+    return OrbitTable(_rings_transfers(collective, rings, below=shift), p, shift, chunk_map)
 
 
 def rings_schedule(
     collective: Collective, rings: Sequence[list[int]], topology: Topology, slot_size: int = 1
 ) -> TransferTable | OrbitTable:
-    """:func:`_rings_transfers`, as an :class:`OrbitTable` where it is an
-    Allreduce whose rings repeat node after node (:func:`rings_allreduce_orbit`)."""
-    orbit = rings_allreduce_orbit(collective, rings, topology) if collective.name == "allreduce" else None
+    """:func:`_rings_transfers`, as an :class:`OrbitTable` where the rings
+    repeat node after node (:func:`rings_orbit`)."""
+    orbit = rings_orbit(collective, rings, topology)
     return orbit if orbit is not None else _rings_transfers(collective, rings, slot_size)
 
 
@@ -445,8 +467,8 @@ def ring_allgather(topology: Topology, collective: Collective, ring: Sequence[in
     """
     routes = routes_of(topology)
     order = _ring_order(topology, routes, ring)
-    transfers = _ring_allgather_steps(collective, order, 0, lambda owner: collective.input_layout[owner])
-    return finish("ring", collective, topology, transfers, routes, ring=order)
+    # (the rings' schedule of one ring: its block per owner is the owner's input)
+    return finish("ring", collective, topology, rings_schedule(collective, [order], topology), routes, ring=order)
 
 
 @implements("ring", ("reducescatter",))
@@ -457,8 +479,8 @@ def ring_reducescatter(topology: Topology, collective: Collective, ring: Sequenc
     """
     routes = routes_of(topology)
     order = _ring_order(topology, routes, ring)
-    transfers = _ring_reducescatter_steps(collective, order)
-    return finish("ring", collective, topology, transfers, routes, ring=order)
+    # (the rings' schedule of one ring: its block per owner is the owner's output)
+    return finish("ring", collective, topology, rings_schedule(collective, [order], topology), routes, ring=order)
 
 
 @implements("ring", ("allreduce",))

@@ -121,6 +121,17 @@ def test_generate_then_verify(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["correct"] is False
 
 
+def test_verify_stops_at_its_time_limit_and_an_orbit_file_verifies(tmp_path, capsys):
+    path = tmp_path / "rings.npz"  # NCCL's rings on four nodes: an orbit of two images
+    assert main(["algo", "generate", "nccl-ring", "-t", "dgx-h100*4", "-c", "allreduce", "-o", str(path)]) == 0
+    assert main(["verify", str(path), "-t", "dgx-h100*4", "--time-limit", "60"]) == 0
+    assert "correct" in capsys.readouterr().out
+    assert main(["verify", str(path), "-t", "dgx-h100*4", "--time-limit", "1e-9"]) == 2
+    assert "wall-clock limit of 1e-09 s reached" in capsys.readouterr().err
+    assert main(["verify", str(path), "--time-limit", "0"]) == 2
+    assert "time_limit_s must be a positive number" in capsys.readouterr().err
+
+
 def test_algo_list_names_the_collectives(capsys):
     assert main(["algo", "list", "--json"]) == 0
     rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}

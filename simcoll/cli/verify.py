@@ -26,7 +26,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 f"{args.file}: {schedule.name} is for {schedule.collective.num_ranks} ranks "
                 f"but {machine.name} has {machine.topology.num_ranks}"
             )
-        problems = check(schedule, machine)
+        problems = check(schedule, machine, time_limit_s=args.time_limit)
         kind = "algorithm" if isinstance(schedule, Algorithm) else "program"
         results.append(
             {
@@ -55,6 +55,13 @@ def cmd_verify(args: argparse.Namespace) -> int:
 def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file")
     add_topology_option(p, required=False, help="also check routes and bandwidth against this machine")
+    p.add_argument(
+        "--time-limit",
+        type=float,
+        default=None,
+        metavar="S",
+        help="wall-clock limit of each schedule's check in seconds (default: none); past it, exit 2",
+    )
 
 
 def register(subparsers) -> None:

@@ -11,8 +11,18 @@ from simcoll.algorithms import generate
 from simcoll.collectives import make_collective
 from simcoll.simulator import algorithm_mode, simulate
 from simcoll.simulator.algorithm_mode import _Run
+from simcoll.simulator.results import UTILISATION_COLUMNS
 
 SIZES = (1 << 20, 1 << 30)
+
+
+def _unrotated_run(monkeypatch, algorithm, machine) -> _Run:
+    """A run set up without looking for a rotation (its network's routes all its own)."""
+    with monkeypatch.context() as patch:
+        for finder in ("node_rotation", "table_rotation", "orbit_rotation"):
+            patch.setattr(algorithm_mode, finder, lambda *a: None)
+        patch.setattr(algorithm_mode, "_PREPARED", {})
+        return _Run(algorithm, machine, 1 << 20, contention=True, record_utilisation=True)
 
 
 def _full(monkeypatch, *args, **kwargs):
@@ -73,11 +83,32 @@ def test_the_quotient_runs_one_block_of_nodes():
         assert reps.tolist() == list(full.queues[back])
 
 
-def test_utilisation_is_recorded_by_the_full_simulation():
-    machine = load_machine("dgx-h100*2")
-    result = simulate(generate("ring", machine, "allreduce"), machine, 1 << 20)
-    assert result.stats["node_rotation"] == 1
-    assert not result.utilisation.empty
+@pytest.mark.parametrize(
+    "topo, coll, name, order",
+    [
+        ("dgx-h100*4", "allreduce", "nccl-ring", 2),
+        ("dgx-h100*4", "allreduce", "direct", 4),
+        ("perlmutter*6", "allreduce", "hiccl", 6),
+        ("dgx2*2", "reducescatter", "direct", 2),
+        ("ndv2*4", "allreduce", "bidirectional-ring", 2),
+    ],
+)
+def test_the_quotient_records_the_utilisation_of_the_full_simulation(monkeypatch, topo, coll, name, order):
+    """Each resource of an orbit carries the images of the flows its orbit's
+    representative carries: the quotient's intervals, copied onto every
+    resource of the orbit, are the full run's, value for value."""
+    machine = load_machine(topo)
+    algorithm = generate(name, machine, coll)
+    key = list(UTILISATION_COLUMNS)
+    for size in SIZES:
+        quotient = simulate(algorithm, machine, size)  # utilisation and timeline recorded (the defaults)
+        full = _full(monkeypatch, algorithm, machine, size)
+        assert quotient.stats["node_rotation"] == order and full.stats["node_rotation"] == 1
+        assert quotient.time_s == full.time_s and quotient.timeline.equals(full.timeline)
+        assert len(quotient.utilisation) == len(full.utilisation) > 0
+        assert quotient.utilisation.end_s.is_monotonic_increasing  # rows in order of their end, as a run closes them
+        ours, theirs = (r.utilisation.sort_values(key).reset_index(drop=True) for r in (quotient, full))
+        assert ours.equals(theirs)
 
 
 @pytest.mark.parametrize(
@@ -212,8 +243,8 @@ def test_the_rotation_found_from_the_transfer_table_is_the_one_the_plan_gives(
     monkeypatch.setattr(plan_module, "LOOP_MIN_TRANSFERS_PER_BATCH", 0 if count_by_batch else 1 << 62)
     machine = load_machine(topo)
     algorithm = generate(name, machine, coll)
-    # two runs that look for no rotation (they record utilisation): a fresh network for each search
-    run, other = (_Run(algorithm, machine, 1 << 20, contention=True, record_utilisation=True) for _ in range(2))
+    # two runs that look for no rotation: a fresh network for each search
+    run, other = (_unrotated_run(monkeypatch, algorithm, machine) for _ in range(2))
     found = table_rotation(algorithm, run.net, run.num_chunks, run._present())
     plan = run._full_plan()
     expected = node_rotation(plan, other.net, algorithm.num_ranks, run.num_chunks)
@@ -235,7 +266,7 @@ def test_the_rotation_found_from_the_transfer_table_is_the_one_the_plan_gives(
     _plan_fields_equal(found.quotient, quotient_plan(plan, expected))
 
 
-def test_a_read_before_the_chunk_is_there_is_named_by_the_plan_of_every_message():
+def test_a_read_before_the_chunk_is_there_is_named_by_the_plan_of_every_message(monkeypatch):
     """The transfer table proves no symmetry for a schedule that reads a
     chunk before its rank holds it: the plan of every message names the
     first such read, as without symmetry."""
@@ -245,7 +276,7 @@ def test_a_read_before_the_chunk_is_there_is_named_by_the_plan_of_every_message(
 
     machine = load_machine("dgx-h100*2")
     algorithm = _two_node_ring(False)
-    run = _Run(algorithm, machine, 1 << 20, contention=True, record_utilisation=True)
+    run = _unrotated_run(monkeypatch, algorithm, machine)
     assert table_rotation(algorithm, run.net, run.num_chunks, run._present()).rotation.order == 2
     t = algorithm.table
     # every rank sends its neighbour's chunk first: a read before the chunk is there, in every node alike

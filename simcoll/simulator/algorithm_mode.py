@@ -72,11 +72,12 @@ batches, the event handlers run compiled (:mod:`.compiled`, ``stats["compiled"]`
 the same statements in C++, the same results bit for bit
 (``tests/test_sim_compiled.py``), tens of times faster.
 
-The static part is a :class:`~.plan.Plan`. When no utilisation is recorded
-and the schedule is symmetric under shifting every rank by whole nodes,
-only one block of nodes' messages runs (:mod:`.symmetry`), over one
-resource per orbit; every other message gets its representative's times
-(bit for bit the full run's: ``tests/test_sim_symmetry.py``).
+The static part is a :class:`~.plan.Plan`. When the schedule is
+symmetric under shifting every rank by whole nodes, only one block of
+nodes' messages runs (:mod:`.symmetry`), over one resource per orbit;
+every other message gets its representative's times, and every resource
+of an orbit its representative's utilisation (bit for bit the full run's:
+``tests/test_sim_symmetry.py``).
 """
 
 from __future__ import annotations
@@ -110,6 +111,7 @@ from .symmetry import (
     orbit_rotation,
     quotient_plan,
     rebind_routes,
+    spread_utilisation,
     table_rotation,
 )
 
@@ -126,6 +128,7 @@ class _Prepared:
     plan: Plan | None = None
     machine: weakref.ref | None = None
     contention: bool | None = None
+    utilisation: bool | None = None  # (a network recording it keeps dominated resources in its routes)
     rotation: NodeRotation | None = None
     quotient: Plan | None = None
     resources: list[tuple] = field(default_factory=list)  # the network's resources the rotation was found with
@@ -217,8 +220,8 @@ class _Run:
         self.net = FluidNetwork(
             self.env, machine, contention=contention, record_timeline=False, record_utilisation=record_utilisation
         )
-        # utilisation is per resource: a quotient would have to map it back, so it is run in full
-        self.rotation = None if record_utilisation else self._rotation(contention)
+        # (a quotient's utilisation is copied onto each orbit's resources after the run: spread_utilisation)
+        self.rotation = self._rotation(contention, record_utilisation)
         if self.rotation is not None:
             self.plan = plan = _fresh(prepared.quotient)
         else:
@@ -288,14 +291,18 @@ class _Run:
             present = np.unique(present)
         return present
 
-    def _rotation(self, contention: bool) -> NodeRotation | None:
+    def _rotation(self, contention: bool, record_utilisation: bool) -> NodeRotation | None:
         """The schedule's node-rotation symmetry (:mod:`.symmetry`), with the
         representatives' routes installed in the network, or None. Worked
         out once per Algorithm, machine and ``contention`` (:class:`_Prepared`);
         a later run creates the same resources in its own network and maps
         the representatives' routes onto them."""
         prepared, machine = self.prepared, self.machine
-        if prepared.machine is not None and prepared.machine() is machine and prepared.contention == contention:
+        if (
+            prepared.machine is not None
+            and prepared.machine() is machine
+            and (prepared.contention, prepared.utilisation) == (contention, record_utilisation)
+        ):
             rotation = prepared.rotation and rebind_routes(prepared.rotation, self.net, prepared.resources)
         else:
             check_limit(self.started_s, self.time_limit_s, self.what, "looking for node symmetry")
@@ -322,6 +329,7 @@ class _Run:
                 rotation = node_rotation(plan, self.net, self.algorithm.num_ranks, self.num_chunks)
                 quotient = None if rotation is None else quotient_plan(plan, rotation)
             prepared.machine, prepared.contention, prepared.rotation = weakref.ref(machine), contention, rotation
+            prepared.utilisation = record_utilisation
             prepared.quotient = quotient
             prepared.resources = self.net.resource_calls() if rotation is not None else []
         if rotation is not None:
@@ -819,10 +827,10 @@ class _Run:
     def record_private(self) -> None:
         """Hand the private pairs' messages to the network's counters and
         utilisation, as if it had run them."""
-        if self.rotation is not None:  # no utilisation is recorded: every message counts once
+        if self.rotation is not None and not self.net.record_utilisation:  # every message counts once
             self.net.transfers = self.messages
             return
-        msgs = np.flatnonzero(self.private_messages())
+        msgs = np.flatnonzero(self._private_simulated())  # (under a rotation, the representatives)
         start = np.frombuffer(self.msg_start, dtype=np.float64)[msgs]
         wire = np.frombuffer(self.msg_wire, dtype=np.float64)[msgs]
         resources = [res if fast_q else () for (_, _, res), fast_q in zip(self.routes, self.q_fast, strict=True)]
@@ -835,6 +843,10 @@ class _Run:
             is_reduce = np.frombuffer(bytes(self.plan.reduce), dtype=np.uint8).astype(bool)[msgs]
             route = route + n_q * is_reduce
         self.net.add_alone_flows(resources, rates, route, start, wire)
+        if self.rotation is not None:  # the representatives' intervals onto every resource of their orbits
+            self.net.transfers = self.messages
+            self.net.finish()
+            spread_utilisation(self.rotation, self.net)
 
     def timeline(self) -> pd.DataFrame:
         """The timeline frame (:func:`_timeline_frame`)."""

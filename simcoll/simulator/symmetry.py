@@ -34,8 +34,10 @@ listing the other transfers (NCCL's rings on 4,096 GPUs: 268 million).
 Otherwise the rotation is looked for on the schedule's transfer table
 (:func:`table_rotation`: only the representatives' waits are counted, and
 the plan of every message is built only for a timeline), and on a plan
-already built (:func:`node_rotation`) where a run recording utilisation
-built one first, or the table cannot show it (contiguity groups).
+already built (:func:`node_rotation`) where a timeline built one first, or
+the table cannot show it (contiguity groups). A run that records
+utilisation copies each orbit representative's intervals onto every
+resource of its orbit afterwards (:func:`spread_utilisation`).
 
 The quotient runs ``k`` times fewer messages. Its times equal the full
 simulation's (``tests/test_sim_symmetry.py`` checks them bit for bit on
@@ -73,7 +75,9 @@ class NodeRotation:
     among them, of the message that ``m`` is an image of; ``write_slot``
     the slot of those first ranks that a representative's landing stands
     for; ``routes`` the representatives' rank pairs with their routes over
-    orbit representatives."""
+    orbit representatives; ``orbits``, per resource that stands for its
+    orbit (by number), every resource of the orbit, itself first (what a
+    quotient run's utilisation is copied onto: :func:`spread_utilisation`)."""
 
     order: int
     shift_ranks: int
@@ -81,6 +85,7 @@ class NodeRotation:
     find_rep_of: Callable[[], np.ndarray] = field(repr=False, compare=False)
     write_slot: np.ndarray
     routes: dict[tuple[int, int], Route]
+    orbits: dict[int, tuple[int, ...]] = field(default_factory=dict, repr=False, compare=False)
 
     @cached_property
     def rep_of(self) -> np.ndarray:
@@ -137,14 +142,21 @@ def _found(
     been found, or None where the routes are not symmetric."""
     tau, index = same
     order = n // shift
-    routes = _orbit_routes(queues, net, shift, n, order)
-    if routes is None:
+    found = _orbit_routes(queues, net, shift, n, order)
+    if found is None:
         return None
+    routes, orbits = found
     representatives = np.flatnonzero(columns.src < shift)
     src = columns.src
     write_slot = _node0_slots(columns, representatives, tau, index, shift, num_chunks)
     return NodeRotation(
-        order, shift, representatives, lambda: _rep_of(src, representatives, queues, shift, n), write_slot, routes
+        order,
+        shift,
+        representatives,
+        lambda: _rep_of(src, representatives, queues, shift, n),
+        write_slot,
+        routes,
+        orbits,
     )
 
 
@@ -247,11 +259,12 @@ def orbit_rotation(algorithm: Algorithm, net: FluidNetwork, num_chunks: int) -> 
     pairs = QueueTable.of(orbit.rank_pairs(n), n)
     # the orbit's shift, else a multiple of it (the routes of NDv2's rings repeat every other node)
     for factor in (f for f in range(1, orbit.order // 2 + 1) if orbit.order % f == 0):
-        routes = _orbit_routes(pairs, net, orbit.shift_ranks * factor, n, orbit.order // factor)
-        if routes is not None:
+        found = _orbit_routes(pairs, net, orbit.shift_ranks * factor, n, orbit.order // factor)
+        if found is not None:
             break
     else:
         return None
+    routes, orbits = found
     orbit = orbit.coarsened(factor) if factor > 1 else orbit
     shift, k, reps = orbit.shift_ranks, orbit.order, orbit.representatives
     order = np.argsort(reps.step, kind="stable")
@@ -286,7 +299,7 @@ def orbit_rotation(algorithm: Algorithm, net: FluidNetwork, num_chunks: int) -> 
         within = np.arange(k * len(step), dtype=np.int64) - np.repeat(k * before, k * counts)
         return start + within % per_step
 
-    rotation = NodeRotation(k, shift, position, rep_of, write_slot, routes)
+    rotation = NodeRotation(k, shift, position, rep_of, write_slot, routes, orbits)
     waits = np.flatnonzero(landed)
     quotient = plan_of_columns(
         (src, dst, chunk, reps.reduce[order], batch),
@@ -361,6 +374,35 @@ def rebind_routes(rotation: NodeRotation, net: FluidNetwork, resources: list[tup
         for pair, (alpha, bandwidth, used) in rotation.routes.items()
     }
     return dataclasses.replace(rotation, routes=routes)
+
+
+def spread_utilisation(rotation: NodeRotation, net: FluidNetwork) -> None:
+    """Copy a finished quotient run's utilisation onto every resource of
+    each orbit: a real resource carries exactly the flows of the
+    representatives that use its orbit, the images of those its orbit's
+    representative carried, so its intervals are the same (module
+    docstring). Rows stay in order of their end, each row's copies in
+    the orbit's order."""
+    record = net.utilisation
+    resource = np.frombuffer(record.resource, dtype=np.int32).astype(np.int64)  # (copies: the arrays are refilled)
+    if not len(resource):
+        return
+    members = np.arange(len(net.resources), dtype=np.int64)[:, None].repeat(rotation.order, axis=1)
+    copies = np.ones(len(net.resources), dtype=np.int64)  # (a resource of no orbit keeps its rows)
+    for first, orbit in rotation.orbits.items():
+        members[first], copies[first] = orbit, len(orbit)
+    copies = copies[resource]
+    rows = np.repeat(np.arange(len(resource), dtype=np.int64), copies)
+    nth = np.arange(len(rows), dtype=np.int64) - np.repeat(np.cumsum(copies) - copies, copies)
+    spread = members[resource[rows], nth]
+    columns = {name: np.array(getattr(record, name), dtype=np.dtype(getattr(record, name).typecode)) for name in
+               ("start_s", "end_s", "rate_Bps", "capacity_Bps", "flows")}  # fmt: skip
+    order = np.argsort(columns["end_s"][rows], kind="stable")
+    for name, values in (("resource", spread), *((name, column[rows]) for name, column in columns.items())):
+        column = getattr(record, name)
+        data = np.ascontiguousarray(values[order], dtype=np.dtype(column.typecode))
+        del column[:]
+        column.frombytes(data.tobytes())
 
 
 def quotient_plan(plan: Plan, rotation: NodeRotation) -> Plan:
@@ -518,10 +560,13 @@ def _same_waits(plan: Plan, image: np.ndarray) -> bool:
     return bool(np.array_equal(landed[image], landed))
 
 
-def _orbit_routes(queues: QueueTable, net: FluidNetwork, g: int, n: int, k: int) -> dict[tuple[int, int], Route] | None:
-    """The node-0 pairs' routes over orbit representatives, or None where the
-    routes are not rotation-symmetric, an orbit has fewer than ``k``
-    resources, or a route uses two resources of one orbit."""
+def _orbit_routes(
+    queues: QueueTable, net: FluidNetwork, g: int, n: int, k: int
+) -> tuple[dict[tuple[int, int], Route], dict[int, tuple[int, ...]]] | None:
+    """The node-0 pairs' routes over orbit representatives, and the orbits
+    (:attr:`NodeRotation.orbits`); None where the routes are not
+    rotation-symmetric, an orbit has fewer than ``k`` resources, or a route
+    uses two resources of one orbit."""
     src, dst = queues.src, queues.dst
     table = net.route_id_table(src, dst)  # every pair's route as resource numbers (a million pairs on 1,024 GPUs)
     if table is None:  # pair by pair
@@ -548,6 +593,7 @@ def _orbit_routes(queues: QueueTable, net: FluidNetwork, g: int, n: int, k: int)
         if res.kind != res2.kind or res.capacity_Bps != res2.capacity_Bps or res.switch != res2.switch:
             return None
     canonical: dict[int, int] = {}
+    orbits: dict[int, tuple[int, ...]] = {}
     for rid in image_of:
         if rid in canonical:
             continue
@@ -560,6 +606,7 @@ def _orbit_routes(queues: QueueTable, net: FluidNetwork, g: int, n: int, k: int)
             return None
         first = min(orbit)
         canonical.update(dict.fromkeys(orbit, first))
+        orbits[first] = (first, *sorted(set(orbit) - {first}))
     out = {}
     for row in np.flatnonzero(src < g).tolist():
         length = int(used[row].sum())
@@ -570,7 +617,7 @@ def _orbit_routes(queues: QueueTable, net: FluidNetwork, g: int, n: int, k: int)
         if len({res.id for res, _ in mapped}) != len(mapped):
             return None
         out[(int(src[row]), int(dst[row]))] = (float(table.alpha_s[row]), float(table.bandwidth_Bps[row]), mapped)
-    return out
+    return out, orbits
 
 
 def _rep_of(src: np.ndarray, representatives: np.ndarray, queues: QueueTable, g: int, n: int) -> np.ndarray:

@@ -54,7 +54,7 @@ def _listed(algorithm: Algorithm) -> Algorithm:
 
 
 def _without_orbit_paths(monkeypatch):
-    """Simulations that plan every message (no rotation of any kind, nothing prepared before)."""
+    """Simulations that plan every message (no rotation of any kind)."""
     monkeypatch.setattr(algorithm_mode, "orbit_rotation", lambda *a: None)
     monkeypatch.setattr(algorithm_mode, "table_rotation", lambda *a: None)
     monkeypatch.setattr(algorithm_mode, "node_rotation", lambda *a: None)
@@ -141,7 +141,7 @@ def test_rings_that_do_not_repeat_node_after_node_are_listed():
 
 # --- the verifier -----------------------------------------------------------------------------
 def _mutants(algorithm: Algorithm):
-    """The schedule with one representative changed (each a broken schedule)."""
+    """The schedule with one representative changed, in six ways (most of them break it)."""
     orbit = algorithm.orbit
     reps = orbit.representatives
     g = algorithm.collective.num_chunks
@@ -155,7 +155,7 @@ def _mutants(algorithm: Algorithm):
         elif change == "later":
             columns["step"][i] += 1
         elif change == "earlier":
-            columns["step"][i] -= 1
+            columns["step"][i] = max(columns["step"][i] - 1, 0)
         elif change == "chunk":
             columns["chunk"][i] = (columns["chunk"][i] + 1) % g
         else:

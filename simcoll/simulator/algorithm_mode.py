@@ -810,10 +810,6 @@ class _Run:
         # (under a rotation each representative stands for one message per block of nodes)
         return self.plan.messages * (1 if self.rotation is None else self.rotation.order)
 
-    def private_messages(self) -> np.ndarray:
-        """Per message of the schedule: whether it went on a private pair."""
-        return self._per_message(self._private_simulated())
-
     def private_count(self) -> int:
         """How many messages of the schedule went on private pairs (under a
         rotation, each representative's orbit has ``order`` messages)."""

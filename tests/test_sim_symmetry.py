@@ -14,6 +14,19 @@ from simcoll.simulator.algorithm_mode import _Run
 from simcoll.simulator.results import UTILISATION_COLUMNS
 
 SIZES = (1 << 20, 1 << 30)
+# (machine, collective, generator, rotation order): schedules a shift by whole nodes maps onto itself
+SYMMETRIC = [
+    ("dgx-h100*4", "allreduce", "ring", 4),
+    ("dgx-h100*4", "allreduce", "direct", 4),
+    ("dgx-h100*4", "allreduce", "bidirectional-ring", 4),
+    # NCCL's rings enter even and odd nodes at different GPUs: symmetric under a shift of two nodes
+    ("dgx-h100*4", "allreduce", "nccl-ring", 2),
+    ("dgx-a100*4/rail", "allreduce", "nvgroup-ring", 4),
+    ("perlmutter*6", "allgather", "ring", 6),
+    ("perlmutter*6", "allreduce", "nccl-ring", 3),
+    ("perlmutter*6", "allreduce", "hiccl", 6),
+    ("dgx2*2", "reducescatter", "direct", 2),  # DGX-2: routes split over six planes (fractional weights)
+]
 
 
 def _unrotated_run(monkeypatch, algorithm, machine) -> _Run:
@@ -36,20 +49,7 @@ def _full(monkeypatch, *args, **kwargs):
         return simulate(*args, **kwargs)
 
 
-@pytest.mark.parametrize(
-    "topo, coll, name, order",
-    [
-        ("dgx-h100*4", "allreduce", "ring", 4),
-        ("dgx-h100*4", "allreduce", "direct", 4),
-        ("dgx-h100*4", "allreduce", "bidirectional-ring", 4),
-        # NCCL's rings enter even and odd nodes at different GPUs: symmetric under a shift of two nodes
-        ("dgx-h100*4", "allreduce", "nccl-ring", 2),
-        ("dgx-a100*4/rail", "allreduce", "nvgroup-ring", 4),
-        ("perlmutter*6", "allgather", "ring", 6),
-        ("perlmutter*6", "allreduce", "nccl-ring", 3),
-        ("dgx2*2", "reducescatter", "direct", 2),  # DGX-2: routes split over six planes (fractional weights)
-    ],
-)
+@pytest.mark.parametrize("topo, coll, name, order", SYMMETRIC)
 @pytest.mark.parametrize("contention", [True, False])
 def test_the_quotient_gives_the_full_simulation_bit_for_bit(monkeypatch, topo, coll, name, order, contention):
     machine = load_machine(topo)
@@ -83,16 +83,7 @@ def test_the_quotient_runs_one_block_of_nodes():
         assert reps.tolist() == list(full.queues[back])
 
 
-@pytest.mark.parametrize(
-    "topo, coll, name, order",
-    [
-        ("dgx-h100*4", "allreduce", "nccl-ring", 2),
-        ("dgx-h100*4", "allreduce", "direct", 4),
-        ("perlmutter*6", "allreduce", "hiccl", 6),
-        ("dgx2*2", "reducescatter", "direct", 2),
-        ("ndv2*4", "allreduce", "bidirectional-ring", 2),
-    ],
-)
+@pytest.mark.parametrize("topo, coll, name, order", SYMMETRIC)
 def test_the_quotient_records_the_utilisation_of_the_full_simulation(monkeypatch, topo, coll, name, order):
     """Each resource of an orbit carries the images of the flows its orbit's
     representative carries: the quotient's intervals, copied onto every

@@ -369,10 +369,7 @@ class OrbitTable(Sequence):
         if len(reps) and int(reps.chunk.max(initial=0)) >= max(g, 1):
             raise AlgorithmError(f"orbit table: a representative moves a chunk outside 0..{g - 1} (chunk_map)")
         self.representatives, self.num_ranks, self.shift_ranks, self.chunk_map = reps, num_ranks, shift_ranks, sigma
-        power = np.arange(g, dtype=np.int64)
-        for _ in range(self.order):
-            power = sigma[power]
-        if not np.array_equal(power, np.arange(g)):
+        if not np.array_equal(self._chunk_map_power(self.order), np.arange(g)):
             raise AlgorithmError(f"orbit table: chunk_map applied {self.order} times (the order) is not the identity")
 
     @property
@@ -415,10 +412,31 @@ class OrbitTable(Sequence):
         >>> OrbitTable(reps, 4, 1, [1, 2, 3, 0]).coarsened(2)
         OrbitTable(4 transfers: 2 representatives, 2 images of a 2-rank shift)
         """
-        sigma = np.arange(len(self.chunk_map), dtype=np.int64)
-        for _ in range(factor):
-            sigma = self.chunk_map[sigma]
-        return OrbitTable(self._images(factor), self.num_ranks, self.shift_ranks * factor, sigma)
+        return OrbitTable(
+            self._images(factor), self.num_ranks, self.shift_ranks * factor, self._chunk_map_power(factor)
+        )
+
+    def _chunk_map_power(self, k: int) -> np.ndarray:
+        """σ applied ``k`` times."""
+        power = np.arange(len(self.chunk_map), dtype=np.int64)
+        for _ in range(k):
+            power = self.chunk_map[power]
+        return power
+
+    def landing_slots(self) -> np.ndarray:
+        """Per representative, the slot (``rank × G + chunk``) of the first
+        ``shift_ranks`` ranks that its landing stands for: one at rank ``j ·
+        shift_ranks + d`` (mod P) stands for its image ``j`` shifts back,
+        which updates slot ``(d, σ^-j(chunk))`` at the same step (where the
+        orbit verifier and the simulator's quotient replay it)."""
+        reps, g = self.representatives, len(self.chunk_map)
+        back, chunk = reps.dst // self.shift_ranks, reps.chunk.copy()
+        inverse = np.empty(g, dtype=np.int64)
+        inverse[self.chunk_map] = np.arange(g, dtype=np.int64)
+        for j in range(1, int(back.max(initial=0)) + 1):
+            moving = back >= j
+            chunk[moving] = inverse[chunk[moving]]
+        return (reps.dst % self.shift_ranks) * g + chunk
 
     def _images(self, k: int) -> TransferTable:
         """The first ``k`` images, one after another."""

@@ -422,15 +422,8 @@ def orbit_is_correct(algorithm: Algorithm, topology: Topology | None = None) -> 
     rank_bit = np.left_shift(np.uint64(1), (pre_rank % 64).astype(np.uint64))
     np.bitwise_or.at(bits, (pre_rank * g + pre_chunk, pre_rank // 64), rank_bit)
     present[pre_rank * g + pre_chunk] = True
-    # where each representative's image lands on the first ranks: j = dst // s shifts back
-    back = reps.dst // s
-    chunk = reps.chunk.copy()
-    inverse = np.empty(g, dtype=np.int64)
-    inverse[orbit.chunk_map] = np.arange(g, dtype=np.int64)
-    for j in range(1, int(back.max(initial=0)) + 1):
-        moving = back >= j
-        chunk[moving] = inverse[chunk[moving]]
-    src_slot, dst_slot = reps.src * g + reps.chunk, (reps.dst % s) * g + chunk
+    back = reps.dst // s  # (a landing j nodes on stands for its image j shifts back)
+    src_slot, dst_slot = reps.src * g + reps.chunk, orbit.landing_slots()
     order = np.argsort(reps.step, kind="stable")
     steps = reps.step[order]
     bounds = np.flatnonzero(np.diff(steps)) + 1

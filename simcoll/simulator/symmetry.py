@@ -274,14 +274,7 @@ def orbit_rotation(algorithm: Algorithm, net: FluidNetwork, num_chunks: int) -> 
     batch = np.cumsum(first, dtype=np.int64) - 1
     labels = [f"step {t}" for t in step[first].tolist()]
     src, dst, chunk = reps.src[order], reps.dst[order], reps.chunk[order]
-    # where each lands in the first ranks: the image j = dst // shift shifts back
-    back, landing = dst // shift, chunk.copy()
-    inverse = np.empty(num_chunks, dtype=np.int64)
-    inverse[orbit.chunk_map] = np.arange(num_chunks, dtype=np.int64)
-    for j in range(1, int(back.max(initial=0)) + 1):
-        moving = back >= j
-        landing[moving] = inverse[landing[moving]]
-    write_slot = (dst % shift) * num_chunks + landing
+    write_slot = orbit.landing_slots()[order]  # (the slot of the first ranks each landing stands for)
     read_slot = src * num_chunks + chunk
     landed = landed_counts(read_slot, batch, write_slot, batch, len(labels), num_chunks * shift)
     rank, held = flatten(algorithm.collective.input_layout[:shift])

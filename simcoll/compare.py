@@ -43,7 +43,7 @@ from .analytic import algbw_GBps, busbw_GBps, critical_path_time_s
 from .bounds import time_lower_bound_s
 from .collectives import Collective, canonical_name, make_collective
 from .collector import collector_paused
-from .errors import SimcollError, SimulationError, TimeLimitError
+from .errors import SimcollError, SimulationError, TimeLimitError, TooLargeError
 from .files import save_figure
 from .machines import Machine, as_machine
 from .units import check_size_bytes, format_size
@@ -371,7 +371,7 @@ def left_out_line(name: str, reason: str) -> str:
     """
     if "wall-clock limit" in reason:
         what = "stopped"
-    elif "more than simcoll builds" in reason:
+    elif "more than simcoll builds" in reason or "simcoll.limits" in reason:  # (every size refusal cites them)
         what = "too large"
     else:
         what = "not applicable"
@@ -576,7 +576,7 @@ def _generate_and_time(
     false, its :class:`Timed` summary) and its time at every size it has a
     byte per chunk for, or why its simulation stopped."""
     from .algorithms import generate
-    from .errors import NotApplicableError, TooLargeError
+    from .errors import NotApplicableError
 
     try:
         algorithm = generate(name, machine, collective)
@@ -667,13 +667,17 @@ def _time(schedule, machine: Machine, size: int, how: str, contention: bool, tim
     """The time of ``schedule`` at ``size`` by ``how`` (``"analytic"``, else
     simulated), or why its simulation stopped (a :class:`_Stopped` where
     the wall-clock limit was reached)."""
+    # (TooLargeError: an orbit that the closed form, or a plan of every message, would list one by one)
     if how == "analytic":
-        return critical_path_time_s(schedule, machine, size, protocol=_protocol_for(schedule, machine, size))
+        try:
+            return critical_path_time_s(schedule, machine, size, protocol=_protocol_for(schedule, machine, size))
+        except TooLargeError as exc:
+            return str(exc)
     try:
         return _simulate(schedule, machine, size, contention, time_limit_s)
     except TimeLimitError as exc:
         return _Stopped(exc)
-    except SimulationError as exc:
+    except (SimulationError, TooLargeError) as exc:
         return str(exc)
 
 

@@ -310,3 +310,14 @@ def test_an_orbit_on_routes_that_do_not_repeat_is_refused_when_too_large_to_list
     monkeypatch.setattr(algorithm_mode, "_PREPARED", {})
     with pytest.raises(ScheduleTooLargeError, match="routes do not repeat under the schedule's rotation by 16 ranks"):
         simulate(algorithm, machine, 1 << 20, **options)
+
+
+def test_a_comparison_reports_an_orbit_too_large_for_the_closed_form_and_goes_on(monkeypatch):
+    from simcoll.compare import compare, left_out_line
+
+    monkeypatch.setattr("simcoll.algorithm.MAX_TRANSFERS", 1000)  # nccl-ring's 15,872 transfers: too many to list
+    rows, skipped = compare("dgx-h100*4", "allreduce", [1 << 20], method="analytic", algorithms=["nccl-ring", "direct"])
+    assert list(rows.algorithm) == ["direct"]
+    (reason,) = [v for k, v in skipped.items() if k.startswith("nccl-ring")]
+    assert "simcoll.limits.MAX_TRANSFERS" in reason
+    assert left_out_line("nccl-ring", reason).startswith("too large: nccl-ring: ")

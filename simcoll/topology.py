@@ -152,6 +152,23 @@ class Topology:
     def nodes(self) -> tuple[int, ...]:
         return tuple(sorted({c.node for c in self.components if c.node is not None}))
 
+    @cached_property
+    def node_shifts(self) -> tuple[int, ...]:
+        """The rank shifts by whole nodes a node rotation can have, shortest
+        first: ``d`` nodes' GPUs for every ``d`` from one to half the nodes
+        that divides the node count. Empty on one node, and where the nodes
+        differ in size or the ranks are not numbered node by node (a shift
+        of ranks is then no shift of nodes).
+
+        >>> from simcoll.machines import load_topology
+        >>> load_topology("dgx-h100*4").node_shifts, load_topology("dgx-h100").node_shifts
+        ((8, 16), ())
+        """
+        p, nodes = self.num_ranks, len(self.nodes)
+        if nodes < 2 or p % nodes or any(self.node_of(r) != r // (p // nodes) for r in range(p)):
+            return ()
+        return tuple(d * (p // nodes) for d in range(1, nodes // 2 + 1) if nodes % d == 0)
+
     def component(self, name: str) -> Component:
         try:
             return self._by_name[name]

@@ -390,15 +390,11 @@ def rings_rotation(topology: Topology, rings: Sequence[Sequence[int]]) -> int | 
     maps one ring onto another would do for the schedule, but its images
     would list the rings' transfers on a shared rank pair in another order
     than :func:`_rings_transfers`, and so queue them otherwise."""
-    p, nodes = topology.num_ranks, len(topology.nodes)
-    if nodes < 2 or p % nodes or any(len(ring) != p for ring in rings):
-        return None
-    g = p // nodes
-    if any(topology.node_of(r) != r // g for r in range(p)):
+    p = topology.num_ranks
+    if any(len(ring) != p for ring in rings):
         return None
     orders = [np.asarray(ring, dtype=np.int64) for ring in rings]
-    for d in (d for d in range(1, nodes // 2 + 1) if nodes % d == 0):
-        shift = d * g
+    for shift in topology.node_shifts:
         if all(
             np.array_equal(np.roll(ring, -int(np.argmax(ring == (ring[0] + shift) % p))), (ring + shift) % p)
             for ring in orders

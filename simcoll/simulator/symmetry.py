@@ -102,20 +102,15 @@ def node_rotation(plan: Plan, net: FluidNetwork, num_ranks: int, num_chunks: int
     half the nodes; None where the machine is one node, its nodes differ,
     or no shift maps the schedule onto itself. Plans with contiguity groups
     or in-switch reductions are not looked at (None)."""
-    topology = net.machine.topology
-    nodes = len(topology.nodes)
-    if nodes < 2 or num_ranks % nodes or plan.groups or plan.fanout or not plan.messages:
-        return None
-    g = num_ranks // nodes
-    if any(topology.node_of(r) != r // g for r in range(num_ranks)):
+    shifts = net.machine.topology.node_shifts
+    if not shifts or plan.groups or plan.fanout or not plan.messages:
         return None
     if not isinstance(plan.queues, QueueTable):  # (rank pairs' queues only: no switch paths)
         return None
-    for d in range(1, nodes // 2 + 1):
-        if nodes % d == 0:
-            rotation = _rotation(plan, net, num_ranks, num_chunks, d * g)
-            if rotation is not None:
-                return rotation
+    for shift in shifts:
+        rotation = _rotation(plan, net, num_ranks, num_chunks, shift)
+        if rotation is not None:
+            return rotation
     return None
 
 
@@ -200,16 +195,11 @@ def table_rotation(
     such read. ``order_of`` gives the schedule's
     :func:`~.plan.schedule_order` (the caller's, to share with the plan it
     builds where this returns None)."""
-    topology = net.machine.topology
     table = algorithm.table
-    n, nodes = algorithm.num_ranks, len(topology.nodes)
-    if nodes < 2 or n % nodes or algorithm.switch_reductions or table is None or not len(table.src):
-        return None
-    g = n // nodes
-    if any(topology.node_of(r) != r // g for r in range(n)):
+    n, shifts = algorithm.num_ranks, net.machine.topology.node_shifts
+    if not shifts or algorithm.switch_reductions or table is None or not len(table.src):
         return None
     counts = np.bincount(table.src * n + table.dst, minlength=n * n).reshape(n, n)
-    shifts = [d * g for d in range(1, nodes // 2 + 1) if nodes % d == 0]
     shifts = [s for s in shifts if np.array_equal(np.roll(counts, (s, s), axis=(0, 1)), counts)]
     del counts
     if not shifts:  # (node_rotation's queue lengths would differ for every shift)

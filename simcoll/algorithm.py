@@ -456,9 +456,14 @@ class OrbitTable(Sequence):
 
     def rank_pairs(self, num_ranks: int) -> np.ndarray:
         """:meth:`TransferTable.rank_pairs` of the whole schedule, from the representatives' pairs."""
-        src, dst = np.divmod(self.representatives.rank_pairs(num_ranks), num_ranks)
+        return np.unique(self._pair_images(self.representatives.rank_pairs(num_ranks)))
+
+    def _pair_images(self, pairs: np.ndarray) -> np.ndarray:
+        """Rank pairs ``src × P + dst`` moved by every image, image after image."""
+        n = self.num_ranks
+        src, dst = np.divmod(pairs, n)
         moved = np.arange(self.order, dtype=np.int64)[:, None] * self.shift_ranks
-        return np.unique(((src + moved) % num_ranks) * num_ranks + (dst + moved) % num_ranks)
+        return (((src + moved) % n) * n + (dst + moved) % n).ravel()
 
     def step_patterns(self) -> tuple[np.ndarray, list[np.ndarray]]:
         """The steps grouped by what they send: per step (0 .. the last), the
@@ -476,15 +481,13 @@ class OrbitTable(Sequence):
         pattern_of = np.full(steps, -1, dtype=np.int64)
         found: dict[bytes, int] = {}
         patterns: list[np.ndarray] = []
-        moved = np.arange(self.order, dtype=np.int64)[:, None] * self.shift_ranks
         for t in range(steps):
             if bounds[t] == bounds[t + 1]:
                 continue
             sent = keys[bounds[t] : bounds[t + 1]]
             at = found.setdefault(sent.tobytes(), len(found))
             if at == len(patterns):
-                src, dst = np.divmod(sent, n)
-                patterns.append((((src + moved) % n) * n + (dst + moved) % n).ravel())
+                patterns.append(self._pair_images(sent))
             pattern_of[t] = at
         return pattern_of, patterns
 

@@ -346,10 +346,7 @@ def algorithm_is_correct(algorithm: Algorithm, topology: Topology | None = None)
 
     bits = np.zeros((len(keys), words), dtype=np.uint64)
     present = np.zeros(len(keys), dtype=bool)
-    start = slot_of(pre_key)
-    rank_bit = np.left_shift(np.uint64(1), (pre_rank % 64).astype(np.uint64))
-    np.bitwise_or.at(bits, (start, pre_rank // 64), rank_bit)
-    present[start] = True
+    _hold_inputs(bits, present, slot_of(pre_key), pre_rank)
     src_slot = slot_of(table.src * g + table.chunk)
     dst_slot = slot_of(table.dst * g + table.chunk)
     order = np.argsort(table.step, kind="stable")
@@ -371,12 +368,7 @@ def algorithm_is_correct(algorithm: Algorithm, topology: Topology | None = None)
     out_slot = np.minimum(np.searchsorted(keys, out_key), len(keys) - 1)
     if len(out_key) and (not len(keys) or not (keys[out_slot] == out_key).all() or not present[out_slot].all()):
         return False
-    if coll.combining:
-        expected = np.zeros((g, words), dtype=np.uint64)
-        np.bitwise_or.at(expected, (pre_chunk, pre_rank // 64), rank_bit)
-        if not (bits[out_slot] == expected[out_chunk]).all():
-            return False
-    return True
+    return not coll.combining or bool((bits[out_slot] == _contributor_bits(coll, words)[out_chunk]).all())
 
 
 def orbit_is_correct(algorithm: Algorithm, topology: Topology | None = None) -> bool:
@@ -419,9 +411,7 @@ def orbit_is_correct(algorithm: Algorithm, topology: Topology | None = None) -> 
     bits = np.zeros((s * g, words), dtype=np.uint64)
     present = np.zeros(s * g, dtype=bool)
     pre_rank, pre_chunk = flatten(coll.input_layout[:s])
-    rank_bit = np.left_shift(np.uint64(1), (pre_rank % 64).astype(np.uint64))
-    np.bitwise_or.at(bits, (pre_rank * g + pre_chunk, pre_rank // 64), rank_bit)
-    present[pre_rank * g + pre_chunk] = True
+    _hold_inputs(bits, present, pre_rank * g + pre_chunk, pre_rank)
     back = reps.dst // s  # (a landing j nodes on stands for its image j shifts back)
     src_slot, dst_slot = reps.src * g + reps.chunk, orbit.landing_slots()
     order = np.argsort(reps.step, kind="stable")
@@ -451,6 +441,13 @@ def _move_contributions(values: np.ndarray, shifts: np.ndarray, p: int) -> np.nd
         ranks[:, :p] = np.roll(ranks[:, :p], -by, axis=1)
         out[rows] = np.packbits(ranks, axis=1, bitorder="little").view(np.uint64)
     return out
+
+
+def _hold_inputs(bits: np.ndarray, present: np.ndarray, slots: np.ndarray, ranks: np.ndarray) -> None:
+    """The start of a replay: slot ``slots[i]`` holds the input of rank
+    ``ranks[i]`` (its one contribution bit)."""
+    np.bitwise_or.at(bits, (slots, ranks // 64), np.left_shift(np.uint64(1), (ranks % 64).astype(np.uint64)))
+    present[slots] = True
 
 
 def _contributor_bits(coll: Collective, words: int) -> np.ndarray:

@@ -10,7 +10,7 @@ from simcoll.machines import as_machine
 from simcoll.nccl.baseline import nccl_algorithm
 from simcoll.nccl.pipeline import chunk_bytes, pipeline, stages, step_bytes
 from simcoll.simulator import simulate
-from simcoll.simulator.algorithm_mode import _step_and_stages
+from simcoll.simulator.step_pipeline import step_and_stages
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 
@@ -63,7 +63,7 @@ def test_the_table_an_algorithm_carries_gives_the_rules_step_for_every_size(algo
     table = pipeline(algorithm, channels=channels, heads=8, num_nodes=nodes)
     sizes = [1, 1000, *(s + d for p in range(10, 36) for s in [1 << p] for d in (-1, 0, 1)), 3 * 10**9, 12 * GiB - 1]
     for size in sizes:
-        assert _step_and_stages(table, size)[0] == step_bytes(
+        assert step_and_stages(table, size)[0] == step_bytes(
             algorithm, size, channels=channels, heads=8, num_nodes=nodes
         )
 
@@ -139,7 +139,7 @@ def test_the_pipeline_time_does_not_depend_on_running_the_schedule():
 @pytest.mark.parametrize("size", [4 << 20, 32 << 20, 1 << 30])
 def test_nccls_tree_is_the_pipeline_of_its_buffer_steps_at_a_channels_rate(size):
     """NCCL's tree with Simple on 2 A3 Mega nodes (TCPXO profile: 1 MiB
-    buffer steps): its time is the closed form of ``_pipelined_time`` - the
+    buffer steps): its time is the closed form of ``pipelined_time`` - the
     call with the protocol's latency, the stream, one latency per step and
     stage, and a fill of 14 hops at a channel's rate (20.7 GB/s, NCCL's
     per-channel tree rate on 2 Hopper nodes) plus one network hop at the
@@ -175,7 +175,7 @@ def test_collnet_direct_is_the_pipeline_of_its_buffer_steps_so_busbw_ramps_as_th
         assert algorithm.metadata["nccl_choice"] == "collnet_direct/Simple/24ch"
         table = algorithm.metadata["step_pipeline"]
         assert table["stages"] == 4
-        assert _step_and_stages(table, size)[0] == 24 * 8 * chunk_bytes(
+        assert step_and_stages(table, size)[0] == 24 * 8 * chunk_bytes(
             "collnet_direct", size, channels=24, heads=8, num_nodes=4, gpus_per_node=8
         )
         plain = replace(algorithm, metadata={k: v for k, v in algorithm.metadata.items() if k != "step_pipeline"})

@@ -32,6 +32,8 @@ from .results import SimulationResult, make_result
 __all__ = ["FluidNetwork", "SimulationResult", "TransferEvent", "lower_for", "make_result", "simulate"]
 
 MODES = ("algorithm", "program")
+#: ``"fast"``: the dispatcher's fastest applicable path; ``"reference"``: the rules stated plainly (:mod:`.reference`).
+ENGINES = ("fast", "reference")
 
 
 def simulate(
@@ -46,6 +48,7 @@ def simulate(
     record_timeline: bool = True,
     record_utilisation: bool = True,
     protocol: str | None = None,
+    engine: str = "fast",
 ) -> SimulationResult:
     """Simulate ``schedule`` on ``machine`` for a ``size_bytes`` buffer.
 
@@ -90,6 +93,14 @@ def simulate(
         efficiency, per-message and per-call latency. Default: an Algorithm's
         ``metadata["protocol"]``, a Program's ``protocol``, else the model's
         ``default_protocol``, else none (no protocol cost).
+    engine : {"fast", "reference"}, optional
+        ``"fast"`` (default) lets the dispatcher pick the fastest path that
+        applies (private pairs, NumPy batches, timing in schedule order, the
+        compiled core, node-rotation quotients: :mod:`.algorithm_mode`);
+        ``"reference"`` runs the reference engine (:mod:`.reference`), which
+        states the rules plainly and is what the fast paths are tested
+        against: slow, for small schedules and for checking. The result's
+        ``stats["path"]`` says which path ran.
 
     Returns
     -------
@@ -143,6 +154,8 @@ def simulate(
         raise SimulationError(f"unknown simulation mode {mode!r}: use {' or '.join(MODES)}")
     if mode == "algorithm" and not isinstance(schedule, Algorithm):
         raise SimulationError("Algorithm mode needs an Algorithm; a Program runs in Program mode (mode='program')")
+    if engine not in ENGINES:
+        raise SimulationError(f"unknown engine {engine!r}: use {' or '.join(ENGINES)}")
     if protocol is not None and protocol not in PROTOCOLS:
         raise SimulationError(f"unknown protocol {protocol!r}: use {', '.join(PROTOCOLS)}")
     orbit = schedule.orbit if isinstance(schedule, Algorithm) else None
@@ -175,6 +188,10 @@ def simulate(
         "record_utilisation": record_utilisation,
     }
     with collector_paused():  # routes, plans and events: millions of short-lived objects
+        if mode == "algorithm" and engine == "reference":
+            from .reference import simulate_reference
+
+            return simulate_reference(schedule, machine, size_bytes, protocol=protocol, **options)
         if mode == "algorithm":
             from .algorithm_mode import _simulate_algorithm
 
@@ -187,6 +204,10 @@ def simulate(
             schedule = lower_for(schedule, machine, lower_algorithm)
         from .program_mode import _simulate_program
 
+        if engine == "reference":
+            from .reference import ReferenceNetwork
+
+            options["network_type"] = ReferenceNetwork
         return _simulate_program(schedule, machine, size_bytes, protocol=protocol, **options)
 
 

@@ -104,6 +104,7 @@ from .engine import check_limit, run_with_limit
 from .network import Flow, FluidNetwork, alone_rate_Bps
 from .plan import Plan, QueueTable, SlotLists, SlotNumbering, plan_switched, plan_vectorised, schedule_order
 from .results import TIMELINE_COLUMNS, SimulationResult, make_result
+from .step_pipeline import pipelined_time
 from .symmetry import (
     NodeRotation,
     TableRotation,
@@ -914,6 +915,7 @@ def _simulate_algorithm(
         time_s=time_s,
         stats={
             **stats,
+            "path": _path(run, ran, pipelined),
             "protocol": run.protocol.name,
             "protocol_efficiency": run.efficiency,
             "call_s": call_s,
@@ -928,26 +930,6 @@ def _simulate_algorithm(
             "wall_s": time.perf_counter() - wall0,
         },
     )
-
-
-def _step_and_stages(table: dict, size_bytes: float) -> tuple[int, int]:
-    """(step, stages) of a ``metadata["step_pipeline"]`` table for
-    ``size_bytes``: the step of the last ``[from_size_bytes, step_bytes]`` row
-    that starts at or below it."""
-    try:
-        rows = [(float(start), int(step)) for start, step in table["step_bytes"]]
-        stages = int(table["stages"])
-    except (KeyError, TypeError, ValueError):
-        raise AlgorithmError(
-            f'metadata["step_pipeline"] needs "stages" and "step_bytes" rows [from_size_bytes, step_bytes], got {table!r}'
-        ) from None
-    if not rows or stages < 1 or any(step < 1 for _, step in rows):
-        raise AlgorithmError(f'metadata["step_pipeline"] needs stages >= 1 and positive step_bytes, got {table!r}')
-    step = rows[0][1]
-    for start, value in rows:
-        if size_bytes >= start:
-            step = value
-    return step, stages
 
 
 def _stream_s(run: _Run) -> float:
@@ -974,65 +956,43 @@ def _stream_s(run: _Run) -> float:
     return max([busiest, *(load[r] / by_id[r].effective_capacity_Bps(users[r]) for r in load)])
 
 
+def _path(run: _Run, ran: bool, pipelined: bool) -> str:
+    """Which fast path timed the run, in words (``stats["path"]``): how its
+    messages were run (NumPy in schedule order, the compiled core, NumPy
+    batches on events, or per-message events, where every pair was private or
+    not), over a node-rotation quotient or every message, and whether the
+    step-pipeline formula gave the time."""
+    if not ran:
+        how = "not run"
+    elif run.in_schedule_order:
+        how = "schedule order"
+    elif run.compiled:
+        how = "compiled events"
+    elif run.batched:
+        how = "batched events"
+    else:
+        how = "events"
+    parts = [how]
+    if run.rotation is not None:
+        parts.append(f"node-rotation quotient of order {run.rotation.order}")
+    if pipelined:
+        parts.append("step pipeline")
+    return ", ".join(parts)
+
+
 def _pipelined_time(run: _Run, table: dict, size_bytes: float, schedule_s: float | None) -> tuple[float, float, dict]:
     """(time, call cost, stats) of an Algorithm that its runtime moves in
-    pipelined steps (``metadata["step_pipeline"]``, e.g. NCCL's NVLS:
-    :mod:`simcoll.nccl.pipeline`).
-
-    The schedule streams the buffer in ``S / B`` (:func:`_stream_s`: its
-    busiest resource's busy time). The runtime moves the buffer in
-    ``N = max(1, S / step)`` steps through ``D`` stages, a step taking
-    ``min(step, S) / B`` plus the step latency ``o`` (the slowest α of the
-    schedule's routes plus the protocol's hop latency: a step's flag crosses
-    them before its slot is reused), so
-    ``T = call + S / B + (N + D - 1) o + (D - 1) min(step, S) / B``, the
-    pipeline time of ``N + D - 1`` steps. The call pays the runtime's overhead
-    (``call.overhead_s``) but not the protocol's call latency, which prices a
-    ring's or tree's start (NCCL gives NVLS and CollNet no base latency: tuning.cc,
-    ``nccl_2_30.yaml``): the steps and stages are that start.
-
-    NCCL's tree (a table with ``channel_Bps``: its ``channels`` move at most
-    that each, and ``network_stages`` of its ``D`` hops cross the network)
-    differs in three ways: ``B`` is at most ``channels x channel_Bps``; the
-    fill is ``(D - net) x chunk / channel_Bps + (net - 1) x min(step, S) / B``
-    (a channel's chunk ``min(step, S) / channels`` crosses the hops inside
-    nodes at a channel's rate and all but one network hop, the steady state's,
-    at the bottleneck); and the call pays the protocol's call latency too.
-    Measured: the A3 Mega log (TCPXO, 16 ranks) from 30.5 % to 2.7 % at
-    ≥ 64 MB with the shipped model, Snellius 2 x 4 H100 from 9.4 to 8.1 %.
-    ``schedule_s``
-    (the schedule's own simulated time, None when it was not run) goes into
-    the stats.
-    """
-    step, stages = _step_and_stages(table, size_bytes)
-    stream_s = _stream_s(run)
-    steps = max(1.0, size_bytes / step)
-    latency_s = max(run.q_alpha, default=0.0)
-    if "channel_Bps" in table:  # NCCL's tree (simcoll.nccl.pipeline.tree_pipeline): channels of a block's rate
-        # the buffer streams no faster than its channels; a step's chunk crosses the hops inside nodes at a
-        # channel's rate and the network hops at the bottleneck's, one of them the steady state itself; the
-        # call pays the protocol's call latency too (NCCL prices a tree's start with it)
-        channels, channel_Bps = int(table["channels"]), float(table["channel_Bps"])
-        network = int(table.get("network_stages", 0))
-        stream_s = max(stream_s, size_bytes / (channels * channel_Bps))
-        step_s = stream_s * min(step, size_bytes) / size_bytes
-        chunk_s = min(step, size_bytes) / channels / channel_Bps
-        fill_s = (stages - network) * chunk_s + (network - 1) * step_s if network else (stages - 1) * chunk_s
-        call_s = run.call_s
-    else:
-        step_s = stream_s * min(step, size_bytes) / size_bytes
-        fill_s = (stages - 1) * step_s
-        call_s = run.machine.model.call_overhead_s
-    time_s = call_s + stream_s + (steps + stages - 1) * latency_s + fill_s
-    stats = {
-        "steps": steps,
-        "stages": stages,
-        "step_bytes": step,
-        "step_latency_s": latency_s,
-        "stream_s": stream_s,
-        "schedule_s": schedule_s,
-    }
-    return time_s, call_s, stats
+    pipelined steps (:func:`.step_pipeline.pipelined_time`), from the run's
+    busiest resource (:func:`_stream_s`) and its slowest route."""
+    return pipelined_time(
+        table,
+        size_bytes,
+        stream_s=_stream_s(run),
+        latency_s=max(run.q_alpha, default=0.0),
+        call_s=run.call_s,
+        call_overhead_s=run.machine.model.call_overhead_s,
+        schedule_s=schedule_s,
+    )
 
 
 def protocol_of(algorithm: Algorithm, protocol: str | None = None) -> str | None:

@@ -760,6 +760,7 @@ def _simulate_program(
     record_utilisation: bool = True,
     protocol: str | None = None,
     started_s: float | None = None,
+    network_type: type = FluidNetwork,
 ) -> SimulationResult:
     """Simulate ``program`` on ``machine`` for a ``size_bytes`` collective
     (nccl-tests size: the buffer the collective is named by) in Program mode
@@ -772,6 +773,9 @@ def _simulate_program(
     :func:`time.perf_counter` reading; default now). ``contention=False`` gives the
     ideal α-β network (no sharing). ``record_timeline`` /
     ``record_utilisation`` off leave the result's frames empty.
+    ``network_type``: the network the transfers go through
+    (:class:`~.network.FluidNetwork`, or :class:`~.reference.ReferenceNetwork`,
+    which shares the flows by the rules stated plainly).
 
     >>> from simcoll import load_machine
     >>> from simcoll.algorithms.nvgroup import nvgroup_cpu_allreduce
@@ -784,7 +788,7 @@ def _simulate_program(
     """
     _check_inputs(program, machine, size_bytes, time_limit_s)
     began = time.perf_counter()
-    network = FluidNetwork(
+    network = network_type(
         simpy.Environment(),
         machine,
         contention=contention,
@@ -803,6 +807,7 @@ def _simulate_program(
         "protocol_efficiency": run.costs.protocol_efficiency,
         "call_s": run.costs.call_s,
         "kernels": len(run.kernels),
+        "path": "program" if network_type is FluidNetwork else "program on the reference network",
     }
     return make_result(
         network,

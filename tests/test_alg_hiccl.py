@@ -480,7 +480,7 @@ def test_every_node_runs_node_0s_schedule_moved(monkeypatch, coll):
     """Each node sends its chunks in the order node 0 does, counted from its
     own ranks: on four equal nodes the simulator finds the node rotation and
     runs a quarter of the messages, to the same time as the full run."""
-    from simcoll.simulator import algorithm_mode
+    from simcoll.simulator.fast import algorithm_mode
 
     machine = load_machine("dgx-h100*4")
     algorithm = generate("hiccl", machine, coll)

@@ -15,9 +15,10 @@ from simcoll.algorithms.common import minimal_rounds
 from simcoll.algorithms.ring import _rings_transfers
 from simcoll.collectives import make_collective
 from simcoll.errors import AlgorithmError, CollectiveTooLargeError, ScheduleTooLargeError
-from simcoll.simulator import algorithm_mode, simulate
+from simcoll.simulator import simulate
+from simcoll.simulator.fast import algorithm_mode
+from simcoll.simulator.fast.symmetry import orbit_rotation, table_rotation
 from simcoll.simulator.network import FluidNetwork
-from simcoll.simulator.symmetry import orbit_rotation, table_rotation
 from simcoll.verify import algorithm_is_correct, check, orbit_is_correct
 
 # (generator, machine, collective, the orbit's shift, the simulation's rotation order): NCCL's

@@ -17,8 +17,9 @@ import simpy
 
 from simcoll import load_machine
 from simcoll.algorithms import generate
-from simcoll.simulator import compiled, simulate
 from simcoll.simulator import network as network_module
+from simcoll.simulator import simulate
+from simcoll.simulator.fast import compiled
 from simcoll.simulator.network import FluidNetwork
 
 MACHINES = ["dgx1", "dgx2", "ndv2*2", "dgx-h100*2", "perlmutter*2", "hgx-h100-4*2", "ndv2*2/rail"]

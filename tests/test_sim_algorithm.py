@@ -20,7 +20,8 @@ from simcoll.algorithms import applicable, generate
 from simcoll.analytic import critical_path_time_s
 from simcoll.collectives import COLLECTIVES, make_collective
 from simcoll.errors import AlgorithmError, SimcollError, SimulationError, SizeError, TimeLimitError, VerificationError
-from simcoll.simulator import algorithm_mode, simulate
+from simcoll.simulator import simulate
+from simcoll.simulator.fast import algorithm_mode
 
 SIZE = 1 << 20
 TOPOLOGIES = ["ring:8", "fully-connected:8", "dgx1"]
@@ -340,7 +341,7 @@ def test_tables_over_the_slots_in_use_time_alike(monkeypatch, topo, coll, name, 
     # The per-slot tables (waiting reads, updates landed, the node-rotation's slot map) are indexed by
     # the slots in use where a table of every slot would be mostly empty (an Alltoall's P³ slots): the
     # same times, timeline (rows in order), utilisation and events as tables over every slot.
-    from simcoll.simulator import plan as plan_module
+    from simcoll.simulator.fast import plan as plan_module
 
     machine = load_machine(topo)
 
@@ -483,7 +484,7 @@ def _plans_agree(algorithm: Algorithm, planner: str = "plan_vectorised"):
     transfer-by-transfer one field for field."""
     import numpy as np
 
-    from simcoll.simulator import plan
+    from simcoll.simulator.fast import plan
 
     num_chunks = algorithm.collective.num_chunks
     present = np.array(sorted(c + r * num_chunks for c, r in algorithm.collective.pre), dtype=np.int64)
@@ -515,7 +516,7 @@ def test_messages_are_planned_alike_with_or_without_contiguity_groups(monkeypatc
     import numpy as np
 
     from simcoll.algorithm import TransferTable
-    from simcoll.simulator import plan as plan_module
+    from simcoll.simulator.fast import plan as plan_module
 
     # the waits counted batch by batch over a table of every slot (large schedules), or by sorting
     monkeypatch.setattr(plan_module, "LOOP_MIN_TRANSFERS_PER_BATCH", 0 if count_by_batch else 1 << 62)
@@ -554,7 +555,7 @@ def test_schedules_with_switch_reductions_are_planned_alike_with_numpy(monkeypat
     import numpy as np
 
     from simcoll.algorithm import TransferTable
-    from simcoll.simulator import plan as plan_module
+    from simcoll.simulator.fast import plan as plan_module
 
     monkeypatch.setattr(plan_module, "LOOP_MIN_TRANSFERS_PER_BATCH", 0 if count_by_batch else 1 << 62)
     algorithm = generate(name, load_machine(topo), "allreduce")
@@ -580,7 +581,7 @@ def test_a_switch_reduction_before_its_chunk_is_named_alike():
     import numpy as np
 
     from simcoll.algorithm import SwitchReduction
-    from simcoll.simulator.plan import plan_grouped, plan_switched
+    from simcoll.simulator.fast.plan import plan_grouped, plan_switched
 
     algorithm = generate("nvls", load_machine("dgx-h100"), "allgather")
     last = algorithm.switch_reductions[-1]  # multicast from a rank that does not hold the chunk
@@ -639,7 +640,7 @@ def test_slot_lists_read_as_a_dict_of_lists_and_release_alike():
     from the dict."""
     import numpy as np
 
-    from simcoll.simulator.plan import SlotLists, SlotNumbering
+    from simcoll.simulator.fast.plan import SlotLists, SlotNumbering
 
     lists = SlotLists(np.array([1, 4]), np.array([0, 2, 5]), np.array([10, 11, 20, 21, 22]))
     assert lists == {1: [10, 11], 4: [20, 21, 22]} and len(lists) == 2 and list(lists) == [1, 4]
@@ -647,8 +648,8 @@ def test_slot_lists_read_as_a_dict_of_lists_and_release_alike():
     numbering = SlotNumbering(np.array([10, 11, 20, 21, 22, 30]), 6)
     assert numbering.of_lists(lists) == {1: [0, 1], 4: [2, 3, 4]}
 
-    from simcoll.simulator import compiled
-    from simcoll.simulator.algorithm_mode import _Run
+    from simcoll.simulator.fast import compiled
+    from simcoll.simulator.fast.algorithm_mode import _Run
 
     machine = load_machine("dgx-h100*2")
     algorithm = generate("collnet", machine, "allreduce")
@@ -667,7 +668,7 @@ def test_queues_keep_each_pairs_messages_in_schedule_order(ranks, pairs):
     # stable sort by pair
     import numpy as np
 
-    from simcoll.simulator.plan import QueueTable
+    from simcoll.simulator.fast.plan import QueueTable
 
     rng = np.random.default_rng(ranks)
     code = rng.integers(0, ranks * ranks, pairs)[rng.integers(0, pairs, 100_000 if ranks < 300 else 200_000)]
@@ -685,7 +686,7 @@ def test_a_slot_is_held_exactly_when_it_is_present(spread):
     # by a table of every slot (present slots close together) or by binary search (far apart)
     import numpy as np
 
-    from simcoll.simulator.plan import holds
+    from simcoll.simulator.fast.plan import holds
 
     rng = np.random.default_rng(spread)
     present = np.unique(rng.integers(0, 500 * spread, 200))

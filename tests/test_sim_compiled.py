@@ -1,4 +1,4 @@
-"""The compiled event core (:mod:`simcoll.simulator.compiled`) is Algorithm
+"""The compiled event core (:mod:`simcoll.simulator.fast.compiled`) is Algorithm
 mode's Python handlers transcribed into C++: on every kind of schedule and
 machine it gives the same times, timeline rows and network counters, bit for
 bit, and it stops at the wall-clock limit as the Python loop does."""
@@ -14,7 +14,8 @@ from simcoll.algorithms import generate
 from simcoll.errors import TimeLimitError
 from simcoll.machines import Machine
 from simcoll.native import compiler
-from simcoll.simulator import algorithm_mode, compiled, simulate
+from simcoll.simulator import simulate
+from simcoll.simulator.fast import algorithm_mode, compiled
 
 pytestmark = pytest.mark.skipif(compiler() is None, reason="no C++ compiler")
 

@@ -31,7 +31,7 @@ from simcoll.algorithms import generate
 from simcoll.analytic import critical_path_time_s
 from simcoll.compiler import lower_algorithm
 from simcoll.errors import AlgorithmError, SimulationError
-from simcoll.simulator import algorithm_mode, compiled
+from simcoll.simulator.fast import algorithm_mode, compiled
 from simcoll.simulator.reference import ReferenceNetwork, max_min_fair_rates, schedule_messages
 
 PROPERTY = settings(

@@ -1,6 +1,6 @@
 """Node-rotation symmetry (issue 15): a schedule that shifting every rank by
 whole nodes maps onto itself is simulated through one block of nodes, and
-gives exactly what the full simulation gives (:mod:`simcoll.simulator.symmetry`)."""
+gives exactly what the full simulation gives (:mod:`simcoll.simulator.fast.symmetry`)."""
 
 import numpy as np
 import pytest
@@ -9,8 +9,9 @@ from simcoll import load_machine
 from simcoll.algorithm import Algorithm, Transfer
 from simcoll.algorithms import generate
 from simcoll.collectives import make_collective
-from simcoll.simulator import algorithm_mode, simulate
-from simcoll.simulator.algorithm_mode import _Run
+from simcoll.simulator import simulate
+from simcoll.simulator.fast import algorithm_mode
+from simcoll.simulator.fast.algorithm_mode import _Run
 from simcoll.simulator.results import UTILISATION_COLUMNS
 
 SIZES = (1 << 20, 1 << 30)
@@ -228,8 +229,8 @@ def _plan_fields_equal(a, b) -> None:
 def test_the_rotation_found_from_the_transfer_table_is_the_one_the_plan_gives(
     monkeypatch, topo, coll, name, order, count_by_batch
 ):
-    from simcoll.simulator import plan as plan_module
-    from simcoll.simulator.symmetry import node_rotation, quotient_plan, table_rotation
+    from simcoll.simulator.fast import plan as plan_module
+    from simcoll.simulator.fast.symmetry import node_rotation, quotient_plan, table_rotation
 
     monkeypatch.setattr(plan_module, "LOOP_MIN_TRANSFERS_PER_BATCH", 0 if count_by_batch else 1 << 62)
     machine = load_machine(topo)
@@ -263,7 +264,7 @@ def test_a_read_before_the_chunk_is_there_is_named_by_the_plan_of_every_message(
     first such read, as without symmetry."""
     from simcoll.algorithm import TransferTable
     from simcoll.errors import AlgorithmError
-    from simcoll.simulator.symmetry import table_rotation
+    from simcoll.simulator.fast.symmetry import table_rotation
 
     machine = load_machine("dgx-h100*2")
     algorithm = _two_node_ring(False)

@@ -1,7 +1,7 @@
 """Discrete-event simulator: SimPy over a fluid network model.
 
 :func:`simulate` is the one entry: it runs an :class:`~simcoll.algorithm.Algorithm`
-(Algorithm mode, :mod:`.algorithm_mode`) or a :class:`~simcoll.program.Program`
+(Algorithm mode, :mod:`.fast`) or a :class:`~simcoll.program.Program`
 (Program mode, :mod:`.program_mode`) on a :class:`~simcoll.machines.Machine` and
 returns a :class:`SimulationResult` (time, timeline, utilisation, algbw/busbw,
 Chrome trace). The network model is in :mod:`.network`.
@@ -96,7 +96,7 @@ def simulate(
     engine : {"fast", "reference"}, optional
         ``"fast"`` (default) lets the dispatcher pick the fastest path that
         applies (private pairs, NumPy batches, timing in schedule order, the
-        compiled core, node-rotation quotients: :mod:`.algorithm_mode`);
+        compiled core, node-rotation quotients: :mod:`.fast`);
         ``"reference"`` runs the reference engine (:mod:`.reference`), which
         states the rules plainly and is what the fast paths are tested
         against: slow, for small schedules and for checking. The result's
@@ -193,12 +193,12 @@ def simulate(
 
             return simulate_reference(schedule, machine, size_bytes, protocol=protocol, **options)
         if mode == "algorithm":
-            from .algorithm_mode import _simulate_algorithm
+            from .fast.algorithm_mode import _simulate_algorithm
 
             return _simulate_algorithm(schedule, machine, size_bytes, protocol=protocol, **options)
         if isinstance(schedule, Algorithm):
             from ..compiler import lower_algorithm
-            from .algorithm_mode import protocol_of
+            from .fast.algorithm_mode import protocol_of
 
             protocol = protocol_of(schedule, protocol)
             schedule = lower_for(schedule, machine, lower_algorithm)

@@ -93,18 +93,18 @@ import numpy as np
 import pandas as pd
 import simpy
 
-from ..algorithm import Algorithm
-from ..analytic import chunk_bytes
-from ..arrays import flatten
-from ..errors import AlgorithmError, ScheduleTooLargeError, SimulationError
-from ..limits import MAX_TRANSFERS
-from ..machines import Machine
+from ...algorithm import Algorithm
+from ...analytic import chunk_bytes
+from ...arrays import flatten
+from ...errors import AlgorithmError, ScheduleTooLargeError, SimulationError
+from ...limits import MAX_TRANSFERS
+from ...machines import Machine
+from ..engine import check_limit, run_with_limit
+from ..network import Flow, FluidNetwork, alone_rate_Bps
+from ..results import TIMELINE_COLUMNS, SimulationResult, make_result
+from ..step_pipeline import pipelined_time
 from . import compiled
-from .engine import check_limit, run_with_limit
-from .network import Flow, FluidNetwork, alone_rate_Bps
 from .plan import Plan, QueueTable, SlotLists, SlotNumbering, plan_switched, plan_vectorised, schedule_order
-from .results import TIMELINE_COLUMNS, SimulationResult, make_result
-from .step_pipeline import pipelined_time
 from .symmetry import (
     NodeRotation,
     TableRotation,

@@ -34,10 +34,10 @@ from typing import Any
 
 import numpy as np
 
-from ..arrays import ragged_indices
-from ..errors import SimcollError
-from ..native import build_shared_library, compiler, load_checked
-from .engine import limit_error
+from ...arrays import ragged_indices
+from ...errors import SimcollError
+from ...native import build_shared_library, compiler, load_checked
+from ..engine import limit_error
 from .plan import QueueTable, SlotLists
 
 #: An Algorithm-mode run (:class:`~.algorithm_mode._Run`, which imports this module), not started.

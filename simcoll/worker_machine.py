@@ -64,7 +64,7 @@ def prepare(machine: Machine, contention: bool) -> None:
     net = FluidNetwork(
         simpy.Environment(), machine, contention=contention, record_utilisation=False, record_timeline=False
     )
-    net.route_id_table(src[keep], dst[keep])  # (kept in the machine, not in the network)
+    net.route_id_table(src[keep], dst[keep])  # (kept in the machine's route caches, not in this network)
 
 
 def write_for_server(machine: Machine, contention: bool, path: Path) -> str:

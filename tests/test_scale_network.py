@@ -27,14 +27,13 @@ from simcoll.simulator.network import (
     _REL_TOL,
     Flow,
     FluidNetwork,
-    Resource,
-    _CapacityTable,
     _max_min,
     _max_min_numpy,
     _Sparse,
     _Uses,
     _UsesTable,
 )
+from simcoll.simulator.routing import Resource, _CapacityTable
 
 
 def _dense_reference(flows, resources):

@@ -20,7 +20,8 @@ import simpy
 from simcoll import load_machine, load_topology
 from simcoll.algorithm import PairSet
 from simcoll.routes import Routes, _bandwidth_relation
-from simcoll.simulator.network import FluidNetwork, RouteIdTable
+from simcoll.simulator.network import FluidNetwork
+from simcoll.simulator.routing import RouteIdTable
 
 CLUSTERS = [
     "dgx-h100*3",

@@ -18,9 +18,10 @@ import simpy
 from simcoll import load_machine
 from simcoll.algorithms import generate
 from simcoll.simulator import network as network_module
-from simcoll.simulator import simulate
+from simcoll.simulator import routing, simulate
 from simcoll.simulator.fast import compiled
 from simcoll.simulator.network import FluidNetwork
+from simcoll.simulator.routing import Routing, route_caches
 
 MACHINES = ["dgx1", "dgx2", "ndv2*2", "dgx-h100*2", "perlmutter*2", "hgx-h100-4*2", "ndv2*2/rail"]
 
@@ -194,9 +195,9 @@ def test_a_machine_sent_to_a_worker_leaves_its_caches_behind():
 
     machine = load_machine("dgx-h100*2")
     simulate(generate("ring", machine, "allreduce"), machine, 1 << 20)
-    assert machine.derived and machine._route_cache
+    assert route_caches(machine).recipes[True] and machine._route_cache
     copy = pickle.loads(pickle.dumps(machine))
-    assert copy == machine and "derived" not in copy.__dict__ and "_route_cache" not in copy.__dict__
+    assert copy == machine and not route_caches(copy).recipes[True] and "_route_cache" not in copy.__dict__
     assert copy.route(0, 9) == machine.route(0, 9)
 
 
@@ -266,8 +267,8 @@ def test_breadth_first_paths_are_those_networkx_chooses(spec, monkeypatch):
     names = [c.name for c in machine.topology.components if c.kind in ("gpu", "nic") or "switch" in c.kind]
 
     def all_paths(tree_from):
-        monkeypatch.setattr(network_module, "_TREE_FROM", tree_from)
-        net = FluidNetwork(simpy.Environment(), load_machine(spec))
+        monkeypatch.setattr(routing, "_TREE_FROM", tree_from)
+        net = Routing(load_machine(spec))
         out = {}
         for a in names:
             for b in names:

@@ -16,6 +16,7 @@ import pytest
 from simcoll import load_machine, worker_machine
 from simcoll.algorithms import generate
 from simcoll.simulator import simulate
+from simcoll.simulator.routing import route_caches
 
 ALGORITHMS = ["ring", "double-binary-tree", "direct", "nccl-ring", "nvls-tree"]
 
@@ -24,7 +25,7 @@ def test_a_prepared_machine_gives_the_same_schedules_and_times():
     prepared, plain = load_machine("dgx-h100*2"), load_machine("dgx-h100*2")
     worker_machine.prepare(prepared, contention=True)
     g, p = 8, prepared.num_ranks
-    routes = prepared.derived[("network routes", True)]
+    routes = route_caches(prepared).recipes[True]
     assert {pair for pair in routes if pair[0] < g} == {(s, d) for s in range(g) for d in range(p) if s != d}
     for name in ALGORITHMS:
         a, b = generate(name, prepared, "allreduce"), generate(name, plain, "allreduce")
@@ -46,7 +47,7 @@ def test_a_worker_takes_the_prepared_machine_for_its_token_only(tmp_path, monkey
     own = load_machine("dgx-h100*2")
     prepared = worker_machine.machine_for(token, own)
     assert prepared is not own and prepared.name == own.name
-    assert ("network routes", True) in prepared.derived
+    assert route_caches(prepared).recipes[True]
     assert worker_machine.machine_for(worker_machine.token_of(own, False), own) is own
 
 

@@ -40,7 +40,7 @@ R3. **Connections are FIFO.** The messages of one rank pair (or of one
 
 R4. **A message is a flow.** It puts ``bytes / e`` on the wire (``e`` the
     protocol's efficiency: LL 0.5, ...) over its route's resources
-    (:meth:`.network.FluidNetwork.route`: link bundles, switch ports, host
+    (:meth:`.routing.Routing.route`: link bundles, switch ports, host
     memory; each with the weight the route puts on it), at most at the
     route's bandwidth ``B`` and, for a reducing message whose reduction is
     fused into the transfer, at most at the reduction rate / ``e``.
@@ -65,7 +65,7 @@ R7. **The call.** The collective ends when its last message lands, plus the
 
 In-switch reductions (R1, R3, R4) read their chunk at every source and write
 it at every destination, as one flow over
-:meth:`.network.FluidNetwork.switch_route` (into the switch, out to each
+:meth:`.routing.Routing.switch_route` (into the switch, out to each
 destination), with no reduction cost at the GPUs.
 
 Program mode runs its executors' instruction lists over
@@ -97,8 +97,8 @@ from ..arrays import flatten
 from ..errors import AlgorithmError, SimulationError
 from ..machines import Machine
 from .engine import run_with_limit
-from .network import FluidNetwork, Resource, SwitchPath
 from .results import TIMELINE_COLUMNS, SimulationResult, Timeline, Utilisation, make_result
+from .routing import Resource, Routing, SwitchPath
 from .step_pipeline import pipelined_time
 
 __all__ = ["Message", "ReferenceNetwork", "max_min_fair_rates", "schedule_messages", "simulate_reference"]
@@ -165,7 +165,7 @@ class _Flow:
 class ReferenceNetwork:
     """Flows over a machine's resources, shared by rules R4-R6 (module
     docstring). Routes, resources and their capacities are those of
-    :class:`~.network.FluidNetwork` (what a message crosses); how fast each
+    :class:`~.routing.Routing` (what a message crosses); how fast each
     flow goes is worked out here, from scratch at every change.
 
     It offers what Program mode and :func:`~.results.make_result` use of a
@@ -195,8 +195,7 @@ class ReferenceNetwork:
         self.contention = contention
         self.record_timeline = record_timeline
         self.record_utilisation = record_utilisation
-        # what a message crosses: the fluid network's routes (its flow sharing is not used)
-        self._routes = FluidNetwork(env, machine, contention=contention, record_utilisation=True)
+        self._routes = Routing(machine, contention=contention)  # what a message crosses
         self.timeline = Timeline()
         self.utilisation = Utilisation()
         self.flows: list[_Flow] = []  # in flight, in the order they started

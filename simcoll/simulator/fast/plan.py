@@ -16,7 +16,7 @@ import numpy as np
 from ...algorithm import Algorithm, SwitchReductionTable, Transfer, messages
 from ...arrays import dense_numbers, flatten, packed_key, ragged_indices, stable_argsort
 from ...errors import AlgorithmError
-from ..network import SwitchPath
+from ..routing import SwitchPath
 
 
 @dataclass

@@ -58,7 +58,8 @@ import numpy as np
 
 from ...algorithm import Algorithm
 from ...arrays import flatten, ragged_indices
-from ..network import FluidNetwork, Resource, RouteIdTable
+from ..network import FluidNetwork
+from ..routing import Resource, RouteIdTable
 from .plan import Plan, QueueTable, SlotNumbering, holds, landed_counts, plan_of_columns, schedule_order
 
 Route = tuple[float, float, tuple[tuple[Resource, float], ...]]

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Everything one short session on a lent GPU measures, in one bounded run
-# (README "Running on a GPU"): the on-device tests (bit-identical ring
+# (docs/gpu.md): the on-device tests (bit-identical ring
 # Allreduce for Simple and LL in float32/float16/bfloat16, the copy-rate
 # target), the kernel's resource report, two calibration passes of the
 # virtual-rank machine fitted together, measured vs simulated time of a ring Allreduce with that model, and

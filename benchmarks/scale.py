@@ -34,7 +34,7 @@ nccl-tree / nccl-ring Allreduce on ``dgx-h100*512``, 1 GB        <= 60 s, 8 GB
 HiCCL Allreduce on ``perlmutter*48`` (192 GPUs), gen + simulate <= 5 s
 ==============================================================  =============
 
-What each session measured with it is in ``benchmarks/SCALE.md``.
+What each session measured with it is in ``docs/scale.md``.
 
 These are not timed tests: the machine (and its load) decides the figures.
 """

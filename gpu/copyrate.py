@@ -7,7 +7,7 @@ cudaMemcpy". One executor is one thread block on one SM, while cudaMemcpy
 uses the whole device, so on a large GPU that ratio measures the SM count,
 not the interpreter (an H100, 2026-11-26: one executor 40.3 GB/s, 2.7 % of
 cudaMemcpy; one per SM, 132, 89.5 % at 256 MiB and 93.7 % at 1 GiB).
-The test and the README therefore state the target for a copy Program with one
+The test and ``docs/gpu.md`` therefore state the target for a copy Program with one
 executor per SM (the interpreter's data path against the memory's rate) and
 report the one-executor rate, the model's ``tb_Bps``, beside it."""
 
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from .calibrate import copy_program
 from .runner import _cupy, run
 
-#: The target ratio of issue 17 and the README (for one executor per SM, see above).
+#: The target ratio of issue 17 and ``docs/gpu.md`` (for one executor per SM, see above).
 TARGET_RATIO = 0.70
 
 

@@ -1,10 +1,10 @@
 """The simulator against simcoll's interpreter measured on an NVIDIA H100
 (benchmarks/measured/h100-2026-11-26/, four or eight virtual ranks on one GPU):
 run 6's calibrated model simulates the measured ring Allreduce within the
-README's 15 % median target, and six schedules it was not fitted on; the
+15 % median target of docs/gpu.md, and six schedules it was not fitted on; the
 stream-bound rule and the signal latency are what bring it there; the committed
 samples fit again to the committed models; earlier runs' samples, refitted
-with the signal latency, give the README's figures. No GPU needed: the
+with the signal latency, give the figures of docs/gpu.md. No GPU needed: the
 measurements are files."""
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def test_calibrated_h100_model_simulates_the_measured_ring_within_the_target():
     result = validation()
     assert len(result.rows) == 11 and result.rows[0].size_bytes == 1024 and result.rows[-1].size_bytes == 1 << 30
     assert result.within_target
-    assert result.median_abs_error == pytest.approx(0.020, abs=0.001)  # the README's figure
+    assert result.median_abs_error == pytest.approx(0.020, abs=0.001)  # the figure in docs/gpu.md
     assert max(abs(r.error) for r in result.rows) < 0.06
 
 
@@ -150,7 +150,7 @@ OTHER_SCHEDULES = {
 
 @pytest.mark.parametrize("schedule", list(OTHER_SCHEDULES), ids=lambda s: "-".join(s))
 def test_schedules_the_model_was_not_fitted_on(refitted, schedule):
-    """The README's table: all six within the 15 % target on run 6; on run 5
+    """The table in docs/gpu.md: all six within the 15 % target on run 6; on run 5
     the double binary tree (48 thread blocks) was a miss either way."""
     algo, topo, coll = schedule
     program = lower_algorithm(applicable(load_machine(topo), coll)[algo])

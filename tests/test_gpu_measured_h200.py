@@ -1,7 +1,7 @@
 """The simulator against simcoll's interpreter measured on an NVIDIA H200
 (benchmarks/measured/h200-2026-11-26/, two calibrations and ring sweeps, six
 more schedules in run 1): each committed model simulates the measured sweeps
-with the README's figures, one of them a miss; the two runs' small-size
+with the figures of docs/gpu.md, one of them a miss; the two runs' small-size
 samples disagree, and fitting both together (``--from-samples A B``) gives a
 model within 10 % of every sweep; runs of two GPUs are not fitted together;
 a block's writes weighed at 0.78 of a copy (``executor.write_share``, fitted
@@ -46,7 +46,7 @@ def ring(model: CostModel, run: int) -> val.Validation:
 
 @pytest.fixture(scope="module")
 def pooled(tmp_path_factory) -> CostModel:
-    """Both runs' samples fitted together, as the README's command does."""
+    """Both runs' samples fitted together, as docs/gpu.md's command does."""
     path = tmp_path_factory.mktemp("pooled") / "h200.yaml"
     samples = [str(MEASURED / f"calibrate-samples-{n}.csv") for n in (1, 2)]
     assert main(["gpu", "calibrate", "-o", str(path), "--from-samples", *samples]) == 0
@@ -81,7 +81,7 @@ def test_the_committed_samples_fit_again_to_the_committed_model(tmp_path, run):
 @pytest.mark.parametrize(("model_run", "sweep_run", "median"), [(1, 1, 0.202), (1, 2, 0.049), (2, 1, 0.055),
                                                                 (2, 2, 0.036)])  # fmt: skip
 def test_each_runs_model_on_each_runs_ring(model_run, sweep_run, median):
-    """The README's table: run 1's model misses its own sweep (small sizes
+    """docs/gpu.md's account: run 1's model misses its own sweep (small sizes
     21-25 % slow) and meets run 2's; from 16 MB up every pair is within 3.3 %."""
     result = ring(committed(model_run), sweep_run)
     assert len(result.rows) == 11

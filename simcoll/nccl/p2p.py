@@ -30,7 +30,7 @@ tuner's collectives only (``src/graph/tuning.cc``), not point-to-point.
 Not modelled: the PXN relay (a rank reaching a remote peer through the
 NVLink peer next to the peer's rail), the order of rounds inside a channel
 and the p2p chunk pipeline; the measured ramp of Alltoall between 1 and
-256 MB is slower than this schedule's (``README.md``, "How accurate is it?").
+256 MB is slower than this schedule's (``docs/accuracy.md``).
 """
 
 from __future__ import annotations

@@ -3,9 +3,9 @@ dense flow × resource matrix form it replaces.
 
 Claim: on random components (hundreds of flows over shared resources, with
 repeated and fractional weights, bounds that bind and resources that fill)
-``_max_min_numpy`` gives exactly the rates of the dense reference below, and
-the pure-Python ``_max_min`` agrees with both to rounding. A network gathers a
-component's entries from its table of routes (``_UsesTable``, grown as routes
+``max_min_rates_numpy`` gives exactly the rates of the dense reference below, and
+the pure-Python ``max_min_rates`` agrees with both to rounding. A network gathers a
+component's entries from its table of routes (``RouteUsesTable``, grown as routes
 appear): the same entries as from the flows' own arrays, and the same
 capacities from its table of resources (``_CapacityTable``). A resource
 another of every route through it dominates is left out of the max-min until
@@ -23,16 +23,15 @@ import simpy
 
 from simcoll import load_machine
 from simcoll.cost_model import SwitchParams
-from simcoll.simulator.network import (
-    _REL_TOL,
-    Flow,
-    FluidNetwork,
-    _max_min,
-    _max_min_numpy,
-    _Sparse,
-    _Uses,
-    _UsesTable,
+from simcoll.simulator.fair_share import (
+    TIE_TOLERANCE,
+    RouteUses,
+    RouteUsesTable,
+    SparseComponent,
+    max_min_rates,
+    max_min_rates_numpy,
 )
+from simcoll.simulator.network import Flow, FluidNetwork
 from simcoll.simulator.routing import Resource, _CapacityTable
 
 
@@ -59,7 +58,7 @@ def _dense_reference(flows, resources):
         share = np.full(len(local), np.inf)
         share[active] = residual[active] / weight_sum[active]
         level = max(min(share.min(), bound[unfrozen].min()), 0.0)
-        limit = level * (1 + _REL_TOL)
+        limit = level * (1 + TIE_TOLERANCE)
         tight = share <= limit
         newly = unfrozen & ((bound <= limit) | used[:, tight].any(axis=1))
         rates[newly] = level
@@ -80,7 +79,7 @@ def _component(seed: int, num_flows: int, num_resources: int):
         if rng.random() < 0.2:
             picks.append(picks[0])  # a resource used twice by one flow
         f.res = [(resources[r], rng.choice([1.0, 0.5, 1 / 3, rng.uniform(0.05, 1.0)])) for r in picks]
-        f.uses = _Uses(f.res)
+        f.uses = RouteUses(f.res)
         for r, _ in f.res:
             r.flows[fid] = f
         flows[fid] = f
@@ -91,9 +90,9 @@ def _component(seed: int, num_flows: int, num_resources: int):
 def test_sparse_max_min_is_bit_identical_to_dense(seed):
     flows, resources = _component(seed, num_flows=30 + 40 * seed, num_resources=5 + 7 * seed)
     dense = _dense_reference(flows, resources)
-    sparse = _max_min_numpy(flows, resources)
+    sparse = max_min_rates_numpy(flows, resources)
     assert sparse == dense
-    python = _max_min(flows, resources)
+    python = max_min_rates(flows, resources)
     assert python.keys() == dense.keys()
     assert all(abs(python[k] - dense[k]) <= 1e-9 * max(1.0, dense[k]) for k in dense)
 
@@ -104,7 +103,7 @@ def test_entries_gathered_from_the_route_table_are_the_flows_own(seed):
     shared by several flows, and a component of some of the flows in another
     order: the sparse entries and rates are those built from each flow's arrays."""
     flows, resources = _component(seed, num_flows=300, num_resources=40)
-    table = _UsesTable()
+    table = RouteUsesTable()
     routes = [table.add(f.uses) for f in flows.values()]
     assert table.count == 300 and [u.index for u in routes] == list(range(300))
     rng = random.Random(seed)
@@ -113,7 +112,7 @@ def test_entries_gathered_from_the_route_table_are_the_flows_own(seed):
         f.res = [(resources[rid], w) for rid, w in zip(f.uses.ids.tolist(), f.uses.weights.tolist(), strict=True)]
     picked = rng.sample(list(flows.values()), 150)
     component = {f.id: f for f in picked}
-    own, gathered = _Sparse(component, resources), _Sparse(component, resources, table)
+    own, gathered = SparseComponent(component, resources), SparseComponent(component, resources, table)
     for a, b in ((own.entry_flow, gathered.entry_flow), (own.entry_res, gathered.entry_res),
                  (own.values, gathered.values)):  # fmt: skip
         assert np.array_equal(a, b)
@@ -138,12 +137,12 @@ def test_capacities_gathered_from_the_network_table_are_the_resources_own(seed):
             switched.flows = r.flows
     for f in flows.values():
         f.res = [(resources[r.id], w) for r, w in f.res]
-        f.uses = _Uses(f.res)
+        f.uses = RouteUses(f.res)
     table = _CapacityTable()
     for r in resources.values():
         table.add(r)
     assert table.varies.sum() == sum(1 for rid in resources if rid % 3 == 1)
-    asked, gathered = _Sparse(flows, resources), _Sparse(flows, resources, capacities=table)
+    asked, gathered = SparseComponent(flows, resources), SparseComponent(flows, resources, capacities=table)
     assert np.array_equal(asked._capacity(), gathered._capacity())
     assert any(r.effective_capacity_Bps(len(r.flows)) != r.effective_capacity_Bps(1) for r in resources.values())
     assert np.array_equal(asked.max_min(), gathered.max_min())

@@ -53,12 +53,12 @@ from ..arrays import ragged_indices
 from ..errors import ModelError
 from ..machines import Machine
 from ..units import check_size_bytes
+from .fair_share import RouteUses, RouteUsesTable, SparseComponent, alone_rate_Bps, max_min_rates
 from .results import Timeline, Utilisation
-from .routing import Resource, Routing, _CapacityTable
+from .routing import Resource, Routing
 
-__all__ = ["Flow", "FluidNetwork", "TransferEvent", "alone_rate_Bps"]
+__all__ = ["Flow", "FluidNetwork", "TransferEvent"]
 
-_REL_TOL = 1e-12
 _NUMPY_FROM = 24  # components with this many flows use the vectorised max-min
 _SOLVED_MAX_FLOWS = 1_000_000  # flows over all sharing patterns a network remembers (tens of MB at most)
 #: A flow's place among a component's flows (:meth:`FluidNetwork._recompute`): by route, then by id.
@@ -66,60 +66,6 @@ _ORDER = operator.attrgetter("order")
 # flows in a pattern worth remembering: larger ones rarely recur and cost more to key (NVLS-Tree on
 # 1,024 GPUs at 1 GB: 76 % of components under 24 flows recur, 8 % of those of 24-100, 1 % above)
 _REMEMBER_UP_TO = 96
-
-
-class _Uses:
-    """A route's resources as the max-min solvers read them: by id (the
-    component search), and their ids and weights as arrays."""
-
-    __slots__ = ("by_id", "ids", "weights", "index", "order")
-
-    def __init__(self, resources: Sequence[tuple[Resource, float]], order: int = -1):
-        self.index = -1  # its place in the network's _UsesTable, once added
-        self.order = order  # the network's count of routes before this one (the order of a component's flows)
-        merged: dict[int, list] = {}
-        for r, w in resources:  # a resource listed twice carries both weights (added in order)
-            if r.id in merged:
-                merged[r.id][1] += w
-            else:
-                merged[r.id] = [r, 0.0 + w]
-        self.by_id = {rid: r for rid, (r, _) in merged.items()}
-        self.ids = np.array(list(merged), dtype=np.int64)
-        self.weights = np.array([w for _, w in merged.values()], dtype=float)
-
-
-class _UsesTable:
-    """Every route's resource ids and weights of one network end to end, with
-    each route's offset and length (compressed sparse rows): a component's
-    (flow, resource) entries are then gathered by NumPy indexing
-    (:class:`_Sparse`) rather than one small array per flow, which dominated
-    components of thousands of flows (HiCCL). Arrays grow by doubling."""
-
-    __slots__ = ("count", "offsets", "lengths", "ids", "weights", "_entries")
-
-    def __init__(self) -> None:
-        self.count = 0
-        self._entries = 0
-        self.offsets = np.zeros(64, dtype=np.int64)
-        self.lengths = np.zeros(64, dtype=np.int64)
-        self.ids = np.zeros(256, dtype=np.int64)
-        self.weights = np.zeros(256, dtype=float)
-
-    def add(self, uses: _Uses) -> _Uses:
-        n, start = len(uses.ids), self._entries
-        if self.count == len(self.offsets):
-            self.offsets = np.resize(self.offsets, 2 * self.count)
-            self.lengths = np.resize(self.lengths, 2 * self.count)
-        if start + n > len(self.ids):
-            grown = max(2 * len(self.ids), start + n)
-            self.ids, self.weights = np.resize(self.ids, grown), np.resize(self.weights, grown)
-        self.ids[start : start + n] = uses.ids
-        self.weights[start : start + n] = uses.weights
-        self.offsets[self.count], self.lengths[self.count] = start, n
-        uses.index = self.count
-        self.count += 1
-        self._entries += n
-        return uses
 
 
 class _Dominance:
@@ -278,8 +224,10 @@ class FluidNetwork(Routing):
         self.timeline = timeline if timeline is not None else Timeline()
         self.utilisation = Utilisation()
         # per rank pair: α, bandwidth, resources, rate alone, and the resources as the max-min reads them
-        self._fast: dict[tuple[int, int], tuple[float, float, tuple[tuple[Resource, float], ...], float, _Uses]] = {}
-        self._uses_table = _UsesTable()
+        self._fast: dict[
+            tuple[int, int], tuple[float, float, tuple[tuple[Resource, float], ...], float, RouteUses]
+        ] = {}
+        self._uses_table = RouteUsesTable()
         # dominated resources are left out of routes where no utilisation is recorded (:meth:`_route_info`)
         self._dominance = _Dominance() if contention and not record_utilisation else None
         self._solved: dict[tuple, tuple[float, ...]] = {}  # max-min solutions by sharing pattern (_recompute)
@@ -290,7 +238,7 @@ class FluidNetwork(Routing):
         self._flush_scheduled = False
         # flows that left shared resources, and flows that joined them, since the last recomputation
         # (:meth:`_flush`): (route, bound, rate) of each that left, and the joining flows
-        self._left: list[tuple[_Uses, float, float]] = []
+        self._left: list[tuple[RouteUses, float, float]] = []
         self._joined: list[Flow] = []
         self.handovers = 0  # recomputations found to be handovers and skipped (:meth:`_flush`)
         self._next_flow = 0
@@ -422,7 +370,7 @@ class FluidNetwork(Routing):
             resources, revoked = self._dominance.kept(resources, (src, dst))
             if revoked:
                 self._restore(revoked)
-        uses = self._uses_table.add(_Uses(resources, self._uses_table.count))
+        uses = self._uses_table.add(RouteUses(resources, self._uses_table.count))
         info = self._fast[(src, dst)] = (alpha, bandwidth, resources, alone, uses)
         return info
 
@@ -569,7 +517,7 @@ class FluidNetwork(Routing):
             return
         self._recompute(seeds, self.env.now)
 
-    def _handover(self, left: list[tuple[_Uses, float, float]], joined: list[Flow]) -> bool:
+    def _handover(self, left: list[tuple[RouteUses, float, float]], joined: list[Flow]) -> bool:
         """Settle the instant without a recomputation where every flow that
         joined shared resources replaces one that left them on the same route
         with the same bound, and nothing else changed: a connection handing
@@ -581,7 +529,7 @@ class FluidNetwork(Routing):
         the instant is not such a handover."""
         if len(left) != len(joined):
             return False
-        rates: dict[tuple[_Uses, float], list[float]] = {}
+        rates: dict[tuple[RouteUses, float], list[float]] = {}
         for uses, bound, rate in left:
             rates.setdefault((uses, bound), []).append(rate)
         taken = []
@@ -631,7 +579,7 @@ class FluidNetwork(Routing):
             (f,) = flows.values()
             rates = (alone_rate_Bps(f.bound, f.res),)
         elif len(flows) > _REMEMBER_UP_TO:
-            sparse = _Sparse(flows, seen, self._uses_table, self._capacities)
+            sparse = SparseComponent(flows, seen, self._uses_table, self._capacities)
             rates = sparse.max_min()
             # most flows of a large component keep their rate: compared as arrays, only the others are set
             changed = rates != np.fromiter([f.rate for f in sparse.flows], dtype=float, count=len(rates))
@@ -646,10 +594,10 @@ class FluidNetwork(Routing):
             rates = self._solved.get(pattern)
             if rates is None:
                 if len(flows) < _NUMPY_FROM:
-                    new = _max_min(flows, dict(sorted(seen.items())))  # (it freezes resource by resource)
+                    new = max_min_rates(flows, dict(sorted(seen.items())))  # (it freezes resource by resource)
                     rates = tuple([new[fid] for fid in flows])
                 else:
-                    sparse = _Sparse(flows, seen, self._uses_table, self._capacities)
+                    sparse = SparseComponent(flows, seen, self._uses_table, self._capacities)
                     rates = tuple(sparse.max_min().tolist())
                 self._solved_flows += len(flows)
                 if self._solved_flows > _SOLVED_MAX_FLOWS:  # memory stays bounded: forget, start again
@@ -673,7 +621,7 @@ class FluidNetwork(Routing):
                     self._account(r, totals[rid], now)
             else:
                 if sparse is None:
-                    sparse = _Sparse(flows, seen, self._uses_table, self._capacities)
+                    sparse = SparseComponent(flows, seen, self._uses_table, self._capacities)
                 for r, total in zip(seen.values(), sparse.totals(rates), strict=True):
                     self._account(r, total, now)
 
@@ -749,7 +697,7 @@ class FluidNetwork(Routing):
 
         ``route[i]`` indexes ``resources`` and ``rates_Bps`` (one entry per
         route: its ``(resource, weight)`` pairs and its standalone rate,
-        :func:`alone_rate_Bps`) for message ``i``.
+        :func:`~.fair_share.alone_rate_Bps`) for message ``i``.
         """
         self.transfers += len(route)
         if not self.record_utilisation or not len(route):
@@ -783,159 +731,3 @@ class FluidNetwork(Routing):
             if r.rate > 0:
                 self._account(r, -1.0, now)
                 r.rate = 0.0
-
-
-def alone_rate_Bps(bound_Bps: float, resources: Sequence[tuple[Resource, float]]) -> float:
-    """The rate of a flow alone on its resources (the one rule, used by
-    :meth:`FluidNetwork.launch`, the max-min recomputation and Algorithm
-    mode's private pairs): ``bound_Bps`` (the route's bandwidth, or a lower
-    cap), lowered to every resource's one-flow capacity
-    (:meth:`Resource.effective_capacity_Bps`) divided by the weight the flow
-    puts on it. Applies with contention; the ideal network uses the route
-    bandwidth alone.
-
-    >>> link = Resource(0, "nvlink gpu0->gpu1", "nvlink", 25e9)
-    >>> alone_rate_Bps(50e9, [(link, 0.5)]), alone_rate_Bps(10e9, [(link, 1.0)])
-    (50000000000.0, 10000000000.0)
-    """
-    rate = bound_Bps
-    for res, w in resources:
-        share = res.effective_capacity_Bps(1) / w
-        if share < rate:
-            rate = share
-    return rate
-
-
-def _max_min(flows: dict[int, Flow], resources: dict[int, Resource]) -> dict[int, float]:
-    """Weighted progressive filling: all unfrozen flows rise at one common rate
-    until a flow hits its bound or a resource fills; those freeze; repeat."""
-    residual = {rid: r.effective_capacity_Bps(len(r.flows)) for rid, r in resources.items()}
-    weight_sum = dict.fromkeys(resources, 0.0)
-    on: dict[int, list[tuple[Flow, float]]] = {rid: [] for rid in resources}
-    for f in flows.values():
-        for r, w in f.res:
-            weight_sum[r.id] += w
-            on[r.id].append((f, w))
-    rates: dict[int, float] = {}
-    unfrozen = dict(flows)
-    while unfrozen:
-        level = min(f.bound for f in unfrozen.values())
-        for rid, ws in weight_sum.items():
-            if ws > 0:
-                share = residual[rid] / ws
-                if share < level:
-                    level = share
-        level = max(level, 0.0)
-        limit = level * (1 + _REL_TOL)
-        freeze = [fid for fid, f in unfrozen.items() if f.bound <= limit]
-        for rid, ws in weight_sum.items():
-            if ws > 0 and residual[rid] / ws <= limit:
-                freeze.extend(f.id for f, _ in on[rid] if f.id in unfrozen)
-        for fid in freeze:
-            f = unfrozen.pop(fid, None)
-            if f is None:
-                continue
-            rates[fid] = level
-            for r, w in f.res:
-                residual[r.id] -= level * w
-                weight_sum[r.id] -= w
-                if weight_sum[r.id] < 1e-12:
-                    weight_sum[r.id] = 0.0
-    return rates
-
-
-class _Sparse:
-    """A component's flow × resource weights as sparse entries in flow
-    order (a flow's in its route's order): the input of the vectorised
-    max-min (:meth:`max_min`) and of the resources' total rates
-    (:meth:`totals`), which sum per resource and so need only the flows in
-    order. Each flow lists a resource once (:class:`_Uses` merges repeats),
-    so every (flow, resource) entry is unique."""
-
-    __slots__ = ("flows", "resources", "entry_flow", "entry_res", "values", "rids", "capacities")
-
-    def __init__(
-        self,
-        flows: dict[int, Flow],
-        resources: dict[int, Resource],
-        table: _UsesTable | None = None,
-        capacities: _CapacityTable | None = None,
-    ):
-        self.flows = flow_list = list(flows.values())
-        self.resources = resources
-        self.capacities = capacities
-        nf, nr = len(flow_list), len(resources)
-        self.rids = rids = np.fromiter(resources, dtype=np.int64, count=nr)
-        local = np.empty(int(rids.max()) + 1, dtype=np.int64)
-        local[rids] = np.arange(nr)
-        if table is None:  # routes outside a network's table
-            uses = [f.uses for f in flow_list]
-            lengths = np.fromiter((len(u.ids) for u in uses), dtype=np.int64, count=nf)
-            ids = np.concatenate([u.ids for u in uses])
-            weights = np.concatenate([u.weights for u in uses])
-        else:  # the same entries in the same order, gathered from the table
-            routes = np.fromiter([f.uses.index for f in flow_list], dtype=np.int64, count=nf)
-            lengths = table.lengths[routes]
-            ends = np.cumsum(lengths)
-            at = np.arange(int(ends[-1]), dtype=np.int64) + np.repeat(table.offsets[routes] - (ends - lengths), lengths)
-            ids, weights = table.ids[at], table.weights[at]
-        self.entry_flow = np.repeat(np.arange(nf, dtype=np.int64), lengths)
-        self.entry_res = local[ids]
-        self.values = weights
-
-    def max_min(self) -> np.ndarray:
-        """:func:`_max_min`'s rates, in the order of the flows.
-
-        The same arithmetic as a dense flow × resource matrix summed over its
-        rows, without the zeros: every per-resource sum
-        (:func:`numpy.bincount`) adds the entries in flow order, so the rates
-        are bit-identical to the dense form's (tested) while each filling
-        round costs the number of (flow, resource) uses, not flows × resources."""
-        nf, nr = len(self.flows), len(self.resources)
-        entry_flow, entry_res, values = self.entry_flow, self.entry_res, self.values
-        used = values > 0
-        residual = self._capacity()
-        bound = np.array([f.bound for f in self.flows])
-        rates = np.zeros(nf)
-        unfrozen = np.ones(nf, dtype=bool)
-        # Sums over the live entries are taken over every entry with the others weighted 0: adding
-        # zeros leaves each partial sum as it was, so the same bits in fewer NumPy calls.
-        while unfrozen.any():
-            weight_sum = np.bincount(entry_res, weights=values * unfrozen[entry_flow], minlength=nr)
-            share = np.divide(residual, weight_sum, out=np.full(nr, np.inf), where=weight_sum > 1e-12)
-            level = max(min(share.min(), bound.min(where=unfrozen, initial=np.inf)), 0.0)
-            limit = level * (1 + _REL_TOL)
-            hit = np.zeros(nf, dtype=bool)
-            hit[entry_flow[used & (share <= limit)[entry_res]]] = True
-            newly = unfrozen & ((bound <= limit) | hit)
-            rates[newly] = level
-            residual -= level * np.bincount(entry_res, weights=values * newly[entry_flow], minlength=nr)
-            unfrozen &= ~newly
-        return rates
-
-    def _capacity(self) -> np.ndarray:
-        """Each resource's capacity with its current flows (:meth:`Resource.effective_capacity_Bps`)."""
-        table = self.capacities
-        if table is None:
-            return np.array([r.effective_capacity_Bps(len(r.flows)) for r in self.resources.values()])
-        capacity = table.one_flow_Bps[self.rids]
-        varies = np.flatnonzero(table.varies[self.rids])
-        if varies.size:
-            resources = list(self.resources.values())
-            for i in varies.tolist():
-                r = resources[i]
-                capacity[i] = r.effective_capacity_Bps(len(r.flows))
-        return capacity
-
-    def totals(self, rates) -> list[float]:
-        """Each resource's total rate (its flows' ``rates`` times their
-        weights), summed in flow order as a loop over the flows would."""
-        per_use = np.asarray(rates, dtype=float)[self.entry_flow] * self.values
-        return np.bincount(self.entry_res, weights=per_use, minlength=len(self.resources)).tolist()
-
-
-def _max_min_numpy(flows: dict[int, Flow], resources: dict[int, Resource]) -> dict[int, float]:
-    """:func:`_max_min`, vectorised over the sparse flow × resource weights
-    (:meth:`_Sparse.max_min`)."""
-    sparse = _Sparse(flows, resources)
-    return {f.id: float(rate) for f, rate in zip(sparse.flows, sparse.max_min(), strict=True)}

@@ -143,6 +143,12 @@ E"`` (``"rank R host E"`` for host threads), labelled ``"step S tile T: ..."``;
 ``blocked`` rows on the same track for the time an executor waited for a
 dependency, a message or a FIFO slot; ``transfer`` rows (one per network
 message, track ``"src->dst"``); ``launch`` rows on ``"rank R kernels"``.
+
+Why one module of ~850 lines: this docstring states the runtime's rules
+(about a third of it) and the executor process implements every
+instruction of the Program IR against them; a Program runs over the
+reference network too (``simulate(..., engine="reference")``), which tests
+its use of the fluid network.
 """
 
 from __future__ import annotations

@@ -32,6 +32,12 @@ How fast a flow goes over these resources is the other half:
 Working a route out costs more than simulating it on large machines, so
 what it leaves is kept per machine for every later run
 (:func:`route_caches`), and a cluster's routes are mirrored node to node.
+
+Why one module of ~900 lines: :class:`Routing` numbers resources in the
+order working out routes creates them, and every later network of the
+machine replays those creations (recipes, mirrored node to node, NIC
+binding and host staging on the way); the numbering is what makes runs
+bit-identical, so the computation and its replay stay in one class.
 """
 
 from __future__ import annotations

@@ -78,6 +78,13 @@ nodes' messages runs (:mod:`.symmetry`), over one resource per orbit;
 every other message gets its representative's times, and every resource
 of an orbit its representative's utilisation (bit for bit the full run's:
 ``tests/test_sim_symmetry.py``).
+
+Why one module of ~1,100 lines: the per-message handlers, their NumPy
+batch forms, the timing in schedule order and the compiled core's inputs
+read and write the same flat columns of one :class:`_Run`, and each must
+give the others' results bit for bit; they are kept side by side so that a
+change to one is seen beside the others (the rules themselves are stated
+once, in :mod:`simcoll.simulator.reference`).
 """
 
 from __future__ import annotations
@@ -100,7 +107,8 @@ from ...errors import AlgorithmError, ScheduleTooLargeError, SimulationError
 from ...limits import MAX_TRANSFERS
 from ...machines import Machine
 from ..engine import check_limit, run_with_limit
-from ..network import Flow, FluidNetwork, alone_rate_Bps
+from ..fair_share import alone_rate_Bps
+from ..network import Flow, FluidNetwork
 from ..results import TIMELINE_COLUMNS, SimulationResult, make_result
 from ..step_pipeline import pipelined_time
 from . import compiled
@@ -1055,7 +1063,7 @@ def _delay_to(now: float, when: float) -> float:
 
 def _private_pairs(routes, contention: bool, record_utilisation: bool) -> tuple[list[float], bytearray]:
     """Per rank pair: the rate its messages get when alone on their resources
-    (:func:`~.network.alone_rate_Bps` with contention, the route bandwidth
+    (:func:`~..fair_share.alone_rate_Bps` with contention, the route bandwidth
     without, as in :meth:`FluidNetwork.launch`), and whether the pair is *private*: no
     other pair of the schedule uses any of its resources, so (messages on a
     pair being FIFO) each of its messages is always alone and needs no max-min

@@ -22,10 +22,10 @@ from pathlib import Path
 
 import numpy as np
 
+from simcoll.errors import InterpreterDeadlockError
 from simcoll.native import build_shared_library, compiler, load_checked
 
 from . import reference
-from .errors import InterpreterDeadlockError
 from .table import PROTOCOL_CODES, InstructionTable, protocol_code
 
 CSRC = Path(__file__).with_name("csrc")
@@ -55,7 +55,7 @@ def build_library(*, sanitize_thread: bool = False) -> Path:
 
     Raises
     ------
-    SimcollError
+    BuildError
         When no C++ compiler is found or compilation fails (with its output).
     """
     flags = ["-std=c++17", "-O1", "-pthread"]

@@ -11,9 +11,7 @@ from __future__ import annotations
 import importlib.util
 from dataclasses import dataclass
 
-from simcoll.errors import SimcollError
-
-from .errors import GpuUnavailableError
+from simcoll.errors import BuildError, GpuUnavailableError
 
 
 @dataclass(frozen=True)
@@ -47,7 +45,7 @@ def compile_source(source: str, arch: str = "sm_80", *, name: str = "kernel.cu")
     ------
     GpuUnavailableError
         When NVRTC is not installed.
-    SimcollError
+    BuildError
         When compilation fails (with NVRTC's log).
     """
     if not nvrtc_available():
@@ -58,7 +56,7 @@ def compile_source(source: str, arch: str = "sm_80", *, name: str = "kernel.cu")
 
     def check(result: tuple, what: str) -> tuple:
         if result[0] != ok:
-            raise SimcollError(f"NVRTC {what} failed: {result[0]}")
+            raise BuildError(f"NVRTC {what} failed: {result[0]}")
         return result[1:]
 
     version = tuple(int(v) for v in check(nvrtc.nvrtcVersion(), "version"))
@@ -71,7 +69,7 @@ def compile_source(source: str, arch: str = "sm_80", *, name: str = "kernel.cu")
         check(nvrtc.nvrtcGetProgramLog(prog, buf), "log")
         log = buf.rstrip(b"\0 ").decode(errors="replace")
         if err != ok:
-            raise SimcollError(f"NVRTC could not compile {name} for {arch}: {log.strip()[:2000]}")
+            raise BuildError(f"NVRTC could not compile {name} for {arch}: {log.strip()[:2000]}")
         (size,) = check(nvrtc.nvrtcGetCUBINSize(prog), "cubin size")
         cubin = b" " * size
         check(nvrtc.nvrtcGetCUBIN(prog, cubin), "cubin")

@@ -24,7 +24,7 @@ Semantics (shared with ``gpu/csrc/interp_core.h``):
 - Executors run round-robin, each as far as it can: an instruction waits for
   its dependencies, a receive for a message, a send for a free FIFO slot
   (``table.fifo_slots`` messages per connection). No progress with work left
-  raises :class:`~simcoll.gpu.errors.InterpreterDeadlockError`.
+  raises :class:`~simcoll.errors.InterpreterDeadlockError`.
 """
 
 from __future__ import annotations
@@ -35,9 +35,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from simcoll.collectives import Collective
-from simcoll.errors import AlgorithmError
+from simcoll.errors import AlgorithmError, InterpreterDeadlockError
 
-from .errors import InterpreterDeadlockError
 from .table import OP_CODES, InstructionTable
 
 #: Element types: name -> (code in interp_core.h, storage dtype, bytes).

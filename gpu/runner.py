@@ -23,10 +23,10 @@ from typing import Any
 
 import numpy as np
 
+from simcoll.errors import GpuUnavailableError, InterpreterDeadlockError
 from simcoll.program import Program
 
 from . import reference
-from .errors import GpuUnavailableError, InterpreterDeadlockError
 from .host import CORE_HEADER, KERNEL_SOURCE, STATUS_HEADER, STATUS_WORDS, ScTable, describe_status, fifo_bytes, tiling
 from .table import InstructionTable, protocol_code, to_table
 

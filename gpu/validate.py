@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simcoll.errors import SimcollError
+from simcoll.errors import FileError, OptionError, VerificationError
 from simcoll.files import atomic_output, read_csv_rows, write_atomic
 from simcoll.machines import Machine
 from simcoll.program import Program
@@ -101,9 +101,8 @@ def gpu_measure(devices: Sequence[int] = (0,), *, iters: int = 20, dtype: str = 
     def measure(program: Program, size_bytes: int) -> float:
         result = run(program, size_bytes, devices, iters=iters, dtype=dtype)
         if not result.verified:
-            raise SimcollError(
-                f"{program.name} at {size_bytes} B gave a wrong result on the GPU: {result.problems[:3]}"
-            )
+            wrong = f"{program.name} at {size_bytes} B gave a wrong result on the GPU"
+            raise VerificationError([f"{wrong}: {p}" for p in result.problems] or [wrong])
         return result.time_s
 
     return measure
@@ -115,7 +114,7 @@ def measured_times(path: str) -> dict[int, float]:
 
     Raises
     ------
-    SimcollError
+    FileError
         When the file cannot be read, lacks the ``size_bytes`` and
         ``measured_us`` columns, or holds a row that is not a size and a
         positive time (naming the line).
@@ -125,23 +124,24 @@ def measured_times(path: str) -> dict[int, float]:
         try:
             size, seconds = int(row["size_bytes"]), float(row["measured_us"]) / 1e6
         except (TypeError, ValueError):
-            raise SimcollError(f"{path}:{line}: expected a size in bytes and a time in us, got {row!r}") from None
+            raise FileError(f"{path}:{line}: expected a size in bytes and a time in us, got {row!r}") from None
         if size <= 0 or not seconds > 0 or not math.isfinite(seconds):
-            raise SimcollError(f"{path}:{line}: size {size} B, time {seconds * 1e6} us: not a measurement")
+            raise FileError(f"{path}:{line}: size {size} B, time {seconds * 1e6} us: not a measurement")
         out[size] = seconds
     if not out:
-        raise SimcollError(f"{path}: no measurements")
+        raise FileError(f"{path}: no measurements")
     return out
 
 
 def recorded_measure(times: dict[int, float], source: str) -> Callable[[Program, int], float]:
     """A measurement function answering from ``times`` (size -> seconds, e.g.
-    :func:`measured_times`); a size it lacks is an error naming ``source``."""
+    :func:`measured_times`); a size it lacks is an :class:`~simcoll.errors.OptionError`
+    naming ``source`` (the sizes asked for are not the ones measured)."""
 
     def measure(program: Program, size_bytes: int) -> float:
         if size_bytes not in times:
-            raise SimcollError(f"{source} has no measurement of {program.name} at {size_bytes} B "
-                               f"(it has {', '.join(map(str, sorted(times)))})")  # fmt: skip
+            raise OptionError(f"{source} has no measurement of {program.name} at {size_bytes} B "
+                              f"(it has {', '.join(map(str, sorted(times)))})")  # fmt: skip
         return times[size_bytes]
 
     return measure
@@ -159,20 +159,22 @@ def validate(
 
     Raises
     ------
-    SimcollError
-        When the machine's rank count differs from the Program's, or a
-        measurement is not a positive time.
+    OptionError
+        When the machine's rank count differs from the Program's, or
+        ``measure`` gives something that is not a positive time.
+    VerificationError
+        From :func:`gpu_measure`, when the GPU computes a wrong result.
     """
     from simcoll.simulator import simulate
 
     if machine.num_ranks != program.num_ranks:
-        raise SimcollError(f"{program.name} has {program.num_ranks} ranks but machine {machine.name} has "
-                           f"{machine.num_ranks}; pick a topology with --topology")  # fmt: skip
+        raise OptionError(f"{program.name} has {program.num_ranks} ranks but machine {machine.name} has "
+                          f"{machine.num_ranks}; pick a topology with --topology")  # fmt: skip
     rows = []
     for size in valid_sizes(program, sizes, dtype):
         measured = float(measure(program, size))
         if not measured > 0 or not math.isfinite(measured):
-            raise SimcollError(f"{program.name}: measured time at {size} B is {measured!r}, not a positive time")
+            raise OptionError(f"{program.name}: measured time at {size} B is {measured!r}, not a positive time")
         rows.append(ValidationRow(size, measured, simulate(program, machine, size).time_s))
     return Validation(program.name, machine.name, machine.model.name, tuple(rows))
 

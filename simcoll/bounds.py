@@ -40,7 +40,7 @@ from ortools.graph.python import max_flow
 
 from .arrays import flatten
 from .collectives import Collective, make_collective
-from .errors import CollectiveError
+from .errors import CollectiveError, SolverError
 from .machines import Machine, as_machine
 from .topology import Topology, directed_pairs
 from .units import check_size_bytes
@@ -90,7 +90,7 @@ class _CutSolver:
         self._inside = inside.copy()
         status = self.solver.solve(self.source, self.sink)
         if status != self.solver.OPTIMAL:  # pragma: no cover - only on overflow
-            raise RuntimeError(f"max-flow solver returned status {status}")
+            raise SolverError(f"max-flow solver returned status {status}")
         return self.solver.optimal_flow()
 
 

@@ -43,7 +43,7 @@ from .analytic import algbw_GBps, busbw_GBps, critical_path_time_s
 from .bounds import time_lower_bound_s
 from .collectives import Collective, canonical_name, make_collective
 from .collector import collector_paused
-from .errors import SimcollError, SimulationError, TimeLimitError, TooLargeError
+from .errors import NotApplicableError, OptionError, SimcollError, SimulationError, TimeLimitError, TooLargeError
 from .files import save_figure
 from .machines import Machine, as_machine
 from .units import check_size_bytes, format_size
@@ -151,8 +151,11 @@ def compare(
 
     Raises
     ------
-    SimcollError
-        With no size, an unknown ``method``, or when no algorithm applies.
+    OptionError
+        With no size, an unknown ``method``, an unknown or empty
+        ``algorithms``, or ``jobs`` not a positive integer.
+    NotApplicableError
+        When no algorithm applies, or none gives a time at any size.
     SizeError
         When a size is not a positive, finite number of bytes.
 
@@ -192,13 +195,13 @@ def _compare(
     report = _Reporter(progress)
     machine = as_machine(machine)
     if not sizes:
-        raise SimcollError("compare needs at least one size")
+        raise OptionError("compare needs at least one size")
     for size in sizes:
         check_size_bytes(size, where=f"compare size {size!r}")
     if method not in METHODS:
-        raise SimcollError(f"unknown compare method {method!r}: use {' or '.join(METHODS)}")
+        raise OptionError(f"unknown compare method {method!r}: use {' or '.join(METHODS)}")
     if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
-        raise SimcollError(f"compare: jobs must be a positive integer, got {jobs!r}")
+        raise OptionError(f"compare: jobs must be a positive integer, got {jobs!r}")
     collective = canonical_name(collective)
     wanted = _wanted_rows(algorithms)
     with_nccl = wanted is None or NCCL_ROW in wanted
@@ -234,7 +237,7 @@ def _compare(
     nccl_ok = with_nccl and _nccl_applies(collective, skipped)
     if not algorithms and not nccl_ok:
         reasons = "; ".join(f"{k}: {v}" for k, v in skipped.items()) or "no generator implements it"
-        raise SimcollError(f"no algorithm applies to {collective} on {machine.name} ({reasons})")
+        raise NotApplicableError(f"no algorithm applies to {collective} on {machine.name} ({reasons})")
     if not bound:
         unit_bound()
     unit_bound_s = bound[0]
@@ -305,7 +308,7 @@ def _compare(
                 )
     if not rows:
         reasons = "; ".join(f"{k}: {v}" for k, v in skipped.items())
-        raise SimcollError(f"compare: no algorithm gave a time for {collective} on {machine.name} ({reasons})")
+        raise NotApplicableError(f"compare: no algorithm gave a time for {collective} on {machine.name} ({reasons})")
     df = pd.DataFrame(rows, columns=COLUMNS[:-1])
     primary = df["method"] == method
     fastest = df[primary].groupby("size_bytes")["time_s"].transform("min")
@@ -576,7 +579,6 @@ def _generate_and_time(
     false, its :class:`Timed` summary) and its time at every size it has a
     byte per chunk for, or why its simulation stopped."""
     from .algorithms import generate
-    from .errors import NotApplicableError
 
     try:
         algorithm = generate(name, machine, collective)
@@ -625,9 +627,9 @@ def _wanted_rows(algorithms: list[str] | tuple[str, ...] | str | None) -> set[st
     wanted = set(algorithms)
     unknown = sorted(wanted - set(REGISTRY) - {NCCL_ROW})
     if unknown:
-        raise SimcollError(f"unknown algorithm(s) {', '.join(unknown)}; known: {NCCL_ROW}, {', '.join(REGISTRY)}")
+        raise OptionError(f"unknown algorithm(s) {', '.join(unknown)}; known: {NCCL_ROW}, {', '.join(REGISTRY)}")
     if not wanted:
-        raise SimcollError("compare: the algorithm list is empty")
+        raise OptionError("compare: the algorithm list is empty")
     return wanted
 
 
@@ -706,12 +708,9 @@ def _simulate(schedule, machine: Machine, size: int, contention: bool, time_limi
 def _lower_all(algorithms: dict[str, Algorithm], machine: Machine, skipped: dict[str, str]) -> dict[str, object]:
     """Programs for the algorithms the compiler can lower for ``machine``;
     the others go to ``skipped`` with the reason."""
+    from .compiler import lower_algorithm
     from .simulator import lower_for
 
-    try:
-        from .compiler import lower_algorithm
-    except ImportError as exc:
-        raise SimcollError(f"Program-mode comparison needs simcoll.compiler.lower_algorithm ({exc})") from None
     out = {}
     for name, algorithm in algorithms.items():
         try:

@@ -1,9 +1,49 @@
-"""Exceptions raised by simcoll.
+"""Exceptions raised by simcoll: every class the package defines is here.
 
 Every public entry point validates its input and raises a subclass of
 :class:`SimcollError` whose message names the offending file, field, chunk,
-rank, step or instruction. The CLI turns these into a one-line message and a
-non-zero exit code.
+rank, step or instruction. The CLI turns these into a one-line message and
+exit code 2 (a negative answer, such as an incorrect schedule or an unsat
+synthesis, is exit 1 and no exception).
+
+A caller tells the cases apart by class; each class says below when it is
+raised. The classes and what they are::
+
+    SimcollError
+    ├── OptionError (also a ValueError)   a bad argument or option
+    ├── FileError                          a file without a class of its own
+    │   └── NcclTestsLogError              an nccl-tests log
+    ├── TopologyError
+    │   ├── UnknownMachineError            a topology spec that names nothing
+    │   └── DumpError (also a FileError)   a topology dump to import
+    ├── ModelError
+    │   └── UnknownModelError              a model spec that names nothing
+    ├── CollectiveError
+    │   └── CollectiveTooLargeError (also a TooLargeError)
+    ├── TooLargeError
+    │   └── ScheduleTooLargeError
+    ├── AlgorithmError
+    │   ├── DSLError
+    │   ├── CompileError
+    │   └── InterpreterDeadlockError
+    ├── SizeError
+    ├── SimulationError
+    │   ├── TimeLimitError
+    │   └── ProgramDeadlockError (also an AlgorithmError)
+    ├── NotApplicableError
+    ├── SynthesisError
+    ├── SolverError (also a RuntimeError)
+    ├── VerificationError
+    ├── CalibrationError
+    ├── SweepError
+    │   └── StudyError
+    ├── BuildError
+    └── GpuUnavailableError
+
+A class that also derives from a built-in exception (``ValueError``,
+``RuntimeError``) does so because the same fault was raised as that built-in
+before, or is one by Python's conventions: ``except ValueError`` keeps
+working.
 """
 
 from __future__ import annotations
@@ -15,12 +55,60 @@ class SimcollError(Exception):
     """Base class of every error simcoll raises on bad input or failed checks."""
 
 
+class OptionError(SimcollError, ValueError):
+    """An argument of a public function or an option of a command is not one
+    it takes: out of range (a count below 1, a time limit that is not a
+    positive number of seconds), not one of the names it knows (a compare
+    method, an algorithm, a generator option, an NCCL algorithm or protocol),
+    in conflict with another option (``--size`` and ``--sizes``), missing
+    where another needs it, or a schedule and a machine of different rank
+    counts. Plotting functions raise it for a DataFrame that lacks what the
+    plot needs. It is also a :class:`ValueError`, as Python's own functions
+    raise for a bad argument value."""
+
+
+class FileError(SimcollError):
+    """A file cannot be read or written, or its text is not UTF-8, JSON, YAML
+    or the CSV it should be, and no class of its own covers it (the default of
+    the :mod:`simcoll.files` helpers; the measurement CSV of
+    :func:`simcoll.gpu.validate.measured_times`).
+    A topology, model or schedule file raises :class:`TopologyError`,
+    :class:`ModelError` or :class:`AlgorithmError`, naming the file."""
+
+
+class NcclTestsLogError(FileError):
+    """An nccl-tests log cannot be read; the message is one line naming the
+    file and line (``path:line: problem``). Raised by
+    :func:`simcoll.calibration.read_nccl_tests` and
+    :func:`simcoll.calibration.parse_nccl_tests`."""
+
+
 class TopologyError(SimcollError):
     """A topology description is malformed or names something that does not exist."""
 
 
+class UnknownMachineError(TopologyError):
+    """A topology spec that names no built-in topology and no generator
+    (:func:`simcoll.machines.load_topology`, hence every function that takes
+    a machine spec, e.g. ``load_machine("dgx9")`` or ``"torus3d:4"``); the
+    message lists the built-ins and generators. A spec that names a generator
+    with bad parameters, or a file that cannot be read, is a plain
+    :class:`TopologyError`."""
+
+
+class DumpError(TopologyError, FileError):
+    """A topology dump is malformed; the message names the dump, and the row
+    and column (or line and column) at fault (:mod:`simcoll.topology_import`)."""
+
+
 class ModelError(SimcollError):
     """A cost-model description is malformed or does not cover a machine."""
+
+
+class UnknownModelError(ModelError):
+    """A model spec that names no built-in cost model and no file
+    (:func:`simcoll.machines.load_model`, and a topology whose
+    ``default_model`` names none); the message lists the built-ins."""
 
 
 class CollectiveError(SimcollError):
@@ -55,10 +143,23 @@ class CompileError(AlgorithmError):
     the message names the instruction and, for DSL programs, the user's line."""
 
 
+class InterpreterDeadlockError(AlgorithmError):
+    """An interpreter of :mod:`simcoll.gpu` (NumPy reference, host threads or
+    GPU) stalled with work left. ``waits`` lists, per blocked executor, what
+    it waits on."""
+
+    def __init__(self, program_name: str, runner: str, waits: Sequence[str]):
+        self.waits = list(waits)
+        shown = "; ".join(self.waits[:8]) + (" ..." if len(self.waits) > 8 else "")
+        super().__init__(f"{program_name}: deadlock in the {runner}: {shown}")
+
+
 class SizeError(SimcollError):
     """A buffer size is not a positive, finite number of bytes, or is too
     small to give every chunk at least one byte
-    (:func:`simcoll.units.check_size_bytes`)."""
+    (:func:`simcoll.units.check_size_bytes`); a size or size range written as
+    text that does not read as one (:func:`simcoll.units.parse_size`,
+    :func:`simcoll.units.parse_size_range`)."""
 
 
 class SimulationError(SimcollError):
@@ -89,12 +190,24 @@ class ProgramDeadlockError(SimulationError, AlgorithmError):
 
 
 class NotApplicableError(SimcollError):
-    """An algorithm generator does not apply to the given machine or collective."""
+    """An algorithm generator (or NCCL's tuner, or the NCCL baseline) does not
+    apply to the given machine or collective. :func:`simcoll.compare.compare`
+    leaves such a row out and says why, and raises it itself when no row is
+    left; the sweep runner records such a point as ``not-applicable``
+    rather than ``error``."""
 
 
 class SynthesisError(SimcollError):
     """A synthesis instance is malformed (bad steps, rounds, chunks or bandwidth
     relation); a solver's "unsat" or "unknown" is an answer, not an error."""
+
+
+class SolverError(SimcollError, RuntimeError):
+    """A solver did not give an answer its caller cannot do without: the
+    max-flow solver behind :mod:`simcoll.bounds` ended without an optimum, or
+    a sweep point's SCCL synthesis ended unsat, unknown or without a schedule
+    (the message gives the status). It is also a :class:`RuntimeError`, as the
+    max-flow failure was before."""
 
 
 class VerificationError(SimcollError):
@@ -109,3 +222,34 @@ class VerificationError(SimcollError):
         head = problems[0] if problems else "verification failed"
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         super().__init__(head + more)
+
+
+class CalibrationError(SimcollError):
+    """An nccl-tests log cannot be used with a machine (rank count, collective,
+    sizes), or a model has no field to fit
+    (:mod:`simcoll.calibration.calibrate`)."""
+
+
+class SweepError(SimcollError):
+    """The sweep engine (:mod:`simcoll.experiments`) cannot run a study or read
+    its results: the output directory already holds results and resuming was
+    not asked for, a directory is not a sweep results directory (or its
+    manifest is not valid JSON), or the Dask scheduler cannot be reached."""
+
+
+class StudyError(SweepError):
+    """A study file or mapping that cannot be expanded
+    (:func:`simcoll.experiments.load_study`); the message names the field."""
+
+
+class BuildError(SimcollError):
+    """Native code cannot be built or loaded: no C++ compiler, the compiler
+    or NVRTC failed, a built library's structure layout differs from Python's,
+    or the build cache is a folder others may write to
+    (:mod:`simcoll.native`, :mod:`simcoll.gpu.nvrtc`). The simulator's
+    compiled core falls back to Python on it."""
+
+
+class GpuUnavailableError(SimcollError):
+    """A GPU-only path of :mod:`simcoll.gpu` was asked for on a machine without
+    CuPy or a CUDA device."""

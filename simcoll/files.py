@@ -11,7 +11,8 @@ atomically within one file system; ``os.replace`` is Python's portable form).
 
 Every helper raises ``error`` (a :class:`~simcoll.errors.SimcollError`
 subclass the caller chooses, so that a topology file's fault is a
-``TopologyError``) with a one-line message naming the file. This module
+``TopologyError``; :class:`~simcoll.errors.FileError` by default) with a
+one-line message naming the file. This module
 imports nothing else from simcoll, so any module may use it.
 """
 
@@ -30,10 +31,10 @@ from typing import IO, Any
 
 import yaml
 
-from .errors import SimcollError
+from .errors import FileError, OptionError, SimcollError
 
 
-def read_text(path: str | Path, *, error: type[SimcollError] = SimcollError) -> str:
+def read_text(path: str | Path, *, error: type[SimcollError] = FileError) -> str:
     """The text of a UTF-8 file.
 
     Parameters
@@ -41,7 +42,7 @@ def read_text(path: str | Path, *, error: type[SimcollError] = SimcollError) -> 
     path : str or Path
         The file to read.
     error : type
-        The :class:`SimcollError` subclass to raise.
+        The :class:`SimcollError` subclass to raise (default :class:`FileError`).
 
     Returns
     -------
@@ -49,14 +50,14 @@ def read_text(path: str | Path, *, error: type[SimcollError] = SimcollError) -> 
 
     Raises
     ------
-    SimcollError
-        (``error``) naming the file when it cannot be read or is not UTF-8.
+    FileError
+        (or the ``error`` given) naming the file when it cannot be read or is not UTF-8.
 
     Examples
     --------
     >>> read_text("/nonexistent/a.json")
     Traceback (most recent call last):
-    simcoll.errors.SimcollError: /nonexistent/a.json: cannot read: No such file or directory
+    simcoll.errors.FileError: /nonexistent/a.json: cannot read: No such file or directory
     """
     try:
         return Path(path).read_text(encoding="utf-8")
@@ -67,15 +68,15 @@ def read_text(path: str | Path, *, error: type[SimcollError] = SimcollError) -> 
 
 
 def read_csv_rows(
-    path: str | Path, columns: Sequence[str], what: str, *, error: type[SimcollError] = SimcollError
+    path: str | Path, columns: Sequence[str], what: str, *, error: type[SimcollError] = FileError
 ) -> list[tuple[int, dict[str, str | None]]]:
     """The rows of a CSV file with a header, each as (line number, {column:
     text}); a column a short row lacks reads ``None``.
 
     Raises
     ------
-    SimcollError
-        (``error``) naming the file when it cannot be read (:func:`read_text`)
+    FileError
+        (or the ``error`` given) naming the file when it cannot be read (:func:`read_text`)
         or its header lacks one of ``columns`` ("not a ``what``").
 
     Examples
@@ -92,7 +93,7 @@ def read_csv_rows(
     return [(reader.line_num, row) for row in reader]
 
 
-def parse_json(text: str, where: str = "input", *, error: type[SimcollError] = SimcollError) -> Any:
+def parse_json(text: str, where: str = "input", *, error: type[SimcollError] = FileError) -> Any:
     """``text`` parsed as JSON.
 
     Parameters
@@ -102,12 +103,12 @@ def parse_json(text: str, where: str = "input", *, error: type[SimcollError] = S
     where : str
         What the text is (usually its file), the prefix of error messages.
     error : type
-        The :class:`SimcollError` subclass to raise.
+        The :class:`SimcollError` subclass to raise (default :class:`FileError`).
 
     Raises
     ------
-    SimcollError
-        (``error``) naming ``where`` and the position of a syntax error.
+    FileError
+        (or the ``error`` given) naming ``where`` and the position of a syntax error.
 
     Examples
     --------
@@ -115,7 +116,7 @@ def parse_json(text: str, where: str = "input", *, error: type[SimcollError] = S
     {'a': [1, 2]}
     >>> parse_json('{"a": ', "x.json")
     Traceback (most recent call last):
-    simcoll.errors.SimcollError: x.json: not valid JSON: Expecting value: line 1 column 7 (char 6)
+    simcoll.errors.FileError: x.json: not valid JSON: Expecting value: line 1 column 7 (char 6)
     """
     try:
         return json.loads(text)
@@ -123,7 +124,7 @@ def parse_json(text: str, where: str = "input", *, error: type[SimcollError] = S
         raise error(f"{where}: not valid JSON: {exc}") from None
 
 
-def parse_yaml(text: str, where: str = "input", *, error: type[SimcollError] = SimcollError) -> Any:
+def parse_yaml(text: str, where: str = "input", *, error: type[SimcollError] = FileError) -> Any:
     """``text`` parsed as YAML (``yaml.safe_load``: plain data, no Python objects).
 
     Parameters
@@ -133,12 +134,12 @@ def parse_yaml(text: str, where: str = "input", *, error: type[SimcollError] = S
     where : str
         What the text is (usually its file), the prefix of error messages.
     error : type
-        The :class:`SimcollError` subclass to raise.
+        The :class:`SimcollError` subclass to raise (default :class:`FileError`).
 
     Raises
     ------
-    SimcollError
-        (``error``) naming ``where`` and the position of a syntax error.
+    FileError
+        (or the ``error`` given) naming ``where`` and the position of a syntax error.
 
     Examples
     --------
@@ -146,7 +147,7 @@ def parse_yaml(text: str, where: str = "input", *, error: type[SimcollError] = S
     {'name': 'ring', 'gpus': 4}
     >>> parse_yaml("a: [1", "t.yaml")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
-    simcoll.errors.SimcollError: t.yaml: not valid YAML: ...
+    simcoll.errors.FileError: t.yaml: not valid YAML: ...
     """
     try:
         return yaml.safe_load(text)
@@ -155,7 +156,7 @@ def parse_yaml(text: str, where: str = "input", *, error: type[SimcollError] = S
         raise error(f"{where}: not valid YAML: {message}") from None
 
 
-def load_yaml(path: str | Path, *, error: type[SimcollError] = SimcollError) -> Any:
+def load_yaml(path: str | Path, *, error: type[SimcollError] = FileError) -> Any:
     """The data of a YAML file: :func:`read_text` then :func:`parse_yaml`.
 
     Parameters
@@ -163,12 +164,12 @@ def load_yaml(path: str | Path, *, error: type[SimcollError] = SimcollError) -> 
     path : str or Path
         The file to read.
     error : type
-        The :class:`SimcollError` subclass to raise.
+        The :class:`SimcollError` subclass to raise (default :class:`FileError`).
 
     Raises
     ------
-    SimcollError
-        (``error``) naming the file when it cannot be read or parsed.
+    FileError
+        (or the ``error`` given) naming the file when it cannot be read or parsed.
 
     Examples
     --------
@@ -182,7 +183,7 @@ def load_yaml(path: str | Path, *, error: type[SimcollError] = SimcollError) -> 
 
 
 @contextmanager
-def atomic_output(path: str | Path, mode: str = "w", *, error: type[SimcollError] = SimcollError) -> Iterator[IO]:
+def atomic_output(path: str | Path, mode: str = "w", *, error: type[SimcollError] = FileError) -> Iterator[IO]:
     """A file to write ``path`` through, put in place only when complete.
 
     The data goes to a new temporary file in the target's directory (so the
@@ -199,7 +200,7 @@ def atomic_output(path: str | Path, mode: str = "w", *, error: type[SimcollError
     mode : {"w", "wb"}
         Text (UTF-8) or binary.
     error : type
-        The :class:`SimcollError` subclass to raise.
+        The :class:`SimcollError` subclass to raise (default :class:`FileError`).
 
     Yields
     ------
@@ -207,10 +208,12 @@ def atomic_output(path: str | Path, mode: str = "w", *, error: type[SimcollError
 
     Raises
     ------
-    SimcollError
-        (``error``) ``"<path>: cannot write: <reason>"`` for an operating
+    FileError
+        (or the ``error`` given) ``"<path>: cannot write: <reason>"`` for an operating
         system error (no such directory, disk full, file too large ...);
         other exceptions raised in the block propagate unchanged.
+    OptionError
+        For a ``mode`` other than ``"w"`` and ``"wb"``.
 
     Examples
     --------
@@ -229,7 +232,7 @@ def atomic_output(path: str | Path, mode: str = "w", *, error: type[SimcollError
     ('complete', ['out.txt'])
     """
     if mode not in ("w", "wb"):
-        raise ValueError(f"atomic_output: mode must be 'w' or 'wb', got {mode!r}")
+        raise OptionError(f"atomic_output: mode must be 'w' or 'wb', got {mode!r}")
     target = Path(path)
     try:
         fd, temp = _create_temp(target)
@@ -264,7 +267,7 @@ def _create_temp(target: Path) -> tuple[int, Path]:
             continue
 
 
-def write_atomic(path: str | Path, data: str | bytes, *, error: type[SimcollError] = SimcollError) -> None:
+def write_atomic(path: str | Path, data: str | bytes, *, error: type[SimcollError] = FileError) -> None:
     """Write ``data`` (text as UTF-8, or bytes) to ``path`` through :func:`atomic_output`.
 
     Parameters
@@ -274,12 +277,12 @@ def write_atomic(path: str | Path, data: str | bytes, *, error: type[SimcollErro
     data : str or bytes
         Its whole content.
     error : type
-        The :class:`SimcollError` subclass to raise.
+        The :class:`SimcollError` subclass to raise (default :class:`FileError`).
 
     Raises
     ------
-    SimcollError
-        (``error``) naming the file when it cannot be written; the previous
+    FileError
+        (or the ``error`` given) naming the file when it cannot be written; the previous
         file, if any, is then unchanged.
 
     Examples
@@ -291,14 +294,14 @@ def write_atomic(path: str | Path, data: str | bytes, *, error: type[SimcollErro
     '{"a": 1}'
     >>> write_atomic("/nonexistent/out.json", "{}")
     Traceback (most recent call last):
-    simcoll.errors.SimcollError: /nonexistent/out.json: cannot write: No such file or directory
+    simcoll.errors.FileError: /nonexistent/out.json: cannot write: No such file or directory
     """
     with atomic_output(path, "wb" if isinstance(data, bytes) else "w", error=error) as handle:
         handle.write(data)
 
 
 def check_output_path(
-    path: str | Path, *, inputs: tuple[str | Path, ...] = (), error: type[SimcollError] = SimcollError
+    path: str | Path, *, inputs: tuple[str | Path, ...] = (), error: type[SimcollError] = FileError
 ) -> None:
     """Refuse, before any work starts, an output that cannot be written.
 
@@ -309,19 +312,19 @@ def check_output_path(
     inputs : tuple of str or Path
         Files the command reads: writing over one of them is refused.
     error : type
-        The :class:`SimcollError` subclass to raise.
+        The :class:`SimcollError` subclass to raise (default :class:`FileError`).
 
     Raises
     ------
-    SimcollError
-        (``error``) naming the file when its directory is missing or not
+    FileError
+        (or the ``error`` given) naming the file when its directory is missing or not
         writable, when it is a directory, or when it is one of ``inputs``.
 
     Examples
     --------
     >>> check_output_path("/nonexistent/out.json")
     Traceback (most recent call last):
-    simcoll.errors.SimcollError: /nonexistent/out.json: cannot write: no directory /nonexistent
+    simcoll.errors.FileError: /nonexistent/out.json: cannot write: no directory /nonexistent
     """
     target = Path(path)
     parent = target.parent if str(target.parent) else Path(".")
@@ -337,7 +340,7 @@ def check_output_path(
             raise error(f"{path}: refusing to write over an input file (choose another output name)")
 
 
-def check_image_path(path: str | Path, *, error: type[SimcollError] = SimcollError) -> None:
+def check_image_path(path: str | Path, *, error: type[SimcollError] = FileError) -> None:
     """Refuse an image file name whose extension matplotlib cannot write.
 
     Parameters
@@ -345,18 +348,18 @@ def check_image_path(path: str | Path, *, error: type[SimcollError] = SimcollErr
     path : str or Path
         The image a command will write (``.png``, ``.pdf``, ``.svg``...).
     error : type
-        The :class:`SimcollError` subclass to raise.
+        The :class:`SimcollError` subclass to raise (default :class:`FileError`).
 
     Raises
     ------
-    SimcollError
-        (``error``) naming the file and the formats that are supported.
+    FileError
+        (or the ``error`` given) naming the file and the formats that are supported.
 
     Examples
     --------
     >>> check_image_path("plot.xyz")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
-    simcoll.errors.SimcollError: plot.xyz: unsupported image format 'xyz' (use one of: ..., pdf, ..., png, ...)
+    simcoll.errors.FileError: plot.xyz: unsupported image format 'xyz' (use one of: ..., pdf, ..., png, ...)
     """
     from matplotlib.backend_bases import FigureCanvasBase  # only commands that plot pay for matplotlib
 
@@ -367,7 +370,7 @@ def check_image_path(path: str | Path, *, error: type[SimcollError] = SimcollErr
         raise error(f"{path}: {what} (use one of: {', '.join(supported)})")
 
 
-def save_figure(fig: Any, path: str | Path, *, dpi: int = 120, error: type[SimcollError] = SimcollError) -> None:
+def save_figure(fig: Any, path: str | Path, *, dpi: int = 120, error: type[SimcollError] = FileError) -> None:
     """Save a matplotlib figure atomically (rendered in memory, then :func:`write_atomic`).
 
     Parameters
@@ -379,7 +382,7 @@ def save_figure(fig: Any, path: str | Path, *, dpi: int = 120, error: type[Simco
     dpi : int
         Resolution of raster formats.
     error : type
-        The :class:`SimcollError` subclass to raise.
+        The :class:`SimcollError` subclass to raise (default :class:`FileError`).
 
     Examples
     --------
@@ -400,7 +403,7 @@ def save_figure(fig: Any, path: str | Path, *, dpi: int = 120, error: type[Simco
     write_atomic(path, buffer.getvalue(), error=error)
 
 
-def write_csv(frame: Any, path: str | Path, *, error: type[SimcollError] = SimcollError) -> None:
+def write_csv(frame: Any, path: str | Path, *, error: type[SimcollError] = FileError) -> None:
     """Write a pandas DataFrame as CSV (no index) atomically.
 
     Parameters
@@ -410,7 +413,7 @@ def write_csv(frame: Any, path: str | Path, *, error: type[SimcollError] = Simco
     path : str or Path
         The CSV file.
     error : type
-        The :class:`SimcollError` subclass to raise.
+        The :class:`SimcollError` subclass to raise (default :class:`FileError`).
 
     Examples
     --------

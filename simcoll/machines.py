@@ -27,7 +27,7 @@ from pathlib import Path
 import networkx as nx
 
 from .cost_model import CostModel, load_model_file
-from .errors import ModelError, TopologyError
+from .errors import ModelError, TopologyError, UnknownMachineError, UnknownModelError
 from .routes import Routes, route_shape, routes_of, shape_flow_graph
 from .topology import Topology, load_topology_file
 from .topology_generators import TOPOLOGY_GENERATORS, cluster, generate_topology, gpu_subset
@@ -96,6 +96,8 @@ def load_topology(spec: str) -> Topology:
 
     Raises
     ------
+    UnknownMachineError
+        (a TopologyError) when the spec names no built-in, generator or file.
     TopologyError
         Naming the spec, file or field at fault.
 
@@ -105,7 +107,7 @@ def load_topology(spec: str) -> Topology:
     (8, 4, 16)
     >>> load_topology("dgx9")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
-    simcoll.errors.TopologyError: unknown topology 'dgx9': not a file, generator, cluster (NODE*N) or GPU subset (NODE[i,j]); built-ins: ...
+    simcoll.errors.UnknownMachineError: unknown topology 'dgx9': not a file, generator, cluster (NODE*N) or GPU subset (NODE[i,j]); built-ins: ...
     """
     if not isinstance(spec, str) or not spec:
         raise TopologyError(f"topology spec must be a non-empty string, got {spec!r}")
@@ -131,7 +133,7 @@ def _load_named_topology(spec: str) -> Topology:
         return generate_topology(spec)
     path = _data_dir("simcoll.topologies") / f"{spec}.yaml"
     if not path.exists():
-        raise TopologyError(
+        raise UnknownMachineError(
             f"unknown topology {spec!r}: not a file, generator, cluster (NODE*N) or GPU subset (NODE[i,j]); "
             f"built-ins: {', '.join(builtin_topologies())}; generators: {', '.join(TOPOLOGY_GENERATORS)}"
         )
@@ -154,6 +156,8 @@ def load_model(spec: str) -> CostModel:
 
     Raises
     ------
+    UnknownModelError
+        (a ModelError) when the spec names no built-in model or file.
     ModelError
         Naming the spec, file or field at fault.
 
@@ -171,7 +175,7 @@ def load_model(spec: str) -> CostModel:
 def _load_builtin_model(spec: str) -> CostModel:
     path = _data_dir("simcoll.models") / f"{spec}.yaml"
     if not path.exists():
-        raise ModelError(f"unknown model {spec!r}; built-ins: {', '.join(builtin_models())}")
+        raise UnknownModelError(f"unknown model {spec!r}; built-ins: {', '.join(builtin_models())}")
     return load_model_file(path)
 
 
@@ -210,13 +214,6 @@ class Machine:
         # a copy sent to a worker process (compare --jobs) leaves the caches behind: they can be
         # large, and the worker builds what it needs
         return {k: v for k, v in self.__dict__.items() if k in ("topology", "model")}
-
-    @cached_property
-    def derived(self) -> dict:
-        """Structures derived from this machine alone, kept as long as it
-        lives so that every simulation of it reuses them (the simulator's
-        network routes: :class:`~simcoll.simulator.network.FluidNetwork`)."""
-        return {}
 
     def route(self, src: int, dst: int) -> Route | None:
         """α-β parameters of sending from rank ``src`` to rank ``dst`` alone on
@@ -300,6 +297,8 @@ def load_machine(topology: str | Topology, model: str | CostModel | None = None)
 
     Raises
     ------
+    UnknownMachineError, UnknownModelError
+        For a spec that names nothing simcoll knows.
     TopologyError, ModelError
         For a bad spec, or a model that does not cover a link type of the
         topology.

@@ -21,7 +21,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from .errors import SimcollError
+from .errors import BuildError
 
 
 def compiler() -> str | None:
@@ -45,13 +45,13 @@ def build_shared_library(
 
     Raises
     ------
-    SimcollError
+    BuildError
         When no C++ compiler is found, or compilation fails (with the
         compiler's output).
     """
     cxx = compiler()
     if cxx is None:
-        raise SimcollError(f"no C++ compiler (g++) found to build {what}")
+        raise BuildError(f"no C++ compiler (g++) found to build {what}")
     flags = [*flags, "-fPIC", "-shared"]
     digest = hashlib.sha256()
     for part in (*(p.read_bytes() for p in (source, *depends)), " ".join([cxx, *flags]).encode()):
@@ -64,7 +64,7 @@ def build_shared_library(
     proc = subprocess.run(command, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         tmp.unlink(missing_ok=True)
-        raise SimcollError(f"building {what} failed: {proc.stderr.strip()[:2000]}")
+        raise BuildError(f"building {what} failed: {proc.stderr.strip()[:2000]}")
     tmp.replace(out)
     return out
 
@@ -78,7 +78,7 @@ def load_checked(path: Path, struct: type[ctypes.Structure], size_function: str,
     size.restype = ctypes.c_int
     if size() != ctypes.sizeof(struct):
         name = f"{struct.__module__}.{struct.__qualname__}"
-        raise SimcollError(f"{what}'s {struct.__name__} layout differs from {name}")
+        raise BuildError(f"{what}'s {struct.__name__} layout differs from {name}")
     return lib
 
 
@@ -89,7 +89,7 @@ def _cache_dir() -> Path:
 
     Raises
     ------
-    SimcollError
+    BuildError
         When the directory exists but belongs to another user or others may
         write to it.
     """
@@ -99,7 +99,7 @@ def _cache_dir() -> Path:
     if uid is not None:
         info = folder.stat()
         if info.st_uid != uid or info.st_mode & 0o022:
-            raise SimcollError(
+            raise BuildError(
                 f"{folder} belongs to another user or others may write to it: not loading libraries from it"
             )
     return folder

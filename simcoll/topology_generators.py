@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import networkx as nx
 
-from .errors import TopologyError
+from .errors import TopologyError, UnknownMachineError
 from .limits import check_machine_size
 from .topology import Component, Link, Topology, build_topology, component_graph
 
@@ -104,7 +104,7 @@ def generate_topology(spec: str) -> Topology:
     """Build a generated topology from ``NAME:PARAMS`` (e.g. ``torus2d:4x4``)."""
     name, _, params = spec.partition(":")
     if name not in TOPOLOGY_GENERATORS:
-        raise TopologyError(
+        raise UnknownMachineError(
             f"unknown generator {name!r} in {spec!r}; known: {', '.join(u for _, u in TOPOLOGY_GENERATORS.values())}"
         )
     func, usage = TOPOLOGY_GENERATORS[name]

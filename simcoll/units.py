@@ -10,7 +10,7 @@ import math
 import numbers
 import re
 
-from .errors import SimcollError, SizeError
+from .errors import SizeError
 
 _MULTIPLIERS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
@@ -91,10 +91,10 @@ def parse_size(text: str | int) -> int:
         return check_size_bytes(text, where="size")
     match = _SIZE_RE.match(str(text))
     if not match:
-        raise SimcollError(f"cannot read size {text!r}: expected a number with an optional K/M/G/T suffix")
+        raise SizeError(f"cannot read size {text!r}: expected a number with an optional K/M/G/T suffix")
     value = float(match.group(1)) * _MULTIPLIERS[match.group(2).upper()]
     if value < 1 or value != int(value):
-        raise SimcollError(f"size {text!r} is not a positive whole number of bytes")
+        raise SizeError(f"size {text!r} is not a positive whole number of bytes")
     return int(value)
 
 
@@ -112,7 +112,7 @@ def parse_size_range(text: str, factor: int = 2) -> list[int]:
     low_text, high_text = text.split(":", 1)
     low, high = parse_size(low_text), parse_size(high_text)
     if low > high:
-        raise SimcollError(f"size range {text!r} is empty: {low} B > {high} B")
+        raise SizeError(f"size range {text!r} is empty: {low} B > {high} B")
     sizes = []
     size = low
     while size <= high:

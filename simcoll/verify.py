@@ -58,7 +58,7 @@ from .algorithm import (
 )
 from .arrays import flatten, ragged_indices
 from .collectives import Collective
-from .errors import SimcollError, TimeLimitError, VerificationError
+from .errors import OptionError, TimeLimitError, VerificationError
 from .limits import MAX_TRANSFERS
 from .machines import Machine, as_machine
 from .program import RECEIVES, SENDS, Executor, Instruction, Program, Ref
@@ -103,6 +103,8 @@ def check(
         When ``schedule`` is neither an Algorithm nor a Program.
     TopologyError
         When ``machine`` is not a Machine or a topology spec.
+    OptionError
+        When ``time_limit_s`` is not a positive number of seconds.
     TimeLimitError
         When ``time_limit_s`` seconds pass before the check ends (a schedule
         of millions of transfers and a problem send it to the symbolic run).
@@ -128,7 +130,7 @@ def check(
     if not isinstance(schedule, (Algorithm, Program)):
         raise TypeError(f"cannot verify a {type(schedule).__name__}")
     if time_limit_s is not None and not time_limit_s > 0:
-        raise SimcollError(f"time_limit_s must be a positive number of seconds, got {time_limit_s!r}")
+        raise OptionError(f"time_limit_s must be a positive number of seconds, got {time_limit_s!r}")
     token = _DEADLINE.set(None if time_limit_s is None else _Deadline(f"verification of {schedule.name}", time_limit_s))
     try:
         if isinstance(schedule, Algorithm):
@@ -290,8 +292,8 @@ def algorithm_is_correct(algorithm: Algorithm, topology: Topology | None = None)
 
     Raises
     ------
-    ValueError
-        For a timed schedule (use :func:`check`).
+    OptionError
+        (a ValueError) for a timed schedule (use :func:`check`).
 
     References
     ----------
@@ -305,7 +307,7 @@ def algorithm_is_correct(algorithm: Algorithm, topology: Topology | None = None)
     True
     """
     if not _fast_path_applies(algorithm):
-        raise ValueError(f"{algorithm.name}: the array verifier takes step schedules")
+        raise OptionError(f"{algorithm.name}: the array verifier takes step schedules")
     coll = algorithm.collective
     p, g = coll.num_ranks, coll.num_chunks
     if topology is not None and topology.num_ranks != p:
@@ -398,7 +400,7 @@ def orbit_is_correct(algorithm: Algorithm, topology: Topology | None = None) -> 
     """
     orbit, coll = algorithm.orbit, algorithm.collective
     if orbit is None:
-        raise ValueError(f"{algorithm.name}: not held as an orbit table (use algorithm_is_correct)")
+        raise OptionError(f"{algorithm.name}: not held as an orbit table (use algorithm_is_correct)")
     p, g, s = coll.num_ranks, coll.num_chunks, orbit.shift_ranks
     reps = orbit.representatives
     if topology is not None and topology.num_ranks != p:

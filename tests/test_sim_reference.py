@@ -16,6 +16,7 @@ against the reference"); these tests hold every fast path to it.
 
 from __future__ import annotations
 
+import json
 import math
 from collections import defaultdict
 
@@ -298,3 +299,18 @@ def test_a_fast_path_that_forgets_the_hop_latency_is_caught():
         broken = simulate(schedule, m, 4096, protocol="LL", verify=False)
     reference = simulate(schedule, m, 4096, protocol="LL", engine="reference", verify=False)
     assert not np.isclose(broken.time_s, reference.time_s, rtol=REL, atol=0)
+
+
+def test_the_command_line_runs_either_engine_and_says_which(tmp_path, capsys):
+    from simcoll.cli import main
+
+    path = tmp_path / "ring.json"
+    generate("ring", load_machine("dgx1"), "allreduce").save(path)
+    times = {}
+    for engine in ("fast", "reference"):
+        assert main(["simulate", str(path), "-t", "dgx1", "--size", "1MB", "--engine", engine, "--json"]) == 0
+        out = json.loads(capsys.readouterr().out)
+        times[engine] = out["time_s"]
+        assert (out["path"] == "reference") == (engine == "reference")
+    assert times["fast"] == pytest.approx(times["reference"], rel=REL)
+    assert main(["simulate", str(path), "-t", "dgx1", "--size", "1MB", "--engine", "slow"]) == 2

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..algorithm import Algorithm
 from ..collectives import ROOTED, Collective, canonical_name, make_collective
-from ..errors import NotApplicableError, SimcollError
+from ..errors import NotApplicableError, OptionError
 from ..limits import transfer_budget
 from ..machines import Machine, as_machine
 from . import bruck as _bruck
@@ -75,7 +75,7 @@ def generate(
 
     Raises
     ------
-    SimcollError
+    OptionError
         For an unknown generator name.
     NotApplicableError
         When the generator does not apply to this machine or collective.
@@ -91,7 +91,7 @@ def generate(
     (3, 12)
     """
     if name not in REGISTRY:
-        raise SimcollError(f"unknown algorithm {name!r}; known: {', '.join(REGISTRY)}")
+        raise OptionError(f"unknown algorithm {name!r}; known: {', '.join(REGISTRY)}")
     topology = as_machine(machine).topology
     generator = REGISTRY[name]
     if isinstance(collective, str):

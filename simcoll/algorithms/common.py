@@ -15,7 +15,7 @@ import numpy as np
 from ..algorithm import Algorithm, OrbitTable, RelationIndex, Transfer, TransferTable, constraint_loads
 from ..arrays import ragged_indices
 from ..collectives import Collective
-from ..errors import NotApplicableError
+from ..errors import NotApplicableError, OptionError
 from ..limits import uncharged
 from ..routes import Routes, bandwidth_relation
 from ..topology import Topology
@@ -272,14 +272,15 @@ def ring_steps(
 
 
 def tree_depths(parent: dict[int, int], root: int) -> dict[int, int]:
-    """Depth of every rank of a tree given as ``{child: parent}`` (root at 0)."""
+    """Depth of every rank of a tree given as ``{child: parent}`` (root at 0);
+    an :class:`~simcoll.errors.OptionError` (a ValueError) when ``parent`` has a cycle."""
     depth = {root: 0}
     for rank in parent:
         up = []  # the ancestors of ``rank`` whose depth is not known yet, nearest first
         while rank not in depth:
             up.append(rank)
             if len(up) > len(parent):
-                raise ValueError(f"{parent} is not a tree: rank {rank} is its own ancestor")
+                raise OptionError(f"{parent} is not a tree: rank {rank} is its own ancestor")
             rank = parent[rank]
         d = depth[rank]
         for r in reversed(up):

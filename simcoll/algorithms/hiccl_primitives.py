@@ -48,7 +48,7 @@ import numpy as np
 
 from ..algorithm import Transfer, TransferTable
 from ..arrays import packed_key, ragged_indices
-from ..errors import NotApplicableError
+from ..errors import NotApplicableError, OptionError
 from ..topology import Topology
 
 BINDINGS = ("packed", "round-robin", "bijective")
@@ -377,10 +377,12 @@ def multicast(root: int, leaves: Iterable[int], chunks: Sequence[int], plan: Pla
 
 
 def reduction_table(leaves: Iterable[int], root: int, chunks: Sequence[int], plan: Plan) -> TransferTable:
-    """:func:`reduction` as a transfer table (the same transfers in the same order)."""
+    """:func:`reduction` as a transfer table (the same transfers in the same
+    order); an :class:`~simcoll.errors.OptionError` (a ValueError) when the
+    root, a stripe leader or a rank on the way contributes nothing."""
     leaves = set(leaves)
     if root not in leaves:
-        raise ValueError(f"reduction to rank {root}: the root must be one of the contributing leaves")
+        raise OptionError(f"reduction to rank {root}: the root must be one of the contributing leaves")
     if leaves == {root} or not chunks:
         return _EMPTY
     striped = _striped(plan, root, leaves)
@@ -388,12 +390,12 @@ def reduction_table(leaves: Iterable[int], root: int, chunks: Sequence[int], pla
     depth, parts = plan.depth, []
     for leader, part in branches:
         if leader not in leaves:
-            raise ValueError(f"reduction to rank {root}: stripe leader {leader} contributes nothing")
+            raise OptionError(f"reduction to rank {root}: stripe leader {leader} contributes nothing")
         hops = _tree_hops(plan, leader, leaves - {leader})
         outside = ~np.isin(hops[:, 1], np.fromiter(leaves, dtype=np.int64, count=len(leaves)))
         if outside.any():
             d = int(hops[np.argmax(outside), 1])
-            raise ValueError(f"reduction to rank {root} would pass through rank {d}, which contributes nothing")
+            raise OptionError(f"reduction to rank {root} would pass through rank {d}, which contributes nothing")
         parts.append(_hop_rows(np.column_stack((hops[:, 1], hops[:, 0], depth - 1 - hops[:, 2])), part, True))
         if leader != root:
             parts.append(_hop_rows([(leader, root, depth)], part, False))

@@ -13,14 +13,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..algorithm import Algorithm
-from ..errors import SimcollError
+from ..errors import OptionError
 from ..topology import Topology
 
 
 @dataclass(frozen=True)
 class Option:
     """A generator option: ``help`` for ``simcoll algo list``, ``parse`` from
-    the CLI string (it raises ValueError on bad input)."""
+    the CLI string (it raises ValueError on bad input, as ``int`` does, and
+    :meth:`Generator.parse_options` turns that into an
+    :class:`~simcoll.errors.OptionError` naming the option)."""
 
     help: str
     parse: Callable[[str], Any] = str
@@ -50,7 +52,7 @@ class Generator:
         # what the function implements is declared once, by @implements on it; the entry must say the same
         declared = getattr(self.function, "collectives", None)
         if declared is not None and tuple(self.collectives) != tuple(declared):
-            raise SimcollError(
+            raise OptionError(
                 f"registry entry {self.name!r} lists {self.collectives} but its function implements {declared}: "
                 "pass function.collectives"
             )
@@ -66,11 +68,11 @@ class Generator:
         for key, value in options.items():
             if key not in self.options:
                 known = ", ".join(self.options) or "none"
-                raise SimcollError(f"{self.name} has no option {key!r} (options: {known})")
+                raise OptionError(f"{self.name} has no option {key!r} (options: {known})")
             try:
                 parsed[key] = self.options[key].parse(value)
             except ValueError as exc:
-                raise SimcollError(f"{self.name}: option {key}={value!r}: {exc}") from None
+                raise OptionError(f"{self.name}: option {key}={value!r}: {exc}") from None
         return parsed
 
 

@@ -62,7 +62,7 @@ import numpy as np
 import pandas as pd
 
 from ..cost_model import NCCL_ALGORITHMS, CostModel, model_from_dict, model_to_dict
-from ..errors import SimcollError
+from ..errors import CalibrationError, SimcollError
 from ..files import save_figure
 from ..machines import Machine, as_machine
 from ..topology import FABRIC_LINK_TYPES
@@ -86,10 +86,6 @@ LATENCY_SECTIONS = ("protocols", "call", "calls", "launch", "collective", "overh
 BANDWIDTH_RANGE = (0.2, 1.5)  # effective bandwidth: 20 % .. 150 % of the base
 LATENCY_MAX_S = 200e-6
 EFFICIENCY_MIN = 0.05
-
-
-class CalibrationError(SimcollError):
-    """A log cannot be used with a machine (rank count, collective, sizes)."""
 
 
 @dataclass(frozen=True)

@@ -39,14 +39,8 @@ from pathlib import Path
 import pandas as pd
 
 from ..collectives import canonical_name
-from ..errors import CollectiveError, SimcollError
+from ..errors import CollectiveError, NcclTestsLogError, OptionError
 from ..nccl.tuner import ChannelLimits
-
-
-class NcclTestsLogError(SimcollError):
-    """An nccl-tests log cannot be read; the message is one line naming the
-    file and line (``path:line: problem``)."""
-
 
 #: nccl-tests binary stems -> simcoll collective names.
 _PERF_NAMES = {
@@ -86,7 +80,7 @@ def bus_factor(collective: str, num_ranks: int) -> float:
     """
     name = _collective_name(collective)
     if num_ranks < 1:
-        raise SimcollError(f"bus_factor: num_ranks must be >= 1, got {num_ranks}")
+        raise OptionError(f"bus_factor: num_ranks must be >= 1, got {num_ranks}")
     n = num_ranks
     if name == "allreduce":
         return 2.0 * (n - 1) / n

@@ -42,26 +42,26 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def parse_key_values(items: list[str] | None, flag: str = "--option") -> dict[str, str]:
-    """``["k=v", ...]`` as a dict; a :class:`SimcollError` names an item without ``=``."""
-    from ..errors import SimcollError
+    """``["k=v", ...]`` as a dict; an :class:`~simcoll.errors.OptionError` names an item without ``=``."""
+    from ..errors import OptionError
 
     options = {}
     for item in items or []:
         key, sep, value = item.partition("=")
         if not sep:
-            raise SimcollError(f"{flag} {item!r}: expected key=value")
+            raise OptionError(f"{flag} {item!r}: expected key=value")
         options[key] = value
     return options
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
     from ..algorithms import REGISTRY, generate, parse_options
-    from ..errors import SimcollError
+    from ..errors import OptionError, VerificationError
     from ..machines import load_machine
     from ..verify import check
 
     if args.name not in REGISTRY:
-        raise SimcollError(f"unknown algorithm {args.name!r}; known: {', '.join(REGISTRY)}")
+        raise OptionError(f"unknown algorithm {args.name!r}; known: {', '.join(REGISTRY)}")
     options = parse_key_values(args.option)
     machine = load_machine(args.topology)
     algo = generate(
@@ -74,7 +74,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     )
     problems = check(algo, machine)
     if problems:  # a generator bug, never the user's fault
-        raise SimcollError(f"generated {args.name} failed verification: {problems[0]}")
+        raise VerificationError([f"generated {args.name} failed verification: {p}" for p in problems])
     if args.output:
         algo.save(args.output)
     summary = {

@@ -20,7 +20,7 @@ import json
 import sys
 from typing import Any
 
-from simcoll.errors import SimcollError
+from simcoll.errors import OptionError, SimcollError
 
 from .options import non_negative_int, positive_int
 
@@ -35,10 +35,10 @@ def _program(path: str, index: int | None) -> Any:
 
     schedules = load_schedules(path)
     if index is None and len(schedules) > 1:
-        raise SimcollError(f"{path} holds {len(schedules)} schedules; pick one with --index")
+        raise OptionError(f"{path} holds {len(schedules)} schedules; pick one with --index")
     pick = index or 0
     if not 0 <= pick < len(schedules):
-        raise SimcollError(f"{path}: --index {pick} is outside 0..{len(schedules) - 1}")
+        raise OptionError(f"{path}: --index {pick} is outside 0..{len(schedules) - 1}")
     schedule = schedules[pick]
     return lower_algorithm(schedule) if isinstance(schedule, Algorithm) else schedule
 
@@ -107,9 +107,9 @@ def _devices(text: str) -> list[int]:
     try:
         devices = [int(d) for d in text.split(",")]
     except ValueError:
-        raise SimcollError(f"--devices {text!r}: expected comma-separated device numbers, e.g. 0,1") from None
+        raise OptionError(f"--devices {text!r}: expected comma-separated device numbers, e.g. 0,1") from None
     if not devices or any(d < 0 for d in devices) or len(set(devices)) != len(devices):
-        raise SimcollError(f"--devices {text!r}: expected distinct non-negative device numbers")
+        raise OptionError(f"--devices {text!r}: expected distinct non-negative device numbers")
     return devices
 
 
@@ -153,7 +153,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from simcoll.gpu import cuda_available
 
     if args.size is not None and args.sizes is not None:
-        raise SimcollError("simcoll gpu validate takes one of --size S or --sizes LOW:HIGH, not both")
+        raise OptionError("simcoll gpu validate takes one of --size S or --sizes LOW:HIGH, not both")
     if args.measured is not None:  # an earlier sweep's measured times: no GPU needed
         from simcoll.gpu import validate as val
 
@@ -162,7 +162,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             args.sizes = ",".join(str(size) for size in sorted(times))
         return report_validation(_program(args.file, args.index), args, val.recorded_measure(times, args.measured))
     if args.size is None and args.sizes is None:
-        raise SimcollError("simcoll gpu validate needs one of --size S or --sizes LOW:HIGH")
+        raise OptionError("simcoll gpu validate needs one of --size S or --sizes LOW:HIGH")
     if not cuda_available():
         print(f"simcoll gpu validate: {NO_GPU}")
         return 2

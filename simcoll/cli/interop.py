@@ -35,19 +35,14 @@ def _pick(schedules: list, index: int | None, path: str):
 
 def cmd_export(args: argparse.Namespace) -> int:
     from ..algorithm import Algorithm
-    from ..errors import SimcollError
     from ..interop.msccl_xml import export_msccl_xml
     from ..interop.schedules import load_schedules
 
     schedule = _pick(load_schedules(args.file), args.index, args.file)
     lowered = False
     if isinstance(schedule, Algorithm):
-        try:
-            from ..compiler import lower_algorithm
-        except ImportError:
-            raise SimcollError(
-                f"{args.file} is an Algorithm and this installation has no compiler to lower it to a Program"
-            ) from None
+        from ..compiler import lower_algorithm
+
         schedule = lower_algorithm(schedule, protocol=args.protocol or "Simple")
         lowered = True
     elif args.protocol and args.protocol != schedule.protocol:

@@ -3,7 +3,7 @@ print its analytic α-β time (``--analytic``).
 
     simcoll simulate FILE --topology T [--model M] --size SIZE
                      [--mode algorithm|program] [--analytic] [--no-contention]
-                     [--time-limit S] [--json] [--trace OUT.json]
+                     [--time-limit S] [--json] [--trace OUT.json] [--engine fast|reference]
 
 JSON output keys: ``time_s``, ``algbw_GBps``, ``busbw_GBps``, ``transfers``
 (plus ``method``, ``mode``, ``topology``, ``model``, ``size_bytes``...).
@@ -26,7 +26,7 @@ from .options import (
 def cmd_simulate(args: argparse.Namespace) -> int:
     from ..algorithm import Algorithm
     from ..analytic import algbw_GBps, busbw_GBps, critical_path_time_s
-    from ..errors import SimcollError
+    from ..errors import OptionError
     from ..interop.schedules import load_schedule
     from ..machines import load_machine
     from ..simulator import simulate
@@ -37,9 +37,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     size = parse_size(args.size)
     if args.analytic:
         if not isinstance(schedule, Algorithm):
-            raise SimcollError(f"{args.file}: --analytic needs an Algorithm (a Program has no closed-form α-β time)")
+            raise OptionError(f"{args.file}: --analytic needs an Algorithm (a Program has no closed-form α-β time)")
         if args.trace:
-            raise SimcollError("--trace needs a simulation; drop --analytic")
+            raise OptionError("--trace needs a simulation; drop --analytic")
         t = critical_path_time_s(schedule, machine, size)
         summary = {
             "name": schedule.name,
@@ -65,15 +65,16 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             # the summary needs neither: recording them only costs time (and turns off node symmetry)
             record_timeline=bool(args.trace),
             record_utilisation=bool(args.trace),
+            engine=args.engine,
         )
-        summary = {**result.to_dict(), "method": "simulate"}
+        summary = {**result.to_dict(), "method": "simulate", "path": result.stats.get("path")}
         if args.trace:
             result.save_chrome_trace(args.trace)
             summary["trace"] = str(args.trace)
     if args.json:
         print_json(summary)
         return 0
-    how = "analytic alpha-beta" if args.analytic else f"simulated, {summary['mode']} mode"
+    how = "analytic alpha-beta" if args.analytic else f"simulated, {summary['mode']} mode: {summary['path']}"
     print(
         f"{summary['name']} ({summary['collective']}) on {machine.name}, model {machine.model.name}, "
         f"{format_size(size)} ({how})"
@@ -100,6 +101,13 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     add_time_limit_option(p, "wall-clock limit in seconds, the verification included (default 60)")
     p.add_argument("--trace", help="write a Chrome trace JSON (Perfetto) here")
     p.add_argument("--no-verify", action="store_true", help="time the schedule even if it is not a correct collective")
+    p.add_argument(
+        "--engine",
+        choices=("fast", "reference"),
+        default="fast",
+        help="fast: the quickest path that applies (default); reference: the rules stated plainly, slow "
+        "(docs/simulator.md)",
+    )
 
 
 def register(subparsers) -> None:

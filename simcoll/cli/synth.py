@@ -31,7 +31,7 @@ from .options import (
 
 # -- sccl -------------------------------------------------------------------------------
 def cmd_sccl(args: argparse.Namespace) -> int:
-    from ..errors import SimcollError
+    from ..errors import OptionError
     from ..machines import load_machine
     from ..synthesis import pareto_synthesize, synthesize
 
@@ -39,7 +39,7 @@ def cmd_sccl(args: argparse.Namespace) -> int:
     if args.pareto:
         return _pareto(args, machine, pareto_synthesize)
     if args.chunks is None or args.steps is None:
-        raise SimcollError("synth sccl needs --chunks and --steps (or --pareto)")
+        raise OptionError("synth sccl needs --chunks and --steps (or --pareto)")
     result = synthesize(
         machine,
         args.collective,

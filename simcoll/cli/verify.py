@@ -11,7 +11,7 @@ from .options import add_command, add_topology_option, print_json
 
 def cmd_verify(args: argparse.Namespace) -> int:
     from ..algorithm import Algorithm
-    from ..errors import SimcollError
+    from ..errors import OptionError
     from ..interop.schedules import load_schedules
     from ..machines import load_machine
     from ..verify import check
@@ -22,7 +22,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     for schedule in schedules:
         if machine is not None and schedule.collective.num_ranks != machine.topology.num_ranks:
             # the wrong machine is bad input (exit 2, as simulate says), not an incorrect schedule (exit 1)
-            raise SimcollError(
+            raise OptionError(
                 f"{args.file}: {schedule.name} is for {schedule.collective.num_ranks} ranks "
                 f"but {machine.name} has {machine.topology.num_ranks}"
             )

@@ -20,7 +20,7 @@ import sys
 from collections.abc import Sequence
 
 from ..cli.options import positive_int
-from ..errors import SimcollError
+from ..errors import OptionError, SimcollError
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -29,7 +29,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     if args.study == "status":
         if not args.directory:
-            raise SimcollError("sweep status: give the results directory (simcoll sweep status DIR)")
+            raise OptionError("sweep status: give the results directory (simcoll sweep status DIR)")
         status = sweep_status(args.directory)
         if args.json:
             print(json.dumps(status))
@@ -40,9 +40,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             )
         return 0
     if args.directory:
-        raise SimcollError(f"unexpected argument {args.directory!r} (usage: simcoll sweep STUDY.yaml -o DIR)")
+        raise OptionError(f"unexpected argument {args.directory!r} (usage: simcoll sweep STUDY.yaml -o DIR)")
     if not args.output:
-        raise SimcollError("sweep: -o/--output DIR is required (the results directory)")
+        raise OptionError("sweep: -o/--output DIR is required (the results directory)")
     summary = run_study(
         args.study,
         args.output,

@@ -31,7 +31,7 @@ import pandas as pd
 from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
 
-from ..errors import SimcollError
+from ..errors import FileError, OptionError
 from ..files import write_atomic
 from ..units import format_size
 
@@ -43,7 +43,7 @@ def save_figure(fig: Figure, path: str | Path, dpi: int = 110) -> None:
     try:
         fig.savefig(buffer, format=fmt, dpi=dpi, bbox_inches="tight")
     except ValueError as exc:
-        raise SimcollError(f"{path}: cannot write a figure in this format ({exc})") from None
+        raise FileError(f"{path}: cannot write a figure in this format ({exc})") from None
     write_atomic(path, buffer.getvalue())
 
 
@@ -56,10 +56,10 @@ def _finish(fig: Figure, path: str | Path | None) -> Figure:
 def _ok_rows(df: pd.DataFrame, needed: Iterable[str]) -> pd.DataFrame:
     missing = [c for c in needed if c not in df.columns]
     if missing:
-        raise SimcollError(f"results have no column {missing[0]!r} (give the DataFrame of load_results)")
+        raise OptionError(f"results have no column {missing[0]!r} (give the DataFrame of load_results)")
     rows = df[df["status"] == "ok"] if "status" in df.columns else df
     if rows.empty:
-        raise SimcollError("no successful rows to plot")
+        raise OptionError("no successful rows to plot")
     return rows
 
 
@@ -67,7 +67,7 @@ def _single(rows: pd.DataFrame, columns: Iterable[str]) -> None:
     for column in columns:
         if column in rows.columns and rows[column].nunique(dropna=False) > 1:
             values = ", ".join(map(str, sorted(rows[column].astype(str).unique())[:4]))
-            raise SimcollError(f"rows mix several {column} values ({values}...): select one first")
+            raise OptionError(f"rows mix several {column} values ({values}...): select one first")
 
 
 def _size_axis(ax, sizes: Iterable[int]) -> None:
@@ -85,7 +85,7 @@ def plot_bandwidth(
     algorithm, and the max-flow bound dashed. The rows must share one
     machine, collective, mode and contention setting."""
     if metric not in ("busbw", "algbw"):
-        raise SimcollError(f"metric must be 'busbw' or 'algbw', got {metric!r}")
+        raise OptionError(f"metric must be 'busbw' or 'algbw', got {metric!r}")
     value, bound = f"{metric}_GBps", f"{metric}_bound_GBps"
     rows = _ok_rows(df, ["algorithm", "size_bytes", value])
     _single(rows, ["machine", "collective", "mode", "contention"])
@@ -116,7 +116,7 @@ def plot_speedup(
     base = rows[rows.algorithm == baseline].groupby("size_bytes").time_s.min()
     if base.empty:
         known = ", ".join(sorted(rows.algorithm.unique()))
-        raise SimcollError(f"baseline {baseline!r} has no successful rows (algorithms: {known})")
+        raise OptionError(f"baseline {baseline!r} has no successful rows (algorithms: {known})")
     fig = Figure(figsize=(7, 4.5))
     ax = fig.add_subplot()
     for name, group in rows[rows.algorithm != baseline].groupby("algorithm", sort=True):
@@ -149,7 +149,7 @@ def plot_fraction_of_bound(
     if algorithm is not None:
         rows = rows[rows.algorithm == algorithm]
         if rows.empty:
-            raise SimcollError(f"algorithm {algorithm!r} has no successful rows")
+            raise OptionError(f"algorithm {algorithm!r} has no successful rows")
     fraction = (rows.algbw_GBps / rows.algbw_bound_GBps).rename("fraction")
     table = rows.assign(fraction=fraction).pivot_table(
         index=variant, columns="size_bytes", values="fraction", aggfunc="max"
@@ -186,9 +186,9 @@ def plot_pareto(
     frame = pd.DataFrame(list(points)) if not isinstance(points, pd.DataFrame) else points
     missing = [c for c in ("chunks", "steps", "rounds", time_column) if c not in frame.columns]
     if missing:
-        raise SimcollError(f"Pareto points need a {missing[0]!r} column")
+        raise OptionError(f"Pareto points need a {missing[0]!r} column")
     if frame.empty:
-        raise SimcollError("no synthesis points to plot")
+        raise OptionError("no synthesis points to plot")
     frame = frame.assign(rpc=frame.rounds.astype(float) / frame.chunks.astype(float))
     sat = frame[frame.status == "sat"] if "status" in frame.columns else frame
     other = frame.drop(sat.index)
@@ -212,9 +212,9 @@ def plot_pareto(
 def _frame(source: Any, attribute: str) -> pd.DataFrame:
     frame = getattr(source, attribute, source)
     if not isinstance(frame, pd.DataFrame):
-        raise SimcollError(f"expected a SimulationResult or its {attribute} DataFrame, got {type(source).__name__}")
+        raise OptionError(f"expected a SimulationResult or its {attribute} DataFrame, got {type(source).__name__}")
     if frame.empty:
-        raise SimcollError(f"the {attribute} is empty (was it recorded?)")
+        raise OptionError(f"the {attribute} is empty (was it recorded?)")
     return frame
 
 
@@ -226,7 +226,7 @@ def plot_link_utilisation(
     util = _frame(result, "utilisation")
     end = float(util.end_s.max())
     if not end > 0:
-        raise SimcollError("the utilisation covers no time")
+        raise OptionError("the utilisation covers no time")
     edges = np.linspace(0.0, end, bins + 1)
     resources = sorted(util.resource.unique(), key=str)
     grid = np.zeros((len(resources), bins))

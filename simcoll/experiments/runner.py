@@ -31,7 +31,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from ..errors import NotApplicableError, SimcollError
+from ..errors import NotApplicableError, OptionError, SimcollError, SolverError, SweepError
 from .store import done_keys, part_files, write_manifest, write_part
 from .study import AlgorithmSpec, Batch, MachineSpec, Point, Study, load_study, resolved_model_dict
 
@@ -99,7 +99,7 @@ def _schedule(machine_spec: MachineSpec, collective: str, algorithm: AlgorithmSp
             root=opts.get("root"),
         )
         if result.status != "sat" or result.algorithm is None:
-            raise SimcollError(f"sccl synthesis: {result.status}{': ' + result.reason if result.reason else ''}")
+            raise SolverError(f"sccl synthesis: {result.status}{': ' + result.reason if result.reason else ''}")
         return result.algorithm
     from ..interop import load_schedule
 
@@ -192,7 +192,7 @@ def _time_point(schedule, machine, point: Point, time_limit_s: float, lowered: d
 
     if point.mode == "analytic":
         if not isinstance(schedule, Algorithm):
-            raise SimcollError("the analytic method needs an Algorithm (a Program has no closed-form time)")
+            raise OptionError("the analytic method needs an Algorithm (a Program has no closed-form time)")
         from ..nccl.baseline import protocol_for
 
         protocol = protocol_for(schedule, machine, point.size_bytes)
@@ -310,17 +310,22 @@ def run_study(
 
     Raises
     ------
-    SimcollError
-        For a bad study, or ``out`` already holding results without ``resume``.
+    StudyError
+        For a bad study.
+    SweepError
+        When ``out`` already holds results without ``resume``, or the Dask
+        scheduler cannot be reached.
+    OptionError
+        When ``workers`` is below 1.
     """
     if not isinstance(study, Study):
         study = load_study(study)
     out = Path(out)
     resume = resume or retry_failed
     if part_files(out) and not resume:
-        raise SimcollError(f"{out}: already holds results; pass resume=True (--resume) or choose another directory")
+        raise SweepError(f"{out}: already holds results; pass resume=True (--resume) or choose another directory")
     if workers is not None and workers < 1:
-        raise SimcollError(f"workers must be at least 1, got {workers}")
+        raise OptionError(f"workers must be at least 1, got {workers}")
     started = time.perf_counter()
     batches = study.batches()
     keys = [p.key for b in batches for p in b.points]
@@ -391,7 +396,7 @@ def _execute(batches: list[Batch], study: str, workers: int | None, scheduler: s
             future.release()
             yield rows
     except OSError as exc:
-        raise SimcollError(f"cannot reach the Dask scheduler {scheduler or ''}: {exc}".replace("  ", " ")) from None
+        raise SweepError(f"cannot reach the Dask scheduler {scheduler or ''}: {exc}".replace("  ", " ")) from None
     finally:
         if own_client and client is not None:
             client.close()

@@ -27,7 +27,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..errors import SimcollError
+from ..errors import SweepError
 from ..files import atomic_output, read_text, write_atomic
 
 MANIFEST = "_study.json"
@@ -119,11 +119,11 @@ def read_manifest(directory: str | Path) -> dict[str, Any]:
     """The manifest written by :func:`write_manifest`."""
     path = Path(directory) / MANIFEST
     if not path.exists():
-        raise SimcollError(f"{directory}: not a sweep results directory (no {MANIFEST})")
+        raise SweepError(f"{directory}: not a sweep results directory (no {MANIFEST})")
     try:
         return json.loads(read_text(path))
     except json.JSONDecodeError as exc:
-        raise SimcollError(f"{path}: not valid JSON: {exc}") from None
+        raise SweepError(f"{path}: not valid JSON: {exc}") from None
 
 
 def load_results(directory: str | Path) -> pd.DataFrame:
@@ -137,7 +137,7 @@ def load_results(directory: str | Path) -> pd.DataFrame:
     parts = part_files(directory)
     if not parts:
         if not Path(directory).is_dir():
-            raise SimcollError(f"{directory}: no such results directory")
+            raise SweepError(f"{directory}: no such results directory")
         return SCHEMA.empty_table().to_pandas()  # the columns, no rows
     table = pa.concat_tables([pq.read_table(p, schema=SCHEMA) for p in parts])
     nullable = {pa.int64(): pd.Int64Dtype(), pa.bool_(): pd.BooleanDtype()}

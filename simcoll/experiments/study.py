@@ -48,14 +48,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import SimcollError
+from ..errors import SimcollError, StudyError
 from ..files import load_yaml
 from ..units import parse_size, parse_size_range
-
-
-class StudyError(SimcollError):
-    """A study file or mapping that cannot be expanded; the message names the field."""
-
 
 MODES = ("algorithm", "program", "analytic")
 _TOP = {"name", "description", "machines", "collectives", "algorithms", "sizes", "size_factor", "simulator"}
@@ -174,7 +169,7 @@ def load_study(source: str | Path | Mapping[str, Any]) -> Study:
     (3, (1024, 2048, 4096))
     >>> load_study({"name": "s", "machines": [], "collectives": ["allgather"], "algorithms": ["ring"], "sizes": "1KB"})
     Traceback (most recent call last):
-    simcoll.experiments.study.StudyError: <study>: machines: expected a non-empty list
+    simcoll.errors.StudyError: <study>: machines: expected a non-empty list
     """
     if isinstance(source, Mapping):
         return study_from_dict(source, "<study>", base=Path.cwd())
@@ -437,7 +432,7 @@ def apply_overrides(model_dict: Mapping[str, Any], overrides: tuple[tuple[str, A
     (50000000000.0, 'paper; what-if: bandwidth_Bps x2', 'm+what-if')
     >>> apply_overrides(d, (("links.pcie.alpha_s", "x2"),))
     Traceback (most recent call last):
-    simcoll.experiments.study.StudyError: overrides.links.pcie.alpha_s: model 'm' has no field links.pcie
+    simcoll.errors.StudyError: overrides.links.pcie.alpha_s: model 'm' has no field links.pcie
     """
     out = copy.deepcopy(dict(model_dict))
     if not overrides:

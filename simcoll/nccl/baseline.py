@@ -149,7 +149,7 @@ def nccl_machine(machine: Machine | str) -> NcclMachine:
     nodes = topology.nodes
     per_node = [len(topology.ranks_of_node(n)) for n in nodes]
     if not per_node or len(set(per_node)) != 1:
-        raise SimcollError(f"NCCL baseline: {topology.name} has nodes with different GPU counts {per_node}")
+        raise NotApplicableError(f"NCCL baseline: {topology.name} has nodes with different GPU counts {per_node}")
     gpus, num_nodes = per_node[0], len(nodes)
     links = _gpu_links(topology, 0)
     switches = [c for c in topology.components if c.kind == "nvswitch" and c.node == nodes[0]]

@@ -59,7 +59,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..errors import SimcollError
+from ..errors import OptionError
 from .constants import TunerConstants, generation, load_constants
 
 #: NCCL algorithms that move the buffer in steps of ``nChannels x nHeads`` chunks.
@@ -83,9 +83,9 @@ def _cuts(algorithm: str, constants: TunerConstants) -> list[tuple[int, int]]:
 
 def _check(algorithm: str, channels: int, heads: int, num_nodes: int) -> None:
     if algorithm not in PIPELINED_ALGORITHMS:
-        raise SimcollError(f"NCCL step pipeline: {algorithm!r} is not one of {PIPELINED_ALGORITHMS}")
+        raise OptionError(f"NCCL step pipeline: {algorithm!r} is not one of {PIPELINED_ALGORITHMS}")
     if channels < 1 or heads < 1 or num_nodes < 1:
-        raise SimcollError(
+        raise OptionError(
             f"NCCL step pipeline: channels, heads and nodes must be at least 1, got {channels}, {heads}, {num_nodes}"
         )
 
@@ -249,7 +249,7 @@ def tree_pipeline(
     constants = constants or load_constants()
     chunk_bytes = _buffer_step(chunk_bytes, constants)
     if min(channels, chunk_bytes, gpus_per_node, num_nodes) < 1:
-        raise SimcollError(
+        raise OptionError(
             f"NCCL tree pipeline: channels, chunk, GPUs per node and nodes must be at least 1, got "
             f"{channels}, {chunk_bytes}, {gpus_per_node}, {num_nodes}"
         )

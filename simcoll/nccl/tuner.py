@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from ..collectives import canonical_name
-from ..errors import CollectiveError, SimcollError
+from ..errors import NotApplicableError, OptionError, SizeError
 from .constants import ALGORITHMS, PROTOCOLS, TunerConstants, generation, load_constants
 
 #: Collectives NCCL's tuner models (NCCL's ncclFunc*; send/recv and alltoall
@@ -75,11 +75,11 @@ class Graph:
 
     def __post_init__(self) -> None:
         if self.n_channels < 1:
-            raise SimcollError(f"NCCL graph: n_channels must be >= 1, got {self.n_channels}")
+            raise OptionError(f"NCCL graph: n_channels must be >= 1, got {self.n_channels}")
         if self.bw_intra <= 0 or (self.bw_inter is not None and self.bw_inter < 0):
-            raise SimcollError(f"NCCL graph: bandwidths must be positive, got {self.bw_intra}/{self.bw_inter}")
+            raise OptionError(f"NCCL graph: bandwidths must be positive, got {self.bw_intra}/{self.bw_inter}")
         if self.intra not in ("nvlink", "pci"):
-            raise SimcollError(f"NCCL graph: intra must be 'nvlink' or 'pci', got {self.intra!r}")
+            raise OptionError(f"NCCL graph: intra must be 'nvlink' or 'pci', got {self.intra!r}")
 
     @property
     def inter(self) -> float:
@@ -125,7 +125,7 @@ class ChannelLimits:
             if value is None:
                 continue
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise SimcollError(f"NCCL channel limits: {name} must be a whole number >= 0, got {value!r}")
+                raise OptionError(f"NCCL channel limits: {name} must be a whole number >= 0, got {value!r}")
             held = min(value, MAX_CHANNELS)
             object.__setattr__(self, name, max(held, 1) if name.startswith("max") else held)
         if self.min_ctas is not None and self.max_ctas is not None and self.min_ctas > self.max_ctas:
@@ -191,12 +191,12 @@ class Comm:
 
     def __post_init__(self) -> None:
         if self.num_ranks < 1 or self.num_nodes < 1 or self.num_ranks % self.num_nodes:
-            raise SimcollError(f"NCCL comm: {self.num_ranks} ranks cannot be spread evenly over {self.num_nodes} nodes")
+            raise OptionError(f"NCCL comm: {self.num_ranks} ranks cannot be spread evenly over {self.num_nodes} nodes")
         if "ring" not in self.graphs:
-            raise SimcollError("NCCL comm: a 'ring' graph is required (NCCL always builds rings)")
+            raise OptionError("NCCL comm: a 'ring' graph is required (NCCL always builds rings)")
         unknown = sorted(set(self.graphs) - set(ALGORITHMS))
         if unknown:
-            raise SimcollError(f"NCCL comm: unknown algorithm(s) {unknown}; known: {', '.join(ALGORITHMS)}")
+            raise OptionError(f"NCCL comm: unknown algorithm(s) {unknown}; known: {', '.join(ALGORITHMS)}")
 
     @property
     def ppn(self) -> int:
@@ -248,16 +248,13 @@ def nsteps(collective: str, num_ranks: int) -> int:
 
 
 def _check(comm: Comm, collective: str, algorithm: str, protocol: str) -> str:
-    try:
-        name = canonical_name(collective)
-    except CollectiveError as exc:
-        raise SimcollError(str(exc)) from None
+    name = canonical_name(collective)  # a CollectiveError names an unknown collective
     if name not in TUNED_COLLECTIVES:
-        raise SimcollError(f"NCCL's tuner has no model for {name}; it covers {', '.join(TUNED_COLLECTIVES)}")
+        raise NotApplicableError(f"NCCL's tuner has no model for {name}; it covers {', '.join(TUNED_COLLECTIVES)}")
     if algorithm not in ALGORITHMS:
-        raise SimcollError(f"unknown NCCL algorithm {algorithm!r}; known: {', '.join(ALGORITHMS)}")
+        raise OptionError(f"unknown NCCL algorithm {algorithm!r}; known: {', '.join(ALGORITHMS)}")
     if protocol not in PROTOCOLS:
-        raise SimcollError(f"unknown NCCL protocol {protocol!r}; known: {', '.join(PROTOCOLS)}")
+        raise OptionError(f"unknown NCCL protocol {protocol!r}; known: {', '.join(PROTOCOLS)}")
     return name
 
 
@@ -447,7 +444,7 @@ def predict_time_us(
     of the other algorithms share one batch)."""
     coll = _check(comm, collective, algorithm, protocol)
     if nbytes < 0:
-        raise SimcollError(f"nbytes must be >= 0, got {nbytes}")
+        raise SizeError(f"nbytes must be >= 0, got {nbytes}")
     bw = algorithm_bandwidth(comm, coll, algorithm, protocol)
     if bw <= 0:
         return None
@@ -557,12 +554,12 @@ def choose(
     allowed_a = set(ALGORITHMS if algorithms is None else algorithms)
     allowed_p = set(PROTOCOLS if protocols is None else protocols)
     for name in allowed_a - set(ALGORITHMS):
-        raise SimcollError(f"unknown NCCL algorithm {name!r}; known: {', '.join(ALGORITHMS)}")
+        raise OptionError(f"unknown NCCL algorithm {name!r}; known: {', '.join(ALGORITHMS)}")
     for name in allowed_p - set(PROTOCOLS):
-        raise SimcollError(f"unknown NCCL protocol {name!r}; known: {', '.join(PROTOCOLS)}")
+        raise OptionError(f"unknown NCCL protocol {name!r}; known: {', '.join(PROTOCOLS)}")
     table = {k: t for k, t in cost_table(comm, coll, nbytes).items() if k[0] in allowed_a and k[1] in allowed_p}
     if not table:
-        raise SimcollError(f"no NCCL algorithm/protocol available for {coll} with the given restrictions")
+        raise NotApplicableError(f"no NCCL algorithm/protocol available for {coll} with the given restrictions")
     ranked = sorted(table.items(), key=lambda kv: (kv[1], ALGORITHMS.index(kv[0][0]), PROTOCOLS.index(kv[0][1])))
     (a, p), best = ranked[0]
     nc, nt = channels_for(comm, a, p, nbytes)

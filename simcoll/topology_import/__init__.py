@@ -34,13 +34,13 @@ from pathlib import Path
 import yaml
 
 from ..cost_model import CostModel, model_to_dict
-from ..errors import TopologyError
+from ..errors import DumpError, TopologyError
 from ..files import read_text, write_atomic
 from ..machines import Machine
 from ..topology import Topology, build_topology, topology_to_dict
 from ..topology_generators import cluster
 from . import nccl_xml, nvidia_smi, rocm_smi
-from ._common import Draft, DumpError
+from ._common import Draft
 from .default_model import UNCALIBRATED, default_model
 
 __all__ = [

@@ -16,13 +16,11 @@ from typing import Any
 
 import yaml
 
-from ..errors import TopologyError
+from ..errors import DumpError
 from ..topology import Component, Link
 
-
-class DumpError(TopologyError):
-    """A topology dump is malformed; the message names the dump, and the row
-    and column (or line and column) at fault."""
+#: DumpError is defined in simcoll.errors and importable from here as before.
+__all__ = ["Draft", "DumpError", "hardware", "max_nvlinks_per_gpu", "nvlink_generation_for_links"]
 
 
 @lru_cache(maxsize=1)

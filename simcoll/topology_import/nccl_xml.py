@@ -31,7 +31,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from xml.parsers import expat
 
-from ._common import Draft, DumpError, hardware, nvlink_generation_for_links
+from ..errors import DumpError
+from ._common import Draft, hardware, nvlink_generation_for_links
 
 _KNOWN = {"system", "cpu", "pci", "gpu", "nvlink", "xgmi", "nic", "net", "c2c"}
 

@@ -35,7 +35,8 @@ from __future__ import annotations
 
 import re
 
-from ._common import Draft, DumpError, max_nvlinks_per_gpu, nvlink_generation_for_links
+from ..errors import DumpError
+from ._common import Draft, max_nvlinks_per_gpu, nvlink_generation_for_links
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _NV = re.compile(r"NV(\d+)$")

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import re
 
-from ._common import Draft, DumpError, hardware
+from ..errors import DumpError
+from ._common import Draft, hardware
 
 _SECTION = re.compile(r"=+\s*(.*?)\s*=+$")
 _MATRICES = {"weight": "Weight between two GPUs", "hops": "Hops between two GPUs", "type": "Link Type between two GPUs"}

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from ...arrays import ragged_indices
-from ...errors import SimcollError
+from ...errors import SimcollError, SimulationError
 from ...native import build_shared_library, compiler, load_checked
 from ..engine import limit_error
 from .plan import QueueTable, SlotLists
@@ -199,7 +199,7 @@ def run_compiled(run: _Run) -> int:
         catch_interrupt=int(_interrupt_raises()),
     )
     if library().sc_run(ctypes.byref(spec)) != 0:
-        raise SimcollError(f"{run.what}: the compiled event core failed")
+        raise SimulationError(f"{run.what}: the compiled event core failed")
     net.transfers += spec.transfers
     net.max_sharing = max(net.max_sharing, spec.max_sharing)
     net.recomputes += spec.recomputes
@@ -279,7 +279,7 @@ def _route_columns(run: _Run) -> tuple[np.ndarray, np.ndarray, list[float]]:
     ids_array = np.array(ids, dtype=np.int64)
     twice = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths) * len(run.net.resources) + ids_array
     if len(np.unique(twice)) != len(twice):
-        raise SimcollError(f"{run.what}: a route lists one resource twice (the network merges them)")
+        raise SimulationError(f"{run.what}: a route lists one resource twice (the network merges them)")
     return np.concatenate(([0], np.cumsum(lengths))), ids_array, weights
 
 

@@ -32,6 +32,8 @@ import heapq
 import time
 from dataclasses import dataclass
 
+from ...errors import OptionError
+
 
 @dataclass(frozen=True)
 class PlannedTransfer:
@@ -80,7 +82,8 @@ def heuristic_order(plan: Plan, heuristics: tuple[str, ...] = HEURISTICS) -> Ord
     shortest path until now; ``"shortest-behind"``: the two the other way
     round; ``"most-dependents"``: most transfers waiting on it first); the
     ordering with the shortest greedy makespan wins (B.2 leaves the choice
-    of heuristic to the architecture)."""
+    of heuristic to the architecture). An unknown name is an
+    :class:`~simcoll.errors.OptionError` (a ValueError)."""
     return min((_greedy(plan, h) for h in heuristics), key=lambda o: o.makespan_ns)
 
 
@@ -108,7 +111,7 @@ def _greedy(plan: Plan, heuristic: str) -> Ordering:
     elif heuristic == "most-dependents":
         first, second = [-d for d in dependents], [-a for a in ahead]
     else:
-        raise ValueError(f"unknown ordering heuristic {heuristic!r}; known: {HEURISTICS}")
+        raise OptionError(f"unknown ordering heuristic {heuristic!r}; known: {HEURISTICS}")
 
     link_free: dict[tuple[int, int], int] = {}
     send_free: dict[tuple[int, str], int] = {}

@@ -100,10 +100,8 @@ def test_the_moved_classes_are_still_importable_from_their_old_modules():
     assert InterpreterDeadlockError is errors.InterpreterDeadlockError
 
 
-def test_nothing_outside_the_simulator_raises_the_bare_base_class():
-    """Every raise names its case. simcoll/simulator/ is being reworked
-    separately; its two bare raises (the compiled core's failure, a route
-    listing one resource twice) are left to that work."""
+def test_nothing_raises_the_bare_base_class():
+    """Every raise names its case (the base class is for catching)."""
     bare = re.compile(r"raise SimcollError\(")
     offenders = {
         str(path.relative_to(ROOT))
@@ -111,7 +109,7 @@ def test_nothing_outside_the_simulator_raises_the_bare_base_class():
         for path in (ROOT / folder).rglob("*.py")
         if bare.search(path.read_text(encoding="utf-8"))
     }
-    assert {p for p in offenders if not p.startswith("simcoll/simulator/")} == set()
+    assert offenders == set()
 
 
 # -- each case, through the public API ------------------------------------------------

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import yaml
 
-from simcoll.experiments import load_results, load_study, run_study, sweep_status
+from simcoll.sweeps import load_results, load_study, run_study, sweep_status
 
 STUDY = {
     "name": "bench-10k",
@@ -45,7 +45,7 @@ STUDY = {
 def kill_and_resume(study_path: Path, reference: Path, workers: int) -> None:
     """Run in a subprocess, SIGKILL it (and its cluster) once half the points are done, resume, compare."""
     out = reference.parent / "killed"
-    command = [sys.executable, "-m", "simcoll.experiments", str(study_path), "-o", str(out), "--no-progress"]
+    command = [sys.executable, "-m", "simcoll.sweeps", str(study_path), "-o", str(out), "--no-progress"]
     proc = subprocess.Popen(
         [*command, "--workers", str(workers)],
         stdout=subprocess.DEVNULL,

@@ -1,5 +1,5 @@
 """What every study script in ``experiments/`` shares: its command line, running a
-study (declared as data) with :func:`simcoll.experiments.run_study`, atomic CSV
+study (declared as data) with :func:`simcoll.sweeps.run_study`, atomic CSV
 output, the NCCL baseline's availability, and printing the paper's number beside
 ours.
 
@@ -17,8 +17,8 @@ from typing import Any
 
 import pandas as pd
 
-from simcoll.experiments import load_results, load_study, run_study
 from simcoll.files import write_atomic
+from simcoll.sweeps import load_results, load_study, run_study
 
 #: The message a study prints where a speed-up over NCCL would need the ``nccl`` baseline.
 NCCL_MISSING = "nccl baseline not available: speed-ups over NCCL not computed"

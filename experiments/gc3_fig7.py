@@ -18,9 +18,9 @@ from _common import Comparison, baseline, best_speedup, generate, ok, parse_args
 from matplotlib.figure import Figure
 
 from simcoll.compiler import lower_algorithm
-from simcoll.experiments.plots import save_figure
 from simcoll.interop import save_schedule
 from simcoll.machines import load_machine
+from simcoll.sweeps.plots import save_figure
 from simcoll.units import format_size
 
 

@@ -17,7 +17,7 @@ import pandas as pd
 from _common import Comparison, baseline, best_speedup, ok, parse_args, print_comparisons, run, write_csv
 from matplotlib.figure import Figure
 
-from simcoll.experiments.plots import save_figure
+from simcoll.sweeps.plots import save_figure
 
 COLLECTIVES = ["broadcast", "reduce", "gather", "scatter", "allgather", "reducescatter", "allreduce", "alltoall"]
 # The four bars of Fig. 8: direct, hierarchical, + striping over the NICs, + pipelining.

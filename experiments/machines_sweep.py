@@ -4,7 +4,7 @@ Allreduce, across buffer sizes (simulated times, or the analytic α-β
 critical path with ``--analytic``).
 
 The study is ``experiments/studies/machines_sweep.yaml``, run by
-:func:`simcoll.experiments.run_study` (a Dask LocalCluster, or ``--serial``)
+:func:`simcoll.sweeps.run_study` (a Dask LocalCluster, or ``--serial``)
 into ``<out>/machines_sweep/`` (Parquet part files; a rerun resumes, running
 only missing points). Writes ``<out>/machines_sweep.csv`` (one row per
 machine, collective, algorithm and size that ran) and
@@ -22,8 +22,8 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from simcoll.experiments import load_results, load_study, run_study
 from simcoll.files import write_atomic
+from simcoll.sweeps import load_results, load_study, run_study
 
 STUDY = Path(__file__).resolve().parent / "studies" / "machines_sweep.yaml"
 
@@ -50,7 +50,7 @@ def run(
 def plot(df: pd.DataFrame, path: Path) -> None:
     from matplotlib.figure import Figure
 
-    from simcoll.experiments.plots import save_figure
+    from simcoll.sweeps.plots import save_figure
 
     largest = df[df.size_bytes == df.size_bytes.max()].copy()
     largest["fraction_of_bound"] = largest.algbw_GBps / largest.algbw_bound_GBps

@@ -18,8 +18,8 @@ import pandas as pd
 from _common import Comparison, baseline, best_speedup, generate, ok, parse_args, print_comparisons, run, write_csv
 
 from simcoll import simulate
-from simcoll.experiments.plots import plot_bandwidth, plot_link_utilisation
 from simcoll.machines import load_machine
+from simcoll.sweeps.plots import plot_bandwidth, plot_link_utilisation
 
 ALGORITHMS = [
     "nvgroup-ring",

@@ -17,8 +17,8 @@ from pathlib import Path
 import pandas as pd
 from _common import Comparison, baseline, best_speedup, ok, parse_args, print_comparisons, run, write_csv
 
-from simcoll.experiments.plots import plot_bandwidth
 from simcoll.machines import load_machine
+from simcoll.sweeps.plots import plot_bandwidth
 from simcoll.synthesis import synthesize
 
 # SCCL Table 4 (DGX-1): (collective, C, S, R, paper's encode+solve time in seconds).

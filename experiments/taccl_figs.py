@@ -21,9 +21,9 @@ import pandas as pd
 from _common import Comparison, baseline, best_speedup, ok, parse_args, print_comparisons, run, write_csv
 
 from simcoll.compiler import lower_algorithm
-from simcoll.experiments.plots import plot_bandwidth
 from simcoll.interop import save_schedule
 from simcoll.machines import load_machine
+from simcoll.sweeps.plots import plot_bandwidth
 from simcoll.synthesis import taccl_synthesize
 from simcoll.synthesis.taccl.sketch import Sketch, load_sketch
 from simcoll.units import format_size

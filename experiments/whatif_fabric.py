@@ -21,7 +21,7 @@ from pathlib import Path
 from _common import ok, parse_args, run, write_csv
 from matplotlib.figure import Figure
 
-from simcoll.experiments.plots import save_figure
+from simcoll.sweeps.plots import save_figure
 
 FABRICS = {
     "fat-tree": "fat-tree",

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from _common import ok, parse_args, run, write_csv
 
-from simcoll.experiments.plots import plot_fraction_of_bound
+from simcoll.sweeps.plots import plot_fraction_of_bound
 
 SYNTHESIZED = [
     {"sccl": {"chunks": 1, "steps": 2, "rounds": 2, "time_limit_s": 60}, "name": "sccl latency"},

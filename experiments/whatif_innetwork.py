@@ -31,8 +31,8 @@ from _common import parse_args, run, write_csv
 from matplotlib.figure import Figure
 
 from simcoll.calibration import read_nccl_tests
-from simcoll.experiments.plots import save_figure
 from simcoll.machines import load_topology
+from simcoll.sweeps.plots import save_figure
 from simcoll.topology import save_topology
 from simcoll.units import format_size
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from _common import ok, parse_args, run, write_csv
 
-from simcoll.experiments.plots import plot_fraction_of_bound
+from simcoll.sweeps.plots import plot_fraction_of_bound
 
 
 def study(fast: bool) -> dict:

@@ -231,7 +231,7 @@ class CalibrationError(SimcollError):
 
 
 class SweepError(SimcollError):
-    """The sweep engine (:mod:`simcoll.experiments`) cannot run a study or read
+    """The sweep engine (:mod:`simcoll.sweeps`) cannot run a study or read
     its results: the output directory already holds results and resuming was
     not asked for, a directory is not a sweep results directory (or its
     manifest is not valid JSON), or the Dask scheduler cannot be reached."""
@@ -239,7 +239,7 @@ class SweepError(SimcollError):
 
 class StudyError(SweepError):
     """A study file or mapping that cannot be expanded
-    (:func:`simcoll.experiments.load_study`); the message names the field."""
+    (:func:`simcoll.sweeps.load_study`); the message names the field."""
 
 
 class BuildError(SimcollError):

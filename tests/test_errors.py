@@ -91,7 +91,7 @@ def test_the_moved_classes_are_still_importable_from_their_old_modules():
 
     from simcoll.calibration.calibrate import CalibrationError
     from simcoll.calibration.nccl_tests import NcclTestsLogError as FromLogs
-    from simcoll.experiments.study import StudyError as FromStudy
+    from simcoll.sweeps.study import StudyError as FromStudy
     from simcoll.topology_import import DumpError as FromImport
 
     assert CalibrationError is errors.CalibrationError
@@ -209,8 +209,8 @@ def test_a_malformed_synthesis_instance_is_a_synthesis_error():
 
 
 def test_a_sweep_point_whose_synthesis_finds_nothing_is_a_solver_error():
-    """The sweep records the message as the point's error (tests/test_experiments_sweep.py)."""
-    from simcoll.experiments import load_study, runner
+    """The sweep records the message as the point's error (tests/test_sweeps.py)."""
+    from simcoll.sweeps import load_study, runner
 
     study = load_study(
         {
@@ -228,7 +228,7 @@ def test_a_sweep_point_whose_synthesis_finds_nothing_is_a_solver_error():
 
 
 def test_the_sweep_engine_raises_sweep_errors(tmp_path):
-    from simcoll.experiments import load_results, load_study, run_study
+    from simcoll.sweeps import load_results, load_study, run_study
 
     with pytest.raises(SweepError, match="no such results directory"):
         load_results(tmp_path / "nowhere")
@@ -262,7 +262,7 @@ def test_native_code_that_cannot_be_built_is_a_build_error(monkeypatch, tmp_path
 def test_a_plot_of_a_frame_that_lacks_what_it_needs_is_an_option_error():
     import pandas as pd
 
-    from simcoll.experiments.plots import plot_bandwidth
+    from simcoll.sweeps.plots import plot_bandwidth
 
     with pytest.raises(OptionError, match="metric"):
         plot_bandwidth(pd.DataFrame(), metric="speed")

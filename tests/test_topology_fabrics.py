@@ -65,7 +65,7 @@ def test_bad_fabric_specs_name_the_problem(text, message):
 def _times(*specs, algorithm="direct", size="64MB"):
     """Simulated Allgather time of ``algorithm`` on each machine (through the experiments runner,
     which adapts to generate()'s current signature)."""
-    from simcoll.experiments import load_study, run_batch
+    from simcoll.sweeps import load_study, run_batch
 
     study = load_study(
         {

@@ -43,7 +43,7 @@ def _has(module: str) -> bool:
 
 def _sweep_arguments(p: argparse.ArgumentParser) -> None:
     importlib.import_module(f"{__name__}.sweep")  # the group's module, which needs Dask's runner: only when parsed
-    from ..experiments.command import add_arguments
+    from ..sweeps.command import add_arguments
 
     add_arguments(p)
 

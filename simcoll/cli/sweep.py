@@ -1,5 +1,5 @@
 """``simcoll sweep``: the experiments command group (implemented in
-:mod:`simcoll.experiments.command`, so that ``python -m simcoll.experiments``
+:mod:`simcoll.sweeps.command`, so that ``python -m simcoll.sweeps``
 runs the same code).
 
     simcoll sweep STUDY.yaml -o results/NAME [--scheduler ADDR] [--workers N] [--resume] [--serial]
@@ -8,6 +8,6 @@ runs the same code).
 
 from __future__ import annotations
 
-from ..experiments.command import cmd_sweep, register
+from ..sweeps.command import cmd_sweep, register
 
 __all__ = ["cmd_sweep", "register"]

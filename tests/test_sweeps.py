@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from simcoll.experiments import (
+from simcoll.sweeps import (
     StudyError,
     apply_overrides,
     load_results,
@@ -45,7 +45,7 @@ SLOW_STUDY = {
 
 def sweep_cli(*args: str, timeout: float = 120, **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [PYTHON, "-m", "simcoll.experiments", *args],
+        [PYTHON, "-m", "simcoll.sweeps", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -185,7 +185,7 @@ def test_sweep_killed_with_sigkill_then_resumed_has_the_rows_of_an_uninterrupted
     study.write_text(yaml.safe_dump(SLOW_STUDY))
     out = tmp_path / "killed"
     proc = subprocess.Popen(
-        [PYTHON, "-m", "simcoll.experiments", str(study), "-o", str(out), "--workers", "2", "--no-progress"],
+        [PYTHON, "-m", "simcoll.sweeps", str(study), "-o", str(out), "--workers", "2", "--no-progress"],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -278,7 +278,7 @@ def _one(df: pd.DataFrame, machine: str = "dgx1", collective: str = "allreduce")
 
 
 def test_bandwidth_plot_has_a_line_per_algorithm_and_the_bound(smoke_serial, tmp_path):
-    from simcoll.experiments import plots
+    from simcoll.sweeps import plots
 
     _, _, df = smoke_serial
     rows = _one(df)
@@ -294,7 +294,7 @@ def test_bandwidth_plot_has_a_line_per_algorithm_and_the_bound(smoke_serial, tmp
 
 
 def test_speedup_and_fraction_of_bound_plots(smoke_serial, tmp_path):
-    from simcoll.experiments import plots
+    from simcoll.sweeps import plots
 
     _, _, df = smoke_serial
     fig = plots.plot_speedup(_one(df)[lambda d: d.algorithm != "nccl"], "ring", tmp_path / "speedup.svg")
@@ -316,7 +316,7 @@ def test_speedup_and_fraction_of_bound_plots(smoke_serial, tmp_path):
 
 def test_pareto_utilisation_and_gantt_plots(tmp_path):
     from simcoll import generate, load_machine, simulate
-    from simcoll.experiments import plots
+    from simcoll.sweeps import plots
 
     points = [
         {"chunks": 1, "steps": 2, "rounds": 3, "time_s": 0.1, "status": "sat", "optimal": True},
@@ -351,7 +351,7 @@ TINY_STUDY = {
 
 def test_resume_keeps_failed_points_and_retry_failed_reruns_only_them(tmp_path, monkeypatch):
     from simcoll.errors import SimcollError
-    from simcoll.experiments import runner
+    from simcoll.sweeps import runner
 
     real = runner._time_point
 

@@ -1,6 +1,8 @@
-"""Experiments: studies declared as data, swept on Dask, stored as Parquet.
+"""Sweeps: studies declared as data, expanded into points, run in batches on Dask
+(or serially), stored as Parquet part files keyed by point, so a killed sweep
+resumes with nothing lost (the studies under ``experiments/`` use it).
 
->>> from simcoll.experiments import load_study, run_study, load_results
+>>> from simcoll.sweeps import load_study, run_study, load_results
 >>> study = load_study({"name": "doc", "machines": ["ring:4"], "collectives": ["allgather"],
 ...                     "algorithms": ["ring", "direct"], "sizes": "1KB,1MB"})
 >>> import tempfile
@@ -13,7 +15,7 @@
 The modules: :mod:`.study` (the study format, expansion, point keys),
 :mod:`.runner` (batches on Dask or serially), :mod:`.store` (the Parquet
 dataset), :mod:`.plots` (figures from the results), :mod:`.command` (the
-``simcoll sweep`` command; ``python -m simcoll.experiments`` runs it too).
+``simcoll sweep`` command; ``python -m simcoll.sweeps`` runs it too).
 """
 
 from .runner import SweepSummary, run_batch, run_study

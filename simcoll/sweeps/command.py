@@ -3,13 +3,13 @@
     simcoll sweep STUDY.yaml -o results/NAME [--scheduler ADDR] [--workers N] [--resume | --retry-failed] [--serial]
     simcoll sweep status results/NAME [--json]
 
-The first runs the study (:func:`simcoll.experiments.run_study`) with a
+The first runs the study (:func:`simcoll.sweeps.run_study`) with a
 progress bar on stderr and prints a summary; ``--resume`` runs only the points
 without a row, ``--retry-failed`` also those whose row failed; the second prints how many of
 the study's points have a row (``done``), how many there are (``total``) and
 how many failed (``failed``); with ``--json`` as ``{"done": N, "total": M,
 "failed": K}``. A bad study file exits 2 with one line naming the field.
-``python -m simcoll.experiments`` takes the same arguments.
+``python -m simcoll.sweeps`` takes the same arguments.
 """
 
 from __future__ import annotations
@@ -107,8 +107,8 @@ def register(subparsers, add_command=None) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m simcoll.experiments``: the ``sweep`` command on its own."""
-    parser = argparse.ArgumentParser(prog="python -m simcoll.experiments", description=HELP)
+    """``python -m simcoll.sweeps``: the ``sweep`` command on its own."""
+    parser = argparse.ArgumentParser(prog="python -m simcoll.sweeps", description=HELP)
     add_arguments(parser)
     args = parser.parse_args(argv)
     try:

@@ -122,7 +122,7 @@ def _unit_bound_s(machine_spec: MachineSpec, collective: str) -> tuple[float, in
 def run_batch(batch: Batch, study: str = "") -> list[dict[str, Any]]:
     """The result rows of every point of ``batch`` (never raises for a bad point).
 
-    Each row has the columns of :data:`simcoll.experiments.store.COLUMNS`:
+    Each row has the columns of :data:`simcoll.sweeps.store.COLUMNS`:
     the point's parameters, ``status`` (``ok``, ``not-applicable`` or
     ``error``), ``error`` (the message), and for ``ok`` rows ``time_s``,
     ``algbw_GBps``, ``busbw_GBps`` (nccl-tests conventions) and the
@@ -284,7 +284,7 @@ def run_study(
     Parameters
     ----------
     study : Study, path or mapping
-        The study (:func:`~simcoll.experiments.study.load_study`).
+        The study (:func:`~simcoll.sweeps.study.load_study`).
     out : path
         The results directory (created). It must hold no results unless ``resume``.
     workers : int, optional

@@ -33,7 +33,7 @@ from ..files import atomic_output, read_text, write_atomic
 MANIFEST = "_study.json"
 PART_GLOB = "part-*.parquet"
 
-#: The columns of every results row, in order (see :func:`simcoll.experiments.runner.run_batch`).
+#: The columns of every results row, in order (see :func:`simcoll.sweeps.runner.run_batch`).
 COLUMNS = {
     "key": pa.string(),
     "study": pa.string(),

@@ -39,11 +39,12 @@ import pandas as pd
 from . import worker_machine
 from .algorithm import Algorithm
 from .algorithms import applicable
-from .analytic import algbw_GBps, busbw_GBps, critical_path_time_s
+from .analytic import algbw_GBps, busbw_GBps
 from .bounds import time_lower_bound_s
 from .collectives import Collective, canonical_name, make_collective
 from .collector import collector_paused
 from .errors import NotApplicableError, OptionError, SimcollError, SimulationError, TimeLimitError, TooLargeError
+from .evaluation import METHODS, schedule_time_s
 from .files import save_figure
 from .machines import Machine, as_machine
 from .units import check_size_bytes, format_size
@@ -68,7 +69,6 @@ COLUMNS = [
     "method",
     "best",
 ]
-METHODS = ("simulate", "analytic")
 #: The size-dependent baseline row (not a registry generator).
 NCCL_ROW = "nccl"
 #: From this many ranks, ``compare(jobs > 1)`` runs each task in a fresh worker process
@@ -659,50 +659,21 @@ def _choice(algorithm: Algorithm) -> str:
     return choice_label(algorithm)
 
 
-def _protocol_for(schedule, machine: Machine, size: int) -> str | None:
-    from .nccl.baseline import protocol_for
-
-    return protocol_for(schedule, machine, size)
-
-
 def _time(schedule, machine: Machine, size: int, how: str, contention: bool, time_limit_s: float) -> float | str:
     """The time of ``schedule`` at ``size`` by ``how`` (``"analytic"``, else
-    simulated), or why its simulation stopped (a :class:`_Stopped` where
-    the wall-clock limit was reached)."""
-    # (TooLargeError: an orbit that the closed form, or a plan of every message, would list one by one)
-    if how == "analytic":
-        try:
-            return critical_path_time_s(schedule, machine, size, protocol=_protocol_for(schedule, machine, size))
-        except TooLargeError as exc:
-            return str(exc)
+    simulated; :func:`simcoll.evaluation.schedule_time_s`, with the protocol
+    NCCL would pick), or why it has none (a :class:`_Stopped` where the
+    simulation's wall-clock limit was reached). Not verified again: the
+    registered generators are verified by the test suite, and a lowered
+    Program comes from a verified lowering (:func:`_lower_all`)."""
+    method = "analytic" if how == "analytic" else "simulate"
     try:
-        return _simulate(schedule, machine, size, contention, time_limit_s)
+        return schedule_time_s(schedule, machine, size, method=method, contention=contention, time_limit_s=time_limit_s)
     except TimeLimitError as exc:
         return _Stopped(exc)
+    # (TooLargeError: an orbit that the closed form, or a plan of every message, would list one by one)
     except (SimulationError, TooLargeError) as exc:
         return str(exc)
-
-
-def _simulate(schedule, machine: Machine, size: int, contention: bool, time_limit_s: float) -> float:
-    """The simulated time of ``schedule``. Not verified again: the registered
-    generators are verified by the test suite, as for the analytic method, and
-    a lowered Program comes from a verified lowering (:func:`_lower_all`). No
-    timeline or utilisation is recorded: only the time is reported."""
-    from .nccl.baseline import protocol_for
-    from .simulator import simulate
-
-    result = simulate(
-        schedule,
-        machine,
-        size,
-        protocol=protocol_for(schedule, machine, size),
-        contention=contention,
-        time_limit_s=time_limit_s,
-        verify=False,
-        record_timeline=False,
-        record_utilisation=False,
-    )
-    return result.time_s
 
 
 def _lower_all(algorithms: dict[str, Algorithm], machine: Machine, skipped: dict[str, str]) -> dict[str, object]:

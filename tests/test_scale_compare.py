@@ -37,14 +37,14 @@ def test_a_simulation_past_the_time_limit_leaves_its_row_out(monkeypatch):
 
     compare_module = importlib.import_module("simcoll.compare")  # the package exports a function of that name
 
-    simulate = compare_module._simulate
+    simulate = compare_module.schedule_time_s
 
-    def slow_multi_ring(schedule, *args):
+    def slow_multi_ring(schedule, *args, **kwargs):
         if schedule.name == "multi-ring":
             raise TimeLimitError("simulation of multi-ring on dgx-a100*2: wall-clock limit of 60 s reached")
-        return simulate(schedule, *args)
+        return simulate(schedule, *args, **kwargs)
 
-    monkeypatch.setattr(compare_module, "_simulate", slow_multi_ring)
+    monkeypatch.setattr(compare_module, "schedule_time_s", slow_multi_ring)
     df, skipped = compare("dgx-a100*2", "allreduce", [1 << 20], algorithms=["ring", "multi-ring", "nccl"])
     assert sorted(df.algorithm) == ["nccl", "ring"]
     assert "wall-clock limit" in skipped["multi-ring at 1MB"]
@@ -61,16 +61,16 @@ def test_a_schedule_past_the_limit_is_not_simulated_at_the_later_sizes(monkeypat
     from simcoll.errors import TimeLimitError
 
     compare_module = importlib.import_module("simcoll.compare")
-    simulate = compare_module._simulate
+    simulate = compare_module.schedule_time_s
     tried: list[str] = []
 
-    def slow(schedule, machine, size, *args):
+    def slow(schedule, machine, size, **kwargs):
         tried.append(schedule.name if schedule.name in ("multi-ring", "ring") else "nccl")
         if schedule.name != "ring":
             raise TimeLimitError(f"simulation of {schedule.name}: wall-clock limit of 60 s reached")
-        return simulate(schedule, machine, size, *args)
+        return simulate(schedule, machine, size, **kwargs)
 
-    monkeypatch.setattr(compare_module, "_simulate", slow)
+    monkeypatch.setattr(compare_module, "schedule_time_s", slow)
     lines: list[str] = []
     sizes = [1 << 10, 1 << 20, 1 << 30]
     df, skipped = compare(
@@ -102,16 +102,16 @@ def test_a_program_past_the_limit_is_not_simulated_at_the_later_sizes(monkeypatc
     from simcoll.program import Program
 
     compare_module = importlib.import_module("simcoll.compare")
-    simulate = compare_module._simulate
+    simulate = compare_module.schedule_time_s
     programs: list[int] = []
 
-    def slow_program(schedule, machine, size, *args):
+    def slow_program(schedule, machine, size, **kwargs):
         if isinstance(schedule, Program):
             programs.append(size)
             raise TimeLimitError("Program-mode simulation of ring: wall-clock limit of 60 s reached")
-        return simulate(schedule, machine, size, *args)
+        return simulate(schedule, machine, size, **kwargs)
 
-    monkeypatch.setattr(compare_module, "_simulate", slow_program)
+    monkeypatch.setattr(compare_module, "schedule_time_s", slow_program)
     df, skipped = compare("ring:4", "allgather", [1 << 10, 1 << 20], algorithms=["ring"], program=True)
     assert programs == [1 << 10]
     assert list(df.method) == ["simulate", "simulate"]

@@ -309,16 +309,13 @@ def model_with(base: dict[str, Any], paths: Sequence[tuple[str, ...]], values: S
 
 
 def simulate_samples(samples: Sequence[Sample], machine: Machine, model: CostModel) -> np.ndarray:
-    """Simulated time of every sample on ``machine``'s topology with ``model``."""
-    from ..simulator import simulate
+    """Simulated time of every sample on ``machine``'s topology with ``model``
+    (:func:`simcoll.evaluation.schedule_time_s`): each sample's schedule is
+    NCCL's choice for its size, protocol included, so it runs with its own."""
+    from ..evaluation import schedule_time_s
 
     m = Machine(machine.topology, model)
-    return np.array(
-        [
-            simulate(s.algorithm, m, s.size_bytes, verify=False, record_timeline=False, record_utilisation=False).time_s
-            for s in samples
-        ]
-    )
+    return np.array([schedule_time_s(s.algorithm, m, s.size_bytes, protocol=None) for s in samples])
 
 
 def _fit_subset(samples: list[Sample], most: int) -> list[Sample]:

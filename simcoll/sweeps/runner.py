@@ -187,16 +187,12 @@ def run_batch(batch: Batch, study: str = "") -> list[dict[str, Any]]:
 
 
 def _time_point(schedule, machine, point: Point, time_limit_s: float, lowered: dict[str, Any]) -> float:
-    from .. import analytic, simulate
+    """The time of one point (:func:`simcoll.evaluation.schedule_time_s`, with
+    the protocol NCCL would pick); an Algorithm at a ``program`` point is
+    lowered first, once per batch (``lowered``)."""
     from ..algorithm import Algorithm
+    from ..evaluation import schedule_time_s
 
-    if point.mode == "analytic":
-        if not isinstance(schedule, Algorithm):
-            raise OptionError("the analytic method needs an Algorithm (a Program has no closed-form time)")
-        from ..nccl.baseline import protocol_for
-
-        protocol = protocol_for(schedule, machine, point.size_bytes)
-        return analytic.critical_path_time_s(schedule, machine, point.size_bytes, protocol=protocol)
     if point.mode == "program" and isinstance(schedule, Algorithm):
         if "program" not in lowered:
             from ..compiler import lower_algorithm
@@ -209,19 +205,16 @@ def _time_point(schedule, machine, point: Point, time_limit_s: float, lowered: d
         if isinstance(lowered["program"], Exception):
             raise lowered["program"]
         schedule = lowered["program"]
-    from ..nccl.baseline import protocol_for
-
-    result = simulate(
+    method = "analytic" if point.mode == "analytic" else "simulate"
+    return schedule_time_s(
         schedule,
         machine,
         point.size_bytes,
-        protocol=protocol_for(schedule, machine, point.size_bytes),
-        mode=point.mode,
+        method=method,
+        mode=None if method == "analytic" else point.mode,
         contention=bool(point.contention),
         time_limit_s=time_limit_s,
-        verify=False,
     )
-    return result.time_s
 
 
 def _row(

@@ -11,6 +11,7 @@ raised. The classes and what they are::
 
     SimcollError
     ├── OptionError (also a ValueError)   a bad argument or option
+    │   └── InvalidValueError              a command-line value (also argparse's error)
     ├── FileError                          a file without a class of its own
     │   └── NcclTestsLogError              an nccl-tests log
     ├── TopologyError
@@ -48,6 +49,7 @@ working.
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Sequence
 
 
@@ -65,6 +67,14 @@ class OptionError(SimcollError, ValueError):
     counts. Plotting functions raise it for a DataFrame that lacks what the
     plot needs. It is also a :class:`ValueError`, as Python's own functions
     raise for a bad argument value."""
+
+
+class InvalidValueError(OptionError, argparse.ArgumentTypeError):
+    """A command-line value (or an algorithm generator's ``k=v`` option) that
+    is not the value asked for, e.g. ``--chunks 0`` (:mod:`simcoll.arguments`).
+    It is also an :class:`argparse.ArgumentTypeError`, so argparse prints its
+    message as it is (exit 2), and a :class:`ValueError`, what a generator
+    option's parser raises."""
 
 
 class FileError(SimcollError):

@@ -107,7 +107,7 @@ def test_an_orbit_whose_rotation_moves_the_collective_is_refused():
 
 def test_past_the_transfer_limit_the_images_are_refused_not_built(monkeypatch):
     algorithm = generate("nccl-ring", "dgx-h100*4", "allreduce")
-    monkeypatch.setattr("simcoll.algorithm.MAX_TRANSFERS", len(algorithm.transfers) - 1)
+    monkeypatch.setattr("simcoll.algorithm.orbit.MAX_TRANSFERS", len(algorithm.transfers) - 1)
     with pytest.raises(ScheduleTooLargeError, match="verify it, save it as .npz"):
         _ = algorithm.table
     assert len(algorithm.transfers) == 15_872  # its length needs no images
@@ -291,7 +291,7 @@ def _saved(algorithm: Algorithm, tmp_path) -> str:
 
 def test_json_of_too_many_transfers_is_refused_pointing_to_npz(monkeypatch, tmp_path):
     algorithm = generate("nccl-ring", "dgx-h100*4", "allreduce")
-    monkeypatch.setattr("simcoll.algorithm.MAX_TRANSFERS", 1000)
+    monkeypatch.setattr("simcoll.algorithm.schedule.MAX_TRANSFERS", 1000)
     with pytest.raises(ScheduleTooLargeError, match="JSON lists each of its 15,872 transfers.*save it as .npz"):
         algorithm.save(tmp_path / "a.json")
     assert not (tmp_path / "a.json").exists()
@@ -316,7 +316,7 @@ def test_an_orbit_on_routes_that_do_not_repeat_is_refused_when_too_large_to_list
 def test_a_comparison_reports_an_orbit_too_large_for_the_closed_form_and_goes_on(monkeypatch):
     from simcoll.compare import compare, left_out_line
 
-    monkeypatch.setattr("simcoll.algorithm.MAX_TRANSFERS", 1000)  # nccl-ring's 15,872 transfers: too many to list
+    monkeypatch.setattr("simcoll.algorithm.orbit.MAX_TRANSFERS", 1000)  # nccl-ring's 15,872 transfers: too many to list
     rows, skipped = compare("dgx-h100*4", "allreduce", [1 << 20], method="analytic", algorithms=["nccl-ring", "direct"])
     assert list(rows.algorithm) == ["direct"]
     (reason,) = [v for k, v in skipped.items() if k.startswith("nccl-ring")]

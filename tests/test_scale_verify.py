@@ -24,7 +24,8 @@ from simcoll import load_machine
 from simcoll.algorithm import Algorithm, OrbitTable, SwitchReductionTable, Transfer, TransferTable
 from simcoll.algorithms import REGISTRY, applicable
 from simcoll.errors import AlgorithmError
-from simcoll.verify import _check_algorithm_symbolic, algorithm_is_correct, check
+from simcoll.verify import algorithm_is_correct, check
+from simcoll.verify.symbolic import _check_algorithm_symbolic
 
 MACHINES = ("ring:4", "dgx1", "dgx-a100*2")
 COLLECTIVES = ("allreduce", "allgather", "reducescatter", "broadcast", "reduce", "alltoall")
@@ -205,15 +206,15 @@ def test_bandwidth_loads_counted_in_blocks_match_one_pass(monkeypatch, name):
     from simcoll.algorithms.common import minimal_rounds
     from simcoll.routes import Routes, bandwidth_relation
 
-    algorithm_module = importlib.import_module("simcoll.algorithm")
+    relation_module = importlib.import_module("simcoll.algorithm.relation")
     m = load_machine("dgx-a100*2")
     a = applicable(m, "allreduce", names=[name])[name]
-    index = algorithm_module.RelationIndex.of(bandwidth_relation(m.topology, Routes(m.topology)), m.num_ranks)
+    index = relation_module.RelationIndex.of(bandwidth_relation(m.topology, Routes(m.topology)), m.num_ranks)
     pairs = a.table.src * m.num_ranks + a.table.dst
-    monkeypatch.setattr(algorithm_module, "_LOAD_ROWS", 1 << 40)
+    monkeypatch.setattr(relation_module, "_LOAD_ROWS", 1 << 40)
     whole = index.step_loads(a.table.step, pairs)
     rounds = minimal_rounds(a.table, m.topology)
-    monkeypatch.setattr(algorithm_module, "_LOAD_ROWS", 7)
+    monkeypatch.setattr(relation_module, "_LOAD_ROWS", 7)
     blocked = index.step_loads(a.table.step, pairs)
     for x, y in zip(whole, blocked, strict=True):
         assert x.tolist() == y.tolist()
@@ -232,15 +233,15 @@ def test_bandwidth_loads_are_the_sends_per_step_and_constraint(monkeypatch, dens
 
     from simcoll.routes import Routes, bandwidth_relation
 
-    algorithm_module = importlib.import_module("simcoll.algorithm")
-    monkeypatch.setattr(algorithm_module, "_DENSE_CELLS_PER_ROW", dense_cells_per_row)
-    monkeypatch.setattr(algorithm_module, "_DENSE_LOAD_CELLS", whole_schedule_cells)
-    monkeypatch.setattr(algorithm_module, "_DENSE_CELLS_PER_SEND", 1 << 30)
-    monkeypatch.setattr(algorithm_module, "_LOAD_ROWS", 64)  # several blocks
+    relation_module = importlib.import_module("simcoll.algorithm.relation")
+    monkeypatch.setattr(relation_module, "_DENSE_CELLS_PER_ROW", dense_cells_per_row)
+    monkeypatch.setattr(relation_module, "_DENSE_LOAD_CELLS", whole_schedule_cells)
+    monkeypatch.setattr(relation_module, "_DENSE_CELLS_PER_SEND", 1 << 30)
+    monkeypatch.setattr(relation_module, "_LOAD_ROWS", 64)  # several blocks
     m = load_machine("dgx-a100*2")
     a = applicable(m, "allreduce", names=["double-binary-tree"])["double-binary-tree"]
     relation = bandwidth_relation(m.topology, Routes(m.topology))
-    index = algorithm_module.RelationIndex.of(relation, m.num_ranks)
+    index = relation_module.RelationIndex.of(relation, m.num_ranks)
     step, cons, counts = index.step_loads(a.table.step, a.table.src * m.num_ranks + a.table.dst)
     expected = Counter()
     for s, src, dst in zip(a.table.step.tolist(), a.table.src.tolist(), a.table.dst.tolist(), strict=True):

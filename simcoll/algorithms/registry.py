@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..algorithm import Algorithm
+from ..arguments import positive_int as positive_int  # re-exported: the families take their options with it
 from ..errors import OptionError
 from ..topology import Topology
 
@@ -83,16 +84,6 @@ def int_list(text: str) -> list[int]:
         return [int(x) for x in text.split(",")]
     except ValueError:
         raise ValueError("expected comma-separated integers") from None
-
-
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise ValueError("expected an integer") from None
-    if value < 1:
-        raise ValueError("expected a positive integer")
-    return value
 
 
 def choice(*values: str) -> Callable[[str], str]:

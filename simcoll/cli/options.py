@@ -16,6 +16,8 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..arguments import non_negative_int, positive_int
+
 Command = Callable[[argparse.Namespace], int]
 Arguments = Callable[[argparse.ArgumentParser], None]
 
@@ -42,26 +44,6 @@ class Parser(argparse.ArgumentParser):
             arguments, self._arguments = self._arguments, None
             arguments(self)
         return super().parse_known_args(args, namespace)
-
-
-def _whole_number_at_least(text: str, least: int) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < least:
-        raise argparse.ArgumentTypeError(f"must be at least {least}, got {value}")
-    return value
-
-
-def positive_int(text: str) -> int:
-    """An argparse ``type`` for counts that must be >= 1 (``--chunks 0`` is refused, not defaulted)."""
-    return _whole_number_at_least(text, 1)
-
-
-def non_negative_int(text: str) -> int:
-    """An argparse ``type`` for ranks and indices (>= 0)."""
-    return _whole_number_at_least(text, 0)
 
 
 def add_group(subparsers, name: str, help_text: str, dest: str):

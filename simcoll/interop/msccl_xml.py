@@ -46,6 +46,17 @@ inference runs with output and input aliased as the verifier aliases them.
 >>> program = read_msccl_xml("allreduce_ring.xml")            # doctest: +SKIP
 >>> parse_msccl_xml(export_msccl_xml(program)) == program      # doctest: +SKIP
 True
+
+Why one module of ~970 lines: import and export are the two directions of one
+mapping, and each leans on the other. Both use the tables of step types and
+collective names below; the importer keeps ``nchunksperloop`` only where it
+differs from what the exporter writes (:func:`_chunks_per_loop`); and the
+exporter is specified by the importer reading its output back to the same
+Program (the round trip above, tested on the files of
+``../shared/interop/msccl-xml/``). Split, the shared tables and helpers would
+need a module of their own, and the examples each other's functions. The
+sections (parsing, import, the collective an ``<algo>`` implements, export)
+read one at a time.
 """
 
 from __future__ import annotations

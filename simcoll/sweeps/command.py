@@ -19,7 +19,7 @@ import json
 import sys
 from collections.abc import Sequence
 
-from ..cli.options import positive_int
+from ..arguments import positive_int
 from ..errors import OptionError, SimcollError
 
 

@@ -159,11 +159,26 @@ def test_explicit_shared_bus_relation():
         ({"collective": "allgather", "chunks": 1, "steps": 2, "backend": "gurobi"}, "unknown backend"),
         ({"collective": "allgather", "chunks": 0, "steps": 2}, "chunks must be at least 1"),
         ({"collective": "allgather", "chunks": 1, "steps": 2, "time_limit_s": 0}, "time limit"),
+        ({"collective": "allgather", "chunks": 1, "steps": 2, "workers": 0}, "workers must be a positive integer"),
+        ({"collective": "allgather", "chunks": 1, "steps": 2, "backend": "z3", "workers": 2}, "applies to cpsat"),
     ],
 )
 def test_bad_instances_are_named(kwargs, message):
     with pytest.raises(SynthesisError, match=message):
         synthesize("dgx1", **kwargs)
+
+
+@pytest.mark.parametrize(("c", "s", "r"), [(6, 3, 7), (2, 2, 3)])
+def test_one_worker_finds_the_same_algorithm_on_every_run(c, s, r):
+    """Deterministic by default (issue 51): the same transfers, run after run,
+    with one CP-SAT worker and a fixed seed; racing workers answer the same
+    query with a verified algorithm of the same (C, S, R)."""
+    runs = [synthesize("dgx1", "allgather", c, s, r) for _ in range(3)]
+    assert all(run.status == "sat" for run in runs)
+    first = runs[0].algorithm.transfers
+    assert all(run.algorithm.transfers == first for run in runs[1:])
+    raced = synthesize("dgx1", "allgather", c, s, r, workers=2)
+    assert raced.status == "sat" and check(raced.algorithm, load_machine("dgx1")) == []
 
 
 def test_time_limit_gives_unknown_not_an_error():

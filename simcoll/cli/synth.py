@@ -49,6 +49,7 @@ def cmd_sccl(args: argparse.Namespace) -> int:
         backend=args.backend,
         time_limit_s=args.time_limit,
         root=args.root,
+        workers=args.workers,
     )
     if result.algorithm is not None and args.output:
         result.algorithm.save(args.output)
@@ -69,6 +70,7 @@ def _pareto(args: argparse.Namespace, machine, pareto_synthesize) -> int:
         time_limit_s=args.time_limit,
         max_steps=args.max_steps,
         root=args.root,
+        workers=args.workers,
     ):
         row = {**point.result.to_dict(), "rounds_per_chunk": str(point.rounds_per_chunk), "optimal": point.optimal}
         queries.append(row)
@@ -116,6 +118,13 @@ def _sccl_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rounds", type=positive_int, help="R (default: S)")
     add_root_option(p)
     p.add_argument("--backend", default="cpsat", help="cpsat (default), z3 or z3-pb")
+    p.add_argument(
+        "--workers",
+        type=positive_int,
+        default=1,
+        help="CP-SAT workers: 1 (default) finds the same algorithm on every run; more race and take the first "
+        "answer, which may change from run to run",
+    )
     add_time_limit_option(p, "seconds per solver query (default 60)")
     add_output_option(p, help="write the synthesized Algorithm JSON here")
     p.add_argument("--pareto", action="store_true", help="SCCL Algorithm 1: the Pareto frontier")

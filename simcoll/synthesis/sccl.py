@@ -24,6 +24,7 @@ the ReduceScatter), the whole Alltoall buffer (C/P chunks per destination).
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Callable, Iterator
@@ -120,6 +121,7 @@ def synthesize(
     bandwidth: tuple[BandwidthConstraint, ...] | None = None,
     num_ranks: int | None = None,
     root: int | None = None,
+    workers: int = 1,
 ) -> SynthesisResult:
     """Synthesize a (C, S, R) algorithm, or prove there is none.
 
@@ -148,6 +150,10 @@ def synthesize(
         P, with an explicit ``bandwidth`` and no machine.
     root : int, optional
         The root of a rooted collective.
+    workers : int, optional
+        CP-SAT workers (the ``cpsat`` backend): 1 (default) gives the same
+        algorithm on every run; more race and take the first answer, which
+        may differ from run to run (:func:`~simcoll.synthesis.cpsat.solve_cpsat`).
 
     Returns
     -------
@@ -158,8 +164,9 @@ def synthesize(
     Raises
     ------
     SynthesisError
-        For an unknown backend, a non-positive time limit, a chunk count the
-        collective cannot take, or a target with no links.
+        For an unknown backend, a non-positive time limit, a worker count
+        that is not a positive integer (or above 1 for a Z3 backend), a chunk
+        count the collective cannot take, or a target with no links.
 
     References
     ----------
@@ -177,6 +184,7 @@ def synthesize(
         raise SynthesisError(f"unknown backend {backend!r}; choose {' or '.join(BACKENDS)}")
     if time_limit_s <= 0:
         raise SynthesisError(f"time limit must be positive (got {time_limit_s})")
+    solve = _solver(backend, workers)
     target = make_target(machine, bandwidth, num_ranks)
     coll = collective_for(collective, target.num_ranks, chunks, root)
     if coll.num_ranks != target.num_ranks:
@@ -185,13 +193,13 @@ def synthesize(
     started = time.perf_counter()
     deadline = started + time_limit_s
     if coll.name == "allreduce":
-        outcome, transfers, rounds_per_step = _allreduce(coll, target, steps, rounds, backend, deadline)
+        outcome, transfers, rounds_per_step = _allreduce(coll, target, steps, rounds, solve, deadline)
     elif coll.combining:
-        outcome, transfers, rounds_per_step = _inverted(coll, target, steps, rounds, backend, deadline)
+        outcome, transfers, rounds_per_step = _inverted(coll, target, steps, rounds, solve, deadline)
     else:
         instance = Instance(coll, steps, rounds, target.bandwidth, paper_chunks(coll), target.name)
         instance.check_reachable()
-        outcome = BACKENDS[backend](instance, time_limit_s=time_limit_s)
+        outcome = solve(instance, time_limit_s=time_limit_s)
         transfers = [Transfer(c, s, d, "copy", t) for c, s, d, t in outcome.sends]
         rounds_per_step = outcome.rounds_per_step
     elapsed = time.perf_counter() - started
@@ -222,6 +230,17 @@ def synthesize(
     return SynthesisResult("sat", coll.name, paper_chunks(coll), steps, rounds, backend, elapsed, algorithm=algorithm)
 
 
+def _solver(backend: str, workers: int) -> Callable[..., SolverOutcome]:
+    """The backend's solve function, with ``workers`` for CP-SAT."""
+    if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
+        raise SynthesisError(f"workers must be a positive integer (got {workers!r})")
+    if backend == "cpsat":
+        return functools.partial(solve_cpsat, workers=workers)
+    if workers != 1:
+        raise SynthesisError(f"the {backend} backend runs one worker; workers={workers} applies to cpsat")
+    return BACKENDS[backend]
+
+
 def _remaining(deadline: float) -> float:
     return max(0.01, deadline - time.perf_counter())
 
@@ -250,16 +269,16 @@ def _invert_sends(sends, steps: int) -> list[Transfer]:
     return [Transfer(c, d, s, "reduce", steps - 1 - t) for c, s, d, t in sends]
 
 
-def _inverted(coll: Collective, target: Target, steps: int, rounds: int, backend: str, deadline: float):
+def _inverted(coll: Collective, target: Target, steps: int, rounds: int, solve, deadline: float):
     dual = inverse_collective(coll)
     instance = Instance(dual, steps, rounds, reversed_relation(target.bandwidth), paper_chunks(coll), target.name)
     instance.check_reachable()
-    outcome = BACKENDS[backend](instance, time_limit_s=_remaining(deadline))
+    outcome = solve(instance, time_limit_s=_remaining(deadline))
     transfers = _invert_sends(outcome.sends, steps)
     return outcome, transfers, tuple(reversed(outcome.rounds_per_step))
 
 
-def _allreduce(coll: Collective, target: Target, steps: int, rounds: int, backend: str, deadline: float):
+def _allreduce(coll: Collective, target: Target, steps: int, rounds: int, solve, deadline: float):
     """ReduceScatter (inverted Allgather on reversed B) then Allgather (§3.5)."""
     if steps % 2 or rounds % 2:
         raise SynthesisError(
@@ -271,7 +290,7 @@ def _allreduce(coll: Collective, target: Target, steps: int, rounds: int, backen
     ag = make_collective("allgather", p, coll.chunk_factor // p)
     ag_instance = Instance(ag, half_s, half_r, target.bandwidth, coll.chunk_factor // p, target.name)
     ag_instance.check_reachable()
-    ag_out = BACKENDS[backend](ag_instance, time_limit_s=_remaining(deadline))
+    ag_out = solve(ag_instance, time_limit_s=_remaining(deadline))
     if ag_out.status != "sat":
         return ag_out, [], ()
     reversed_b = reversed_relation(target.bandwidth)
@@ -279,7 +298,7 @@ def _allreduce(coll: Collective, target: Target, steps: int, rounds: int, backen
         rs_out = ag_out  # the reversed instance is the same instance: one solve serves both halves
     else:
         rs_instance = Instance(ag, half_s, half_r, reversed_b, coll.chunk_factor // p, target.name)
-        rs_out = BACKENDS[backend](rs_instance, time_limit_s=_remaining(deadline))
+        rs_out = solve(rs_instance, time_limit_s=_remaining(deadline))
         if rs_out.status != "sat":
             return rs_out, [], ()
     # Allgather chunk i*P+n starts on rank n; the Allreduce block owned by n is the same chunk id.
@@ -393,6 +412,7 @@ def pareto_synthesize(
     bandwidth: tuple[BandwidthConstraint, ...] | None = None,
     num_ranks: int | None = None,
     root: int | None = None,
+    workers: int = 1,
 ) -> Iterator[ParetoPoint]:
     """SCCL Algorithm 1, yielding every query as it is answered (so callers
     can show progress); the points with ``optimal=True`` form the frontier.
@@ -415,8 +435,9 @@ def pareto_synthesize(
         The collective's name.
     k : int
         Rounds per step beyond one that a step may take (k-synchronous).
-    backend, time_limit_s, bandwidth, num_ranks, root
-        As for :func:`synthesize`.
+    backend, time_limit_s, bandwidth, num_ranks, root, workers
+        As for :func:`synthesize` (one worker: the same frontier, with the
+        same algorithms, on every run).
     max_steps : int, optional
         The last S tried.
 
@@ -468,6 +489,7 @@ def pareto_synthesize(
                 bandwidth=target.bandwidth if target.topology is None or bandwidth is not None else None,
                 num_ranks=target.num_ranks,
                 root=root,
+                workers=workers,
             )
             if result.status == "sat":
                 yield ParetoPoint(result, ratio, proven)

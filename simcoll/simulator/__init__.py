@@ -1,10 +1,17 @@
 """Discrete-event simulator: SimPy over a fluid network model.
 
-:func:`simulate` is the one entry: it runs an :class:`~simcoll.algorithm.Algorithm`
-(Algorithm mode, :mod:`.fast`) or a :class:`~simcoll.program.Program`
-(Program mode, :mod:`.program_mode`) on a :class:`~simcoll.machines.Machine` and
-returns a :class:`SimulationResult` (time, timeline, utilisation, algbw/busbw,
-Chrome trace). The network model is in :mod:`.network`.
+:func:`simulate` is the one entry and the dispatcher: it runs an
+:class:`~simcoll.algorithm.Algorithm` (Algorithm mode) or a
+:class:`~simcoll.program.Program` (Program mode, :mod:`.program_mode`) on a
+:class:`~simcoll.machines.Machine` and returns a :class:`SimulationResult`
+(time, timeline, utilisation, algbw/busbw, Chrome trace; ``stats["path"]``
+says which path ran). The rooms:
+
+- :mod:`.reference` — the rules, stated once and plainly (``engine="reference"``);
+- :mod:`.fast` — Algorithm mode's fast paths, tested against the reference;
+- :mod:`.routing` — what a message crosses (resources, routes, their caches);
+- :mod:`.network` and :mod:`.fair_share` — how fast it goes (the fast flow sharing);
+- :mod:`.program_mode`, :mod:`.step_pipeline`, :mod:`.results`, :mod:`.engine`.
 
 >>> from simcoll import load_machine
 >>> from simcoll.algorithms import generate

@@ -14,14 +14,16 @@ numbers and weights, repeats merged) kept in a :class:`RouteUsesTable`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 
 from .routing import Resource, _CapacityTable
 
-if TYPE_CHECKING:  # (a flow's fields are read here; the network creates them)
-    from .network import Flow
+#: A flow as the max-min reads it: its ``id``, ``bound`` (bytes/s), ``res`` (its route's
+#: ``(resource, weight)`` pairs) and ``uses`` (a :class:`RouteUses`); :class:`~.network.Flow`
+#: creates them (this module does not import the network, which imports it).
+FlowLike = Any
 
 #: Flows whose fair share lies within this relative distance of the level freeze together (ties).
 TIE_TOLERANCE = 1e-12
@@ -102,12 +104,12 @@ def alone_rate_Bps(bound_Bps: float, resources: Sequence[tuple[Resource, float]]
     return rate
 
 
-def max_min_rates(flows: dict[int, Flow], resources: dict[int, Resource]) -> dict[int, float]:
+def max_min_rates(flows: dict[int, FlowLike], resources: dict[int, Resource]) -> dict[int, float]:
     """Weighted progressive filling: all unfrozen flows rise at one common rate
     until a flow hits its bound or a resource fills; those freeze; repeat."""
     residual = {rid: r.effective_capacity_Bps(len(r.flows)) for rid, r in resources.items()}
     weight_sum = dict.fromkeys(resources, 0.0)
-    on: dict[int, list[tuple[Flow, float]]] = {rid: [] for rid in resources}
+    on: dict[int, list[tuple[FlowLike, float]]] = {rid: [] for rid in resources}
     for f in flows.values():
         for r, w in f.res:
             weight_sum[r.id] += w
@@ -152,7 +154,7 @@ class SparseComponent:
 
     def __init__(
         self,
-        flows: dict[int, Flow],
+        flows: dict[int, FlowLike],
         resources: dict[int, Resource],
         table: RouteUsesTable | None = None,
         capacities: _CapacityTable | None = None,
@@ -230,7 +232,7 @@ class SparseComponent:
         return np.bincount(self.entry_res, weights=per_use, minlength=len(self.resources)).tolist()
 
 
-def max_min_rates_numpy(flows: dict[int, Flow], resources: dict[int, Resource]) -> dict[int, float]:
+def max_min_rates_numpy(flows: dict[int, FlowLike], resources: dict[int, Resource]) -> dict[int, float]:
     """:func:`max_min_rates`, vectorised over the sparse flow × resource weights
     (:meth:`SparseComponent.max_min`)."""
     sparse = SparseComponent(flows, resources)

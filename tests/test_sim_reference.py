@@ -116,10 +116,14 @@ def _bytes(frame) -> dict[str, float]:
 
 
 def _both(schedule, machine, size, *, contention, protocol, path):
+    """The forced fast path's result and the reference's; the fast paths
+    claim the dispatcher's default result bit for bit, and are held to it."""
     with pytest.MonkeyPatch.context() as mp:
         utilisation = _path_settings(mp, path)
         options = dict(contention=contention, protocol=protocol, verify=False, record_utilisation=utilisation)
         fast = simulate(schedule, machine, size, **options)
+    default = simulate(schedule, machine, size, contention=contention, protocol=protocol, verify=False)
+    assert fast.time_s == default.time_s, (path, fast.stats["path"], default.stats["path"])
     reference = simulate(schedule, machine, size, engine="reference", **options)
     return fast, reference
 
@@ -259,6 +263,29 @@ def test_the_result_names_the_path_that_ran():
     assert simulate(ring, m, 1 << 20, engine="reference").stats["path"] == "reference"
     with pytest.raises(SimulationError, match="unknown engine 'slow'"):
         simulate(ring, m, 1 << 20, engine="slow")
+
+
+@pytest.mark.parametrize(
+    ("machine", "algorithm", "contention", "path", "ran"),
+    [
+        ("ring:5", "ring", True, "batched", "schedule order"),
+        ("ring:5", "ring", True, "batched events", "batched events"),
+        ("dgx1", "ring", True, "compiled", "compiled events"),
+        ("dgx1", "ring", True, "python events", "events"),
+        ("ndv2*2", "ring", False, "default", "events, node-rotation quotient of order 2"),
+        ("dgx-h100", "nvls", True, "default", "events"),
+    ],
+)
+def test_each_forced_path_runs_and_agrees(machine, algorithm, contention, path, ran):
+    """The property tests above force these paths; here each is seen to run
+    (``stats["path"]``), so a forcing that silently fell back is noticed."""
+    m = load_machine(machine)
+    schedule = generate(algorithm, m, "allreduce")
+    fast, reference = _both(schedule, m, 1 << 20, contention=contention, protocol=None, path=path)
+    if path == "compiled" and compiled.unavailable() is not None:
+        pytest.skip(f"no compiled core here: {compiled.unavailable()}")
+    assert fast.stats["path"] == ran
+    assert_agree(fast, reference)
 
 
 def test_the_reference_refuses_a_read_of_a_chunk_not_yet_held():

@@ -93,7 +93,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "lower_bounds": ("bounds", "lower_bounds"),
     "min_rounds_per_chunk": ("bounds", "min_rounds_per_chunk"),
     "min_steps": ("bounds", "min_steps"),
-    "plot_comparison": ("compare", "plot_comparison"),
+    "plot_comparison": ("compare_plot", "plot_comparison"),
     "simulate": ("simulator", "simulate"),
     "step_time_s": ("analytic", "step_time_s"),
     "time_lower_bound_s": ("bounds", "time_lower_bound_s"),

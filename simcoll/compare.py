@@ -45,7 +45,6 @@ from .collectives import Collective, canonical_name, make_collective
 from .collector import collector_paused
 from .errors import NotApplicableError, OptionError, SimcollError, SimulationError, TimeLimitError, TooLargeError
 from .evaluation import METHODS, schedule_time_s
-from .files import save_figure
 from .machines import Machine, as_machine
 from .units import check_size_bytes, format_size
 
@@ -689,62 +688,3 @@ def _lower_all(algorithms: dict[str, Algorithm], machine: Machine, skipped: dict
         except SimcollError as exc:
             skipped[f"{name} (program)"] = f"cannot be lowered: {exc}"
     return out
-
-
-def plot_comparison(df: pd.DataFrame, path: str | Path) -> None:
-    """Plot algbw against buffer size, one line per algorithm, the bandwidth
-    bound dashed, and save the figure.
-
-    Parameters
-    ----------
-    df : pandas.DataFrame
-        Rows from :func:`compare` (columns :data:`COLUMNS`); Program-mode rows
-        are drawn dashed and labelled ``"<name> (program)"``.
-    path : str or pathlib.Path
-        Where to write the image; the format follows the suffix (``.png``,
-        ``.svg``, ``.pdf``).
-
-    Returns
-    -------
-    None
-
-    Raises
-    ------
-    OSError
-        When ``path`` cannot be written.
-
-    Examples
-    --------
-    >>> import tempfile, pathlib
-    >>> df, _ = compare("ring:4", "allgather", [1024, 1 << 20], method="analytic")
-    >>> with tempfile.TemporaryDirectory() as tmp:
-    ...     out = pathlib.Path(tmp) / "allgather.png"
-    ...     plot_comparison(df, out)
-    ...     out.stat().st_size > 0
-    True
-    """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for (name, how), group in df.groupby(["algorithm", "method"]):
-        label = name if how != "program" else f"{name} (program)"
-        style = "--" if how == "program" else "-"
-        ax.plot(group["size_bytes"], group["algbw_GBps"], style, marker="o", markersize=3, label=label)
-    bound = df.drop_duplicates("size_bytes")
-    ax.plot(bound["size_bytes"], bound["algbw_bound_GBps"], "k--", linewidth=1, label="bandwidth bound")
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("buffer size (bytes)")
-    ax.set_ylabel("algbw (GB/s)")
-    first = df.iloc[0]
-    how = "analytic α-β" if first["method"] == "analytic" else "simulated"
-    ax.set_title(f"{first['collective']} on {first['topology']} (model {first['model']}, {how})")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    try:
-        save_figure(fig, path, dpi=120)
-    finally:
-        plt.close(fig)

@@ -300,6 +300,114 @@ def write_atomic(path: str | Path, data: str | bytes, *, error: type[SimcollErro
         handle.write(data)
 
 
+def write_atomic_together(
+    files: Sequence[tuple[str | Path, str | bytes]], *, error: type[SimcollError] = FileError
+) -> None:
+    """Write several files that belong together (a topology and its model):
+    all of them, or none.
+
+    Every file is first written whole to a temporary beside its target
+    (flushed and ``fsync``-ed); only when all are complete are they renamed
+    into place, one after the other. A failure while writing (no space,
+    file too large, an interrupt) removes the temporaries and leaves every
+    old file as it was. (Renames within a directory do not fail once the
+    temporaries exist there, so the window where one file is new and the
+    other old is the few microseconds between two renames.)
+
+    Parameters
+    ----------
+    files : sequence of (path, data)
+        Each target and its whole content (text as UTF-8, or bytes); the
+        targets must be distinct (:func:`check_distinct_outputs`).
+    error : type
+        The :class:`SimcollError` subclass to raise (default :class:`FileError`).
+
+    Raises
+    ------
+    FileError
+        (or the ``error`` given) naming the file that cannot be written.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> write_atomic_together([(folder / "a.yaml", "a: 1\\n"), (folder / "b.yaml", "b: 2\\n")])
+    >>> sorted(p.name for p in folder.iterdir())
+    ['a.yaml', 'b.yaml']
+    >>> write_atomic_together([(folder / "a.yaml", "a: 3\\n"), (folder / "no" / "b.yaml", "b: 4\\n")])
+    Traceback (most recent call last):
+    simcoll.errors.FileError: ... cannot write: No such file or directory
+    >>> (folder / "a.yaml").read_text(), sorted(p.name for p in folder.iterdir())
+    ('a: 1\\n', ['a.yaml', 'b.yaml'])
+    """
+    check_distinct_outputs({str(path): path for path, _ in files}, error=error)
+    written: list[tuple[Path, Path]] = []  # (temporary, target), each complete
+    try:
+        for path, data in files:
+            target = Path(path)
+            try:
+                fd, temp = _create_temp(target)
+            except OSError as exc:
+                raise error(f"{path}: cannot write: {exc.strerror or exc}") from None
+            written.append((temp, target))
+            try:
+                with os.fdopen(fd, "wb" if isinstance(data, bytes) else "w",
+                               **({} if isinstance(data, bytes) else {"encoding": "utf-8"})) as handle:  # fmt: skip
+                    handle.write(data)
+                    handle.flush()
+                    os.fsync(handle.fileno())
+                if target.exists():
+                    shutil.copymode(target, temp)
+            except OSError as exc:
+                raise error(f"{path}: cannot write: {exc.strerror or exc}") from None
+        for index, (temp, target) in enumerate(written):
+            try:
+                os.replace(temp, target)
+            except OSError as exc:
+                written = written[index:]
+                raise error(f"{target}: cannot write: {exc.strerror or exc}") from None
+        written = []
+    finally:
+        for temp, _ in written:  # what was not renamed into place: the old files stay
+            try:
+                os.unlink(temp)
+            except FileNotFoundError:
+                pass
+
+
+def check_distinct_outputs(outputs: dict[str, str | Path], *, error: type[SimcollError] = FileError) -> None:
+    """Refuse, before any work starts, two outputs of one command at one path
+    (the second would silently replace the first).
+
+    Parameters
+    ----------
+    outputs : dict
+        Each output's name as the user gives it (an option such as
+        ``--model-output``) and its path; unset outputs (None, "") are skipped.
+    error : type
+        The :class:`SimcollError` subclass to raise (default :class:`FileError`).
+
+    Raises
+    ------
+    FileError
+        (or the ``error`` given) naming both outputs and the path.
+
+    Examples
+    --------
+    >>> check_distinct_outputs({"-o": "m.yaml", "--model-output": "./m.yaml"})
+    Traceback (most recent call last):
+    simcoll.errors.FileError: ./m.yaml: both -o and --model-output would be written there (give them different paths)
+    """
+    seen: dict[Path, str] = {}
+    for name, path in outputs.items():
+        if not path:
+            continue
+        resolved = Path(path).resolve()  # ./m.yaml, dir/../m.yaml and a link to m.yaml are m.yaml
+        if resolved in seen:
+            raise error(f"{path}: both {seen[resolved]} and {name} would be written there (give them different paths)")
+        seen[resolved] = name
+
+
 def check_output_path(
     path: str | Path, *, inputs: tuple[str | Path, ...] = (), error: type[SimcollError] = FileError
 ) -> None:
@@ -318,7 +426,8 @@ def check_output_path(
     ------
     FileError
         (or the ``error`` given) naming the file when its directory is missing or not
-        writable, when it is a directory, or when it is one of ``inputs``.
+        writable (a file cannot be created there), when it is a directory, or when it
+        is one of ``inputs``.
 
     Examples
     --------
@@ -334,6 +443,14 @@ def check_output_path(
         raise error(f"{path}: cannot write: it is a directory")
     if not os.access(parent, os.W_OK):
         raise error(f"{path}: cannot write: directory {parent} is not writable")
+    # access() says yes to root, and knows nothing of /proc or a read-only mount: create (and remove)
+    # the temporary file the write will use, so that what fails after the work fails now
+    try:
+        fd, temp = _create_temp(target)
+    except OSError as exc:
+        raise error(f"{path}: cannot write: {exc.strerror or exc}") from None
+    os.close(fd)
+    os.unlink(temp)
     resolved = target.resolve()
     for source in inputs:
         if Path(source).exists() and Path(source).resolve() == resolved:

@@ -21,6 +21,8 @@ before anything is built, and refused with one line naming the limit.
   is counted as the generator builds its transfer tables
   (:func:`transfer_budget`), and refused as soon as the count passes it:
   before the rest is built, not before anything is.
+- :data:`MAX_SIZE_BYTES` = 1 PiB: the largest buffer size a size option or
+  a study takes (:func:`simcoll.units.parse_size`; see its comment).
 """
 
 from __future__ import annotations
@@ -53,6 +55,13 @@ MAX_COLLECTIVE_SLOTS = 50_000_000
 #: million. On 4,096 GPUs a flat ring Allreduce has 33.5 million (2(P-1)
 #: steps of P chunks) and the 2D ring 63 million.
 MAX_TRANSFERS = 25_000_000
+#: Largest buffer size, in bytes, that :func:`simcoll.units.parse_size` reads
+#: (1 PiB, ``1024TB``). No library function has a limit of its own, but the
+#: largest buffer an evaluated collective moves is a few GiB per GPU (the
+#: seed papers sweep to 1-8 GB), so a size a million times that is a typo;
+#: and past 2**53 bytes sizes stop being exact as floats, which every time
+#: formula divides them as.
+MAX_SIZE_BYTES = 2**50
 
 
 @dataclass

@@ -19,7 +19,7 @@ Topology specs accepted everywhere (CLI ``--topology`` included):
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property, lru_cache
 from importlib import resources
 from pathlib import Path
@@ -78,6 +78,30 @@ def _is_path(spec: str) -> bool:
     return spec.endswith((".yaml", ".yml")) or "/" in spec and Path(spec).exists()
 
 
+def _not_yaml(spec: str, what: str) -> str | None:
+    """The message for a spec that names an existing file without a YAML
+    extension (it is read as a name, and no built-in has it), else None."""
+    if Path(spec).is_file():
+        return f"{what} {spec!r}: the file exists but is not a .yaml file (name {what} files *.yaml or *.yml)"
+    return None
+
+
+def _with_model_beside(topology: Topology, path: Path) -> Topology:
+    """``topology``, read from ``path``, with a ``default_model`` that names a
+    file by a relative path resolved against the topology file's folder, so
+    that the machine loads from any working directory (``topo import -o
+    dir/machine.yaml`` records ``machine.model.yaml``). A file written when
+    the path was recorded relative to the working directory still loads:
+    where only that path exists, it is kept."""
+    model = topology.default_model
+    if not model or not (model.endswith((".yaml", ".yml")) or "/" in model) or Path(model).is_absolute():
+        return topology  # a built-in model's name, or an absolute path
+    beside = path.parent / model
+    if beside.exists() or not Path(model).exists():
+        return replace(topology, default_model=str(beside))
+    return topology
+
+
 def load_topology(spec: str) -> Topology:
     """Resolve a topology spec (module docstring) to a validated :class:`Topology`.
 
@@ -112,7 +136,7 @@ def load_topology(spec: str) -> Topology:
     if not isinstance(spec, str) or not spec:
         raise TopologyError(f"topology spec must be a non-empty string, got {spec!r}")
     if _is_path(spec):
-        return load_topology_file(spec)
+        return _with_model_beside(load_topology_file(spec), Path(spec))
     return _load_named_topology(spec)
 
 
@@ -133,6 +157,9 @@ def _load_named_topology(spec: str) -> Topology:
         return generate_topology(spec)
     path = _data_dir("simcoll.topologies") / f"{spec}.yaml"
     if not path.exists():
+        not_yaml = _not_yaml(spec, "topology")
+        if not_yaml:
+            raise UnknownMachineError(not_yaml)
         raise UnknownMachineError(
             f"unknown topology {spec!r}: not a file, generator, cluster (NODE*N) or GPU subset (NODE[i,j]); "
             f"built-ins: {', '.join(builtin_topologies())}; generators: {', '.join(TOPOLOGY_GENERATORS)}"
@@ -175,7 +202,9 @@ def load_model(spec: str) -> CostModel:
 def _load_builtin_model(spec: str) -> CostModel:
     path = _data_dir("simcoll.models") / f"{spec}.yaml"
     if not path.exists():
-        raise UnknownModelError(f"unknown model {spec!r}; built-ins: {', '.join(builtin_models())}")
+        raise UnknownModelError(
+            _not_yaml(spec, "model") or f"unknown model {spec!r}; built-ins: {', '.join(builtin_models())}"
+        )
     return load_model_file(path)
 
 

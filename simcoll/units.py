@@ -11,6 +11,7 @@ import numbers
 import re
 
 from .errors import SizeError
+from .limits import MAX_SIZE_BYTES
 
 _MULTIPLIERS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
@@ -84,18 +85,34 @@ def check_size_bytes(
 def parse_size(text: str | int) -> int:
     """Return the number of bytes in ``text`` ("64", "1K", "1KB", "4MiB", "1.5G").
 
+    Sizes above :data:`simcoll.limits.MAX_SIZE_BYTES` (1 PiB) are refused.
+
     >>> parse_size("1KB")
     1024
+    >>> parse_size("2048TB")
+    Traceback (most recent call last):
+    ...
+    simcoll.errors.SizeError: size '2048TB' is more than simcoll takes (at most 1024TB = 1,125,899,906,842,624 bytes, simcoll.limits.MAX_SIZE_BYTES)
     """
     if isinstance(text, int) and not isinstance(text, bool):
-        return check_size_bytes(text, where="size")
-    match = _SIZE_RE.match(str(text))
-    if not match:
-        raise SizeError(f"cannot read size {text!r}: expected a number with an optional K/M/G/T suffix")
-    value = float(match.group(1)) * _MULTIPLIERS[match.group(2).upper()]
-    if value < 1 or value != int(value):
-        raise SizeError(f"size {text!r} is not a positive whole number of bytes")
-    return int(value)
+        value = check_size_bytes(text, where="size")
+    else:
+        match = _SIZE_RE.match(str(text))
+        if not match:
+            raise SizeError(f"cannot read size {text!r}: expected a number with an optional K/M/G/T suffix")
+        # the digits as an integer, not a float: 99999999999999999999 must not round to a size it is not
+        digits, suffix = match.group(1), _MULTIPLIERS[match.group(2).upper()]
+        exact = int(digits) * suffix if "." not in digits else None
+        number = float(digits) * suffix
+        if number < 1 or (exact is None and number != int(number)):
+            raise SizeError(f"size {text!r} is not a positive whole number of bytes")
+        value = exact if exact is not None else int(number)
+    if value > MAX_SIZE_BYTES:
+        raise SizeError(
+            f"size {text!r} is more than simcoll takes (at most {format_size(MAX_SIZE_BYTES)} = {MAX_SIZE_BYTES:,} bytes, "
+            "simcoll.limits.MAX_SIZE_BYTES)"
+        )
+    return value
 
 
 def parse_size_range(text: str, factor: int = 2) -> list[int]:

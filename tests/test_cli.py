@@ -129,7 +129,7 @@ def test_verify_stops_at_its_time_limit_and_an_orbit_file_verifies(tmp_path, cap
     assert main(["verify", str(path), "-t", "dgx-h100*4", "--time-limit", "1e-9"]) == 2
     assert "wall-clock limit of 1e-09 s reached" in capsys.readouterr().err
     assert main(["verify", str(path), "--time-limit", "0"]) == 2
-    assert "time_limit_s must be a positive number" in capsys.readouterr().err
+    assert "--time-limit must be a positive number of seconds, got '0'" in capsys.readouterr().err
 
 
 def test_algo_list_names_the_collectives(capsys):

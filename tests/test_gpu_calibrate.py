@@ -129,8 +129,9 @@ def test_calibrate_command_exits_2_in_one_line_without_a_gpu(tmp_path, capsys):
         pytest.skip("a GPU is present")
     out = tmp_path / "m.yaml"
     assert main(["gpu", "calibrate", "-o", str(out)]) == 2
-    text = capsys.readouterr().out
-    assert text.count("\n") == 1 and "no CUDA GPU" in text and not out.exists()
+    captured = capsys.readouterr()  # an error: on stderr, nothing on stdout
+    assert not captured.out and captured.err.count("\n") == 1 and "no CUDA GPU" in captured.err
+    assert not out.exists()
 
 
 def test_the_relay_gives_the_write_share_and_the_model_carries_it(tmp_path):

@@ -57,8 +57,8 @@ def test_gpu_only_commands_exit_2_in_one_line_without_a_gpu(tmp_path, capsys):
         pytest.skip("a GPU is present")
     _, path = saved_ring(tmp_path)
     assert main(["gpu", "run", str(path), "--size", "1MB"]) == 2
-    out = capsys.readouterr().out
-    assert out.count("\n") == 1 and "no CUDA GPU" in out
+    captured = capsys.readouterr()  # an error: on stderr, nothing on stdout
+    assert not captured.out and captured.err.count("\n") == 1 and "no CUDA GPU" in captured.err
     with pytest.raises(GpuUnavailableError):
         runner.run(ring2(), 4096)
 

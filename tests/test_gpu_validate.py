@@ -65,7 +65,8 @@ def test_validate_command_exits_2_in_one_line_without_a_gpu(tmp_path, capsys):
         pytest.skip("a GPU is present")
     _, path = saved_ring(tmp_path)
     assert main(["gpu", "validate", str(path), "--sizes", "1KB:1MB", "--csv", str(tmp_path / "x.csv")]) == 2
-    out = capsys.readouterr().out
-    assert out.count("\n") == 1 and "no CUDA GPU" in out and not (tmp_path / "x.csv").exists()
+    captured = capsys.readouterr()  # an error: on stderr, nothing on stdout
+    assert not captured.out and captured.err.count("\n") == 1 and "no CUDA GPU" in captured.err
+    assert not (tmp_path / "x.csv").exists()
     assert main(["gpu", "validate", str(path)]) == 2  # neither --size nor --sizes: a usage error
     assert "needs one of --size" in capsys.readouterr().err

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from simcoll.compare import compare
@@ -89,7 +91,10 @@ def test_cli_compare_algorithms(capsys):
 
     assert main(["compare", "-t", "dgx-a100", "-c", "allreduce", "--sizes", "1MB", "--algorithms", "nccl,ring"]) == 0
     out = capsys.readouterr().out
-    assert "nccl (ring/" in out and "nccl-ring" not in out
+    header = next(line for line in out.splitlines() if line.startswith("size"))
+    assert header.split()[1:3] == ["ring", "nccl"] and "NCCL's choice" in header and "nccl-ring" not in out
+    row = next(line for line in out.splitlines() if line.lstrip().startswith("1MB"))
+    assert re.search(r" ring/(LL|LL128|Simple)/\d+ch ", row)  # NCCL's choice beside its column
 
 
 def test_chain_collectives_pipeline_deeper_as_the_buffer_grows():

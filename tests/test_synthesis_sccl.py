@@ -227,5 +227,5 @@ def test_cli_single_query_and_pareto(tmp_path, capsys):
     captured = capsys.readouterr()
     frontier = json.loads(captured.out)["frontier"]
     assert [(p["chunks"], p["steps"], p["rounds"]) for p in frontier] == [(1, 2, 2), (2, 3, 3)]
-    assert "Pareto-optimal" in captured.err  # progress on the terminal
+    assert "query 1: S=2 C=1 R=2: sat" in captured.err  # progress on the terminal
     assert main(["synth", "sccl", "-t", "dgx1", "-c", "allgather", "--steps", "2"]) == 2

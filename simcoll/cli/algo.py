@@ -1,5 +1,12 @@
 """``simcoll algo``: the algorithm generators of :mod:`simcoll.algorithms`
-(list them; generate, verify and write one)."""
+(list them; generate, verify and write one).
+
+``algo generate`` prints a one-line summary of the verified Algorithm (name,
+collective, ranks, C S R, transfers) and writes the Algorithm where ``-o``
+says: a file, or ``-o -`` for its JSON on stdout (and nothing else). With
+``--json`` the summary is a JSON object (``output`` the file written, or
+null); with ``-o -`` stdout is the Algorithm JSON, ``--json`` or not.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +22,9 @@ from .options import (
     add_topology_option,
     print_json,
 )
+
+#: ``algo generate -o -``: the Algorithm JSON on stdout.
+STDOUT = "-"
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -75,11 +85,15 @@ def cmd_generate(args: argparse.Namespace) -> int:
     problems = check(algo, machine)
     if problems:  # a generator bug, never the user's fault
         raise VerificationError([f"generated {args.name} failed verification: {p}" for p in problems])
+    if args.output == STDOUT:  # the Algorithm JSON alone on stdout (with --json too: one JSON document)
+        print(algo.to_json())
+        return 0
     if args.output:
         algo.save(args.output)
     summary = {
         "name": algo.name,
         "collective": algo.collective.name,
+        "topology": machine.name,
         "ranks": algo.num_ranks,
         "chunks": algo.chunks,
         "steps": algo.steps,
@@ -88,13 +102,13 @@ def cmd_generate(args: argparse.Namespace) -> int:
         "output": args.output,
     }
     if args.json:
-        print_json(summary if args.output else algo.to_dict())
-    elif args.output:
-        print(
-            f"wrote {args.output}: {algo.name} {algo.collective.name}, C={algo.chunks} S={algo.steps} R={algo.rounds}"
-        )
-    else:
-        print(algo.to_json())
+        print_json(summary)
+        return 0
+    line = (
+        f"{algo.name} {algo.collective.name} on {machine.name}: {algo.num_ranks} ranks, "
+        f"C={algo.chunks} S={algo.steps} R={algo.rounds}, {len(algo.transfers):,} transfers"
+    )
+    print(f"wrote {args.output}: {line}" if args.output else f"{line} (-o FILE writes it, -o - prints its JSON)")
     return 0
 
 
@@ -105,7 +119,7 @@ def _generate_arguments(p: argparse.ArgumentParser) -> None:
     add_chunks_option(p, "chunk factor C (default: the generator's, often 1 or P)")
     add_root_option(p, "root rank of broadcast, reduce, gather, scatter (default 0)")
     p.add_argument("--option", action="append", metavar="K=V", help="generator option, repeatable")
-    add_output_option(p, help="write the Algorithm JSON here")
+    add_output_option(p, help=f"write the Algorithm here (JSON; .npz for large ones); {STDOUT!r}: its JSON on stdout")
 
 
 def register(subparsers) -> None:

@@ -55,10 +55,24 @@ def cmd_bounds(args: argparse.Namespace) -> int:
     )
     if with_model:
         print(
-            f"with model {machine.model.name}, {size} B: time >= {b.time_bound_s * 1e6:.3f} us,"
+            f"with model {machine.model.name}, {size_label(size)}: time >= {b.time_bound_s * 1e6:.3f} us,"
             f" algbw <= {b.algbw_bound_GBps:.2f} GB/s"
         )
     return 0
+
+
+def size_label(size_bytes: float) -> str:
+    """``size_bytes`` for a text output: :func:`simcoll.units.format_size`
+    ("8MB"), with the exact bytes beside it where that rounds ("2.93KB (3,000 B)")."""
+    from ..errors import SizeError
+    from ..units import format_size, parse_size
+
+    shown = format_size(size_bytes)
+    try:
+        exact = parse_size(shown) == size_bytes
+    except SizeError:  # "2.93KB" is not a whole number of bytes
+        exact = False
+    return shown if exact else f"{shown} ({size_bytes:,.0f} B)"
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:

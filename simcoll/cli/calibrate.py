@@ -17,6 +17,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from ..cost_model import save_model
     from ..machines import load_machine
 
+    _refuse_repeated_logs(args.nccl_tests)
     machine = load_machine(args.topology, args.base_model)
     params = [p.strip() for p in args.params.split(",")] if args.params else None
     model, report = calibrate(args.nccl_tests, machine, parameters=params, name=args.name, size_range=args.size_range)
@@ -38,11 +39,30 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _refuse_repeated_logs(logs: list[str]) -> None:
+    """A log given twice (``a.log ./a.log`` included) would count its rows
+    twice in the fit, weighting that run over the others: refused."""
+    from pathlib import Path
+
+    from ..errors import OptionError
+
+    seen: dict[Path, str] = {}
+    for log in logs:
+        key = Path(log).resolve()
+        if key in seen:
+            same = "" if seen[key] == log else f" (as {seen[key]})"
+            raise OptionError(f"--nccl-tests: {log} is given twice{same}; each log counts once")
+        seen[key] = log
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     from ..calibration.calibrate import error_summary, plot_validation, validate
+    from ..errors import OptionError
+    from ..files import check_distinct_outputs
     from ..machines import load_machine
     from ..units import format_size
 
+    check_distinct_outputs({"--csv": args.csv, "--plot": args.plot}, error=OptionError)
     machine = load_machine(args.topology, args.model)
     frame = validate(args.nccl_tests, machine, size_range=args.size_range)
     errors = error_summary(frame)

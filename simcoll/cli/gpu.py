@@ -2,7 +2,7 @@
 
     simcoll gpu check FILE [--size S] [--dtype T] [--index I] [--json]   # no GPU needed; exit 0 / 1
     simcoll gpu source [FILE] -o kernel.cu                               # self-contained CUDA source
-    simcoll gpu run FILE --size S [--devices 0,1] [--iters N] [--json]   # needs CuPy and a GPU (else exit 2)
+    simcoll gpu run FILE --size S [--devices 0,1] [--iters N] [--json]   # needs CuPy and a GPU (else exit 2, on stderr)
     simcoll gpu calibrate -o models/NAME.yaml [--devices 0,1] [--base-model M] [--samples F]     # needs a GPU
     simcoll gpu calibrate -o models/NAME.yaml --from-samples F [F ...]   # earlier runs' samples fitted (together), no GPU
     simcoll gpu validate FILE (--size S | --sizes 1KB:1GB) [--model M] [--csv F] [--plot F]      # needs a GPU
@@ -20,7 +20,8 @@ import json
 import sys
 from typing import Any
 
-from simcoll.errors import OptionError, SimcollError
+from simcoll.arguments import positive_seconds
+from simcoll.errors import GpuUnavailableError, OptionError, SimcollError
 
 from .options import non_negative_int, positive_int
 
@@ -88,8 +89,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from simcoll.gpu import cuda_available
 
     if not cuda_available():
-        print(f"simcoll gpu run: {NO_GPU}")
-        return 2
+        raise GpuUnavailableError(f"gpu run: {NO_GPU}")
     from simcoll.gpu.runner import run
 
     program = _program(args.file, args.index)
@@ -122,8 +122,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         samples, run = calibrate.read_sample_files(args.from_samples)
     else:
         if not cuda_available():
-            print(f"simcoll gpu calibrate: {NO_GPU}")
-            return 2
+            raise GpuUnavailableError(f"gpu calibrate: {NO_GPU}")
         from simcoll.gpu.runner import device_name
         from simcoll.units import parse_size_range
 
@@ -164,8 +163,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if args.size is None and args.sizes is None:
         raise OptionError("simcoll gpu validate needs one of --size S or --sizes LOW:HIGH")
     if not cuda_available():
-        print(f"simcoll gpu validate: {NO_GPU}")
-        return 2
+        raise GpuUnavailableError(f"gpu validate: {NO_GPU}")
     from simcoll.gpu import validate as val
 
     program = _program(args.file, args.index)
@@ -177,9 +175,11 @@ def report_validation(program: Any, args: argparse.Namespace, measure: Any) -> i
     """Validate ``program`` with ``measure`` (program, size) -> seconds, print
     the table and write the CSV / plot asked for (the GPU-independent part of
     ``simcoll gpu validate``)."""
+    from simcoll.files import check_distinct_outputs
     from simcoll.gpu import validate as val
     from simcoll.units import parse_size, parse_size_range
 
+    check_distinct_outputs({"--csv": args.csv, "--plot": args.plot}, error=OptionError)
     sizes = [parse_size(args.size)] if args.size is not None else parse_size_range(args.sizes, args.factor)
     result = val.validate(program, _machine(program, args), sizes, measure, dtype=args.dtype)
     if args.json:
@@ -214,7 +214,12 @@ def register(subparsers, add_command=None) -> argparse.ArgumentParser:
     p = sub.add_parser("check", help="table + NumPy reference + host-thread core, compared bit for bit")
     p.add_argument("file")
     _common(p)
-    p.add_argument("--timeout", type=float, default=30.0, help="seconds before the host run counts as deadlocked")
+    p.add_argument(
+        "--timeout",
+        type=positive_seconds("--timeout"),
+        default=30.0,
+        help="seconds before the host run counts as deadlocked",
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_check)
     p = sub.add_parser("source", help="write a self-contained CUDA source (kernel, and the table of FILE)")

@@ -3,7 +3,9 @@ command line.
 
 - ``simcoll export FILE --format msccl-xml [--dialect classic|newer] -o OUT``:
   FILE is a Program JSON or MSCCL XML, or an Algorithm (JSON or SCCL JSON),
-  which is first lowered with :func:`simcoll.compiler.lower_algorithm`.
+  which is first lowered with :func:`simcoll.compiler.lower_algorithm`. OUT
+  is ``*.xml`` (or any name whose extension is not another format's:
+  ``-o x.json`` is refused, as the file would be XML named as JSON).
 - ``simcoll import FILE -o OUT.json``: MSCCL XML → Program JSON, SCCL JSON →
   Algorithm JSON (``--index`` picks one ``<algo>`` of a file holding several).
 """
@@ -17,6 +19,25 @@ from ..files import write_atomic
 from .options import add_command, add_index_option, add_output_option, print_json
 
 FORMATS = ("msccl-xml",)
+
+
+def _check_extension(output: str, format: str) -> None:
+    """Refuse an output whose extension names another schedule format than
+    ``format`` (``-o x.json`` for MSCCL XML): the file would not be read back
+    as what its name says. Other extensions (none, ``.txt``) are the user's choice."""
+    from pathlib import Path
+
+    from ..errors import OptionError
+    from ..interop.schedules import SAVE_FORMATS
+
+    suffix = Path(output).suffix.lower()
+    named = SAVE_FORMATS.get(suffix)
+    if named is not None and named != format:
+        wanted = ", ".join(ext for ext, name in SAVE_FORMATS.items() if name == format)
+        raise OptionError(
+            f"-o {output}: the extension {suffix} is for {named}, but --format is {format} "
+            f"(name the output *{wanted}; 'simcoll import' writes {named})"
+        )
 
 
 def _pick(schedules: list, index: int | None, path: str):
@@ -38,6 +59,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     from ..interop.msccl_xml import export_msccl_xml
     from ..interop.schedules import load_schedules
 
+    _check_extension(args.output, args.format)
     schedule = _pick(load_schedules(args.file), args.index, args.file)
     lowered = False
     if isinstance(schedule, Algorithm):

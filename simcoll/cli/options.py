@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..arguments import non_negative_int, positive_int
+from ..arguments import job_count, non_negative_int, positive_int, positive_seconds
 
 Command = Callable[[argparse.Namespace], int]
 Arguments = Callable[[argparse.ArgumentParser], None]
@@ -37,6 +38,11 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str):  # type: ignore[override]
         """One line naming the problem (exit 2), not argparse's usage dump."""
+        # a shared parser's message starts with its option already ("--time-limit must be ..."):
+        # argparse's "argument --time-limit: " before it would say the name twice
+        match = re.fullmatch(r"argument (\S+): (.*)", message, re.DOTALL)
+        if match and any(match[2].startswith(f"{name} ") for name in match[1].split("/")):
+            message = match[2]
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
     def parse_known_args(self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None):
@@ -44,6 +50,14 @@ class Parser(argparse.ArgumentParser):
             arguments, self._arguments = self._arguments, None
             arguments(self)
         return super().parse_known_args(args, namespace)
+
+
+#: Options parsed the same way by every command that takes them: a command adds them with
+#: :func:`add_time_limit_option` and :func:`add_jobs_option` (tests/test_bad_input.py holds every command to it).
+SHARED_TYPES: dict[str, Callable[[str], Any]] = {
+    "--time-limit": positive_seconds("--time-limit"),
+    "--jobs": job_count,
+}
 
 
 def add_group(subparsers, name: str, help_text: str, dest: str):
@@ -106,8 +120,24 @@ def add_collective_option(
 
 
 def add_size_option(p: argparse.ArgumentParser, *, short: bool = False, required: bool = False, help: str) -> None:
-    """``--size`` (``-s`` too when ``short``): one buffer size, e.g. 1MB."""
-    p.add_argument("--size", *(("-s",) if short else ()), required=required, help=help)
+    """``--size`` (``-s`` too when ``short``): one buffer size, e.g. 1MB (or,
+    where the command takes one, a range such as 1KB:1MB). Checked as it is
+    parsed (:func:`size_text`), so a size too large is refused before any work."""
+    p.add_argument("--size", *(("-s",) if short else ()), type=size_text, required=required, help=help)
+
+
+def size_text(text: str) -> str:
+    """An argparse ``type`` for ``--size``: ``text`` unchanged once every size
+    it names reads as one simcoll takes (:func:`simcoll.units.parse_size_range`);
+    the command parses it again as a size or a range."""
+    from ..errors import InvalidValueError, SimcollError
+    from ..units import parse_size_range
+
+    try:
+        parse_size_range(text)
+    except SimcollError as exc:
+        raise InvalidValueError(str(exc)) from None
+    return text
 
 
 def add_chunks_option(p: argparse.ArgumentParser, help: str, default: int | None = None) -> None:
@@ -121,8 +151,15 @@ def add_root_option(p: argparse.ArgumentParser, help: str = "root rank of rooted
 
 
 def add_time_limit_option(p: argparse.ArgumentParser, help: str, default: float = 60.0) -> None:
-    """``--time-limit``: seconds (of a solver query, stage or simulation)."""
-    p.add_argument("--time-limit", type=float, default=default, help=help)
+    """``--time-limit``: seconds (of a solver query, stage or simulation), a
+    finite number above 0 (:func:`simcoll.arguments.positive_seconds`)."""
+    p.add_argument("--time-limit", type=SHARED_TYPES["--time-limit"], default=default, help=help)
+
+
+def add_jobs_option(p: argparse.ArgumentParser, help: str) -> None:
+    """``--jobs/-j``: worker processes, 1 to this machine's usable cores
+    (:func:`simcoll.arguments.job_count`)."""
+    p.add_argument("--jobs", "-j", type=job_count, default=1, help=help)
 
 
 def add_index_option(p: argparse.ArgumentParser) -> None:

@@ -74,10 +74,9 @@ def _pareto(args: argparse.Namespace, machine, pareto_synthesize) -> int:
     ):
         row = {**point.result.to_dict(), "rounds_per_chunk": str(point.rounds_per_chunk), "optimal": point.optimal}
         queries.append(row)
-        mark = "  <- Pareto-optimal" if point.optimal else ""
-        print(
-            f"  C={row['chunks']:<3} S={row['steps']:<3} R={row['rounds']:<3} R/C={row['rounds_per_chunk']:<6} "
-            f"{row['status']:<7} {row['time_s']:.2f} s{mark}",
+        print(  # progress: the frontier itself is printed once, at the end, on stdout
+            f"  query {len(queries)}: S={row['steps']} C={row['chunks']} R={row['rounds']}:"
+            f" {row['status']} in {row['time_s']:.2f} s",
             file=sys.stderr,
             flush=True,
         )
@@ -140,6 +139,7 @@ def cmd_taccl(args: argparse.Namespace) -> int:
     from ..machines import load_machine
     from ..synthesis.taccl.synthesizer import taccl_synthesize
     from ..units import parse_size
+    from .bounds import size_label
 
     machine = load_machine(args.topology, args.model)
     quiet = args.quiet
@@ -171,7 +171,7 @@ def cmd_taccl(args: argparse.Namespace) -> int:
         print(
             f"{out['status']}: {result.collective} on {result.topology} with sketch {result.sketch}: "
             f"predicted {out['predicted_time_us']:.2f} us ({out['algbw_GBps']:.2f} GB/s algbw at "
-            f"{int(result.size_bytes)} B), solver {out['time_s']:.2f} s "
+            f"{size_label(result.size_bytes)}), solver {out['time_s']:.2f} s "
             f"(routing {out['stage_times_s']['routing']:.2f}, ordering {out['stage_times_s']['ordering']:.2f}, "
             f"contiguity {out['stage_times_s']['contiguity']:.2f})" + (f"; wrote {args.output}" if args.output else "")
         )
@@ -195,7 +195,7 @@ def _taccl_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--improve-passes",
-        type=int,
+        type=non_negative_int,
         default=8,
         help="forward-backward improvement passes over stage 2's greedy schedule (default 8; 0: TACCL's greedy only)",
     )

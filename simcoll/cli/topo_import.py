@@ -5,7 +5,8 @@
 FORMAT is ``nvidia-smi`` (``nvidia-smi topo -m``), ``nccl-xml``
 (``NCCL_TOPO_DUMP_FILE``) or ``rocm-smi`` (``rocm-smi --showtopo``). Writes
 the topology to ``machine.yaml`` and its default, UNCALIBRATED cost model to
-``machine.model.yaml`` (the topology's ``default_model``), then prints one line
+``machine.model.yaml`` (the topology's ``default_model``, recorded relative to
+the topology's folder), both or neither, then prints one line
 per default the import had to pick. Bad input: exit 2 with one line naming the
 row and column (or line and column) at fault.
 """
@@ -16,6 +17,7 @@ import argparse
 import sys
 
 from ..errors import SimcollError
+from ..files import check_distinct_outputs, check_output_path
 from ..topology_import import FORMATS, NETWORKS, import_machine, model_path_for, save_imported
 from .options import positive_int
 
@@ -45,10 +47,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Import, write both files, report; 0 on success, 2 (one line) on bad input."""
     try:
+        model_path = args.model_output or model_path_for(args.output)
+        # before the import: the two outputs are two files, and neither is the dump read
+        check_distinct_outputs({"-o/--output": args.output, "--model-output": model_path})
+        for output in (args.output, model_path):
+            check_output_path(output, inputs=(args.file,))
         imported = import_machine(
             args.format, args.file, args.nodes, args.network, name=args.name, fabric_only=args.fabric_only
         )
-        model_path = save_imported(imported, args.output, args.model_output or model_path_for(args.output))
+        model_path = save_imported(imported, args.output, model_path)
     except SimcollError as exc:
         print(f"simcoll: error: {exc}", file=sys.stderr)
         return 2

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from .options import add_command, add_topology_option, print_json
+from .options import add_command, add_time_limit_option, add_topology_option, print_json
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -55,12 +55,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
 def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file")
     add_topology_option(p, required=False, help="also check routes and bandwidth against this machine")
-    p.add_argument(
-        "--time-limit",
-        type=float,
-        default=None,
-        metavar="S",
-        help="wall-clock limit of each schedule's check in seconds (default: none); past it, exit 2",
+    add_time_limit_option(
+        p, "wall-clock limit of each schedule's check in seconds (default: none); past it, exit 2", default=None
     )
 
 

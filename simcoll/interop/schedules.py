@@ -12,7 +12,9 @@ SCCL synthesizer JSON   one Algorithm               its keys                (rea
 ======================  ==========================  ======================  ============
 
 Reading goes by content (:func:`parse_schedules`), so a file's extension does
-not matter; writing goes by the extension of the target (or ``format=``).
+not matter, except that a ``.xml`` file that is not XML is refused as "not
+MSCCL XML" (not told apart as JSON); writing goes by the extension of the
+target (or ``format=``).
 Reading a file and parsing text are separate verbs, as in networkx
 (``read_graphml`` / ``parse_graphml``): :func:`load_schedules` reads a file,
 :func:`parse_schedules` parses text. Saves are atomic
@@ -150,7 +152,12 @@ def load_schedules(path: str | Path) -> list[Schedule]:
     """
     if _is_npz(path):
         return [Algorithm.from_npz(path)]
-    return parse_schedules(read_text(path, error=AlgorithmError), str(path))
+    text = read_text(path, error=AlgorithmError)
+    if Path(path).suffix.lower() == ".xml" and not text.lstrip().startswith("<"):
+        # by content it would be read as JSON, and its fault told as JSON's: say what its name promises
+        what = "the file is empty" if not text.strip() else "it does not start with an XML element"
+        raise AlgorithmError(f"{path}: not MSCCL XML: {what}")
+    return parse_schedules(text, str(path))
 
 
 def _is_npz(path: str | Path) -> bool:

@@ -25,11 +25,12 @@ from ..errors import OptionError, SimcollError
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     from .runner import run_study
-    from .store import sweep_status
+    from .store import check_results_directory, sweep_status
 
     if args.study == "status":
         if not args.directory:
             raise OptionError("sweep status: give the results directory (simcoll sweep status DIR)")
+        check_results_directory(args.directory)
         status = sweep_status(args.directory)
         if args.json:
             print(json.dumps(status))
@@ -43,6 +44,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise OptionError(f"unexpected argument {args.directory!r} (usage: simcoll sweep STUDY.yaml -o DIR)")
     if not args.output:
         raise OptionError("sweep: -o/--output DIR is required (the results directory)")
+    check_results_directory(args.output)  # before the study is expanded and Dask started
     summary = run_study(
         args.study,
         args.output,

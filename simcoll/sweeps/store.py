@@ -109,8 +109,29 @@ def _part_number(path: Path) -> int:
     return int(field) if field.isdigit() else -1
 
 
+def check_results_directory(directory: str | Path) -> None:
+    """Refuse a results directory that is, or lies under, an existing file
+    (``-o ring.json``), naming it, rather than let ``mkdir`` fail with
+    "[Errno 17] File exists". A directory that does not exist yet is fine:
+    the run makes it.
+
+    Raises
+    ------
+    SweepError
+        Naming the file in the way.
+    """
+    path = Path(directory)
+    for place in (path, *path.parents):
+        if place.is_dir():
+            return
+        if place.exists():
+            where = "it is" if place == path else f"{place} is"
+            raise SweepError(f"{directory}: {where} a file, not a results directory")
+
+
 def write_manifest(directory: str | Path, study: Mapping[str, Any], keys: list[str]) -> None:
     """Record the study and the keys of all its points (for ``status``), atomically."""
+    check_results_directory(directory)
     Path(directory).mkdir(parents=True, exist_ok=True)
     write_atomic(Path(directory) / MANIFEST, json.dumps({"study": study, "keys": keys}, default=str))
 
@@ -118,6 +139,7 @@ def write_manifest(directory: str | Path, study: Mapping[str, Any], keys: list[s
 def read_manifest(directory: str | Path) -> dict[str, Any]:
     """The manifest written by :func:`write_manifest`."""
     path = Path(directory) / MANIFEST
+    check_results_directory(directory)
     if not path.exists():
         raise SweepError(f"{directory}: not a sweep results directory (no {MANIFEST})")
     try:

@@ -27,6 +27,7 @@ Examples
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -35,7 +36,7 @@ import yaml
 
 from ..cost_model import CostModel, model_to_dict
 from ..errors import DumpError, TopologyError
-from ..files import read_text, write_atomic
+from ..files import check_distinct_outputs, read_text, write_atomic_together
 from ..machines import Machine
 from ..topology import Topology, build_topology, topology_to_dict
 from ..topology_generators import cluster
@@ -204,28 +205,39 @@ def model_path_for(topology_path: str | Path) -> Path:
 
 
 def save_imported(imported: ImportedMachine, path: str | Path, model_path: str | Path | None = None) -> Path:
-    """Write the imported topology to ``path`` and its default model beside it.
+    """Write the imported topology to ``path`` and its default model beside it,
+    both or neither: each is written whole to a temporary file first, and
+    renamed into place only once both are complete
+    (:func:`simcoll.files.write_atomic_together`), so a failed save (disk
+    full, file too large) leaves both old files as they were.
 
-    The topology's ``default_model`` is the model file's path as written here
-    (relative paths stay relative: run simcoll from the same directory, or
-    pass ``--model``); both files start with comments saying the model is
+    The topology's ``default_model`` is the model file's path relative to the
+    topology file's folder (``machine.model.yaml`` beside it), which is how
+    :func:`simcoll.machines.load_topology` resolves it: the machine loads from
+    any working directory. Both files start with comments saying the model is
     uncalibrated and listing what the dump left unknown.
 
     Returns
     -------
     Path
         The model file written.
+
+    Raises
+    ------
+    TopologyError
+        When the two paths are one file, or naming the file that cannot be
+        written.
     """
     model_path = Path(model_path) if model_path is not None else model_path_for(path)
+    check_distinct_outputs({"the topology": path, "its model": model_path}, error=TopologyError)
     notes = "".join(f"#   - {note}\n" for note in imported.notes)
     model_text = yaml.safe_dump(model_to_dict(imported.model), sort_keys=False, allow_unicode=True, width=120)
-    write_atomic(
-        model_path,
+    model_file_text = (
         f"# {UNCALIBRATED} default cost model of {imported.topology.name}, written by simcoll topo import\n"
-        "# uncalibrated: true  (nominal figures; fit it with `simcoll calibrate` before trusting times)\n" + model_text,
-        error=TopologyError,
+        "# uncalibrated: true  (nominal figures; fit it with `simcoll calibrate` before trusting times)\n" + model_text
     )
-    topology = replace(imported.topology, default_model=str(model_path))
+    recorded = Path(os.path.relpath(Path(model_path).absolute(), Path(path).absolute().parent)).as_posix()
+    topology = replace(imported.topology, default_model=recorded)
     data = topology_to_dict(topology)
     parts = {key: data.pop(key) for key in ("components", "links")}
     parts["links"] = [
@@ -237,8 +249,8 @@ def save_imported(imported: ImportedMachine, path: str | Path, model_path: str |
     )
     header = (
         f"# topology {topology.name}, imported by simcoll topo import from {imported.dump}\n"
-        f"# default model: {model_path} ({UNCALIBRATED})\n"
+        f"# default model: {recorded} ({UNCALIBRATED}; a path relative to this file's folder)\n"
         + ("# the dump leaves these unknown; defaults picked (also under sources):\n" + notes if notes else "")
     )
-    write_atomic(path, header + body, error=TopologyError)
+    write_atomic_together([(model_path, model_file_text), (path, header + body)], error=TopologyError)
     return model_path

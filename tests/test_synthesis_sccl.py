@@ -3,6 +3,7 @@ on sat/unsat, the published DGX-1 points and frontier, combining collectives
 by inversion, and clear errors on bad instances."""
 
 import json
+import time
 from fractions import Fraction
 
 import pytest
@@ -179,6 +180,15 @@ def test_one_worker_finds_the_same_algorithm_on_every_run(c, s, r):
     assert all(run.algorithm.transfers == first for run in runs[1:])
     raced = synthesize("dgx1", "allgather", c, s, r, workers=2)
     assert raced.status == "sat" and check(raced.algorithm, load_machine("dgx1")) == []
+
+
+def test_the_time_limit_covers_building_the_model():
+    """Issue 52: a large machine's encoding (a million variables on 512 GPUs) took minutes
+    and 15 GB before the solver's limit began; now the limit stops the encoding too."""
+    started = time.perf_counter()
+    result = synthesize("dgx-h100*8", "allgather", 1, 2, time_limit_s=0.3)  # encoding alone takes seconds
+    assert result.status == "unknown" and "was reached while encoding" in result.reason
+    assert time.perf_counter() - started < 4  # (0.3 s and the reachability pass; generous for a loaded machine)
 
 
 def test_time_limit_gives_unknown_not_an_error():

@@ -54,6 +54,17 @@ def solve_cpsat(instance: Instance, time_limit_s: float = 60.0, workers: int = 1
     for a, b in instance.edges:
         in_edges[b].append(a)
 
+    deadline = start + time_limit_s  # the limit covers encoding too: a large machine's model takes minutes to build
+
+    def out_of_time() -> SolverOutcome:
+        return SolverOutcome(
+            "unknown",
+            (),
+            (),
+            _time.perf_counter() - start,
+            f"the time limit ({time_limit_s:g} s) was reached while encoding",
+        )
+
     model = cp_model.CpModel()
     rounds = [model.new_int_var(1, R - S + 1, f"r{s}") for s in range(S)]
     model.add(sum(rounds) == R)  # C6
@@ -61,6 +72,8 @@ def solve_cpsat(instance: Instance, time_limit_s: float = 60.0, workers: int = 1
     recv: dict[tuple[int, int, int, int], cp_model.IntVar] = {}
     arrivals: dict[tuple[int, int], list[tuple[int, cp_model.IntVar]]] = defaultdict(list)
     for c in range(instance.num_chunks):
+        if _time.perf_counter() > deadline:
+            return out_of_time()
         for n in range(instance.num_ranks):
             if (c, n) in pre or (c, n) not in earliest:
                 continue
@@ -77,7 +90,9 @@ def solve_cpsat(instance: Instance, time_limit_s: float = 60.0, workers: int = 1
         if (c, n) not in pre and not arrivals.get((c, n)):
             return SolverOutcome("unsat", (), (), _time.perf_counter() - start, "a chunk cannot arrive in time")
     time_of: dict[tuple[int, int], cp_model.LinearExpr] = {}
-    for key, options in arrivals.items():
+    for i, (key, options) in enumerate(arrivals.items()):
+        if i % 1024 == 0 and _time.perf_counter() > deadline:
+            return out_of_time()
         literals = [v for _, v in options]
         if key in post:
             model.add_exactly_one(literals)  # C2 + C3
@@ -86,7 +101,9 @@ def solve_cpsat(instance: Instance, time_limit_s: float = 60.0, workers: int = 1
             model.add_at_most_one(literals)  # C3
             time_of[key] = (S + 1) - sum((S + 1 - s) * v for s, v in options)
 
-    for (c, src, _n, s), var in recv.items():  # C4: the sender holds c before step s-1 ends
+    for i, ((c, src, _n, s), var) in enumerate(recv.items()):  # C4: the sender holds c before step s-1 ends
+        if i % 4096 == 0 and _time.perf_counter() > deadline:
+            return out_of_time()
         if (c, src) not in pre:
             model.add(time_of[(c, src)] <= s - 1).only_enforce_if(var)
 
@@ -94,6 +111,8 @@ def solve_cpsat(instance: Instance, time_limit_s: float = 60.0, workers: int = 1
     for (_c, src, n, s), var in recv.items():
         by_step_pair[(s, (src, n))].append(var)
     for s in range(1, S + 1):  # C5
+        if _time.perf_counter() > deadline:
+            return out_of_time()
         for constraint in instance.bandwidth:
             terms = [v for pair in constraint.links for v in by_step_pair.get((s, pair), ())]
             if terms:
@@ -102,9 +121,9 @@ def solve_cpsat(instance: Instance, time_limit_s: float = 60.0, workers: int = 1
     _break_chunk_symmetry(model, instance, time_of)
 
     solver = cp_model.CpSolver()
-    left_s = time_limit_s - (_time.perf_counter() - start)  # the limit covers encoding too
+    left_s = deadline - _time.perf_counter()
     if left_s <= 0:
-        return SolverOutcome("unknown", (), (), _time.perf_counter() - start, f"encoding took over {time_limit_s:g} s")
+        return out_of_time()
     solver.parameters.max_time_in_seconds = left_s
     solver.parameters.num_workers = workers
     solver.parameters.random_seed = 0

@@ -19,7 +19,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
 
-import networkx as nx
+import numpy as np
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import shortest_path
 
 from ..algorithm import BandwidthConstraint
 from ..collectives import Collective
@@ -92,12 +94,19 @@ class Instance:
         """Fewest steps before chunk c can be on rank n (hops from its nearest
         holder over E); pairs it can never reach are absent. Every solver uses
         it to prune variables: a chunk moves at most one hop per step."""
-        graph = nx.DiGraph(self.edges)
-        graph.add_nodes_from(range(self.num_ranks))
+        # breadth-first from every holder at once, in C (scipy): a dense relation of 512 ranks has 262,000
+        # edges, and a Dijkstra in Python per chunk took 72 s on dgx-h100*64
+        p = self.num_ranks
+        pairs = np.array(self.edges, dtype=np.int64).reshape(-1, 2)
+        graph = csr_matrix((np.ones(len(pairs)), (pairs[:, 0], pairs[:, 1])), shape=(p, p))
+        holders = sorted({n for sources in self.holders.values() for n in sources})
+        hops = shortest_path(graph, unweighted=True, indices=holders) if holders else np.zeros((0, p))
+        row = {n: i for i, n in enumerate(holders)}
         out = {}
         for c, sources in self.holders.items():
-            for n, d in nx.multi_source_dijkstra_path_length(graph, set(sources)).items():
-                out[(c, n)] = d
+            nearest = hops[[row[n] for n in sources]].min(axis=0)
+            for n in np.flatnonzero(np.isfinite(nearest)).tolist():
+                out[(c, n)] = int(nearest[n])
         return out
 
     def check_reachable(self) -> None:

@@ -191,7 +191,7 @@ def synthesize(
         raise SynthesisError(f"{coll.name} is on {coll.num_ranks} ranks but the target has {target.num_ranks}")
     rounds = steps if rounds is None else rounds
     started = time.perf_counter()
-    deadline = started + time_limit_s
+    deadline = started + time_limit_s  # covers preparing the instances and encoding them, not only solving
     if coll.name == "allreduce":
         outcome, transfers, rounds_per_step = _allreduce(coll, target, steps, rounds, solve, deadline)
     elif coll.combining:
@@ -199,7 +199,7 @@ def synthesize(
     else:
         instance = Instance(coll, steps, rounds, target.bandwidth, paper_chunks(coll), target.name)
         instance.check_reachable()
-        outcome = solve(instance, time_limit_s=time_limit_s)
+        outcome = _solve_by(solve, instance, deadline)
         transfers = [Transfer(c, s, d, "copy", t) for c, s, d, t in outcome.sends]
         rounds_per_step = outcome.rounds_per_step
     elapsed = time.perf_counter() - started
@@ -241,8 +241,13 @@ def _solver(backend: str, workers: int) -> Callable[..., SolverOutcome]:
     return BACKENDS[backend]
 
 
-def _remaining(deadline: float) -> float:
-    return max(0.01, deadline - time.perf_counter())
+def _solve_by(solve, instance: Instance, deadline: float) -> SolverOutcome:
+    """``solve(instance)`` in the time left before ``deadline``; "unknown" at
+    once where preparing the instance used it all."""
+    left_s = deadline - time.perf_counter()
+    if left_s <= 0:
+        return SolverOutcome("unknown", (), (), 0.0, "the time limit was reached while preparing the instance")
+    return solve(instance, time_limit_s=left_s)
 
 
 def inverse_collective(collective: Collective) -> Collective:
@@ -273,7 +278,7 @@ def _inverted(coll: Collective, target: Target, steps: int, rounds: int, solve, 
     dual = inverse_collective(coll)
     instance = Instance(dual, steps, rounds, reversed_relation(target.bandwidth), paper_chunks(coll), target.name)
     instance.check_reachable()
-    outcome = solve(instance, time_limit_s=_remaining(deadline))
+    outcome = _solve_by(solve, instance, deadline)
     transfers = _invert_sends(outcome.sends, steps)
     return outcome, transfers, tuple(reversed(outcome.rounds_per_step))
 
@@ -290,7 +295,7 @@ def _allreduce(coll: Collective, target: Target, steps: int, rounds: int, solve,
     ag = make_collective("allgather", p, coll.chunk_factor // p)
     ag_instance = Instance(ag, half_s, half_r, target.bandwidth, coll.chunk_factor // p, target.name)
     ag_instance.check_reachable()
-    ag_out = solve(ag_instance, time_limit_s=_remaining(deadline))
+    ag_out = _solve_by(solve, ag_instance, deadline)
     if ag_out.status != "sat":
         return ag_out, [], ()
     reversed_b = reversed_relation(target.bandwidth)
@@ -298,7 +303,7 @@ def _allreduce(coll: Collective, target: Target, steps: int, rounds: int, solve,
         rs_out = ag_out  # the reversed instance is the same instance: one solve serves both halves
     else:
         rs_instance = Instance(ag, half_s, half_r, reversed_b, coll.chunk_factor // p, target.name)
-        rs_out = solve(rs_instance, time_limit_s=_remaining(deadline))
+        rs_out = _solve_by(solve, rs_instance, deadline)
         if rs_out.status != "sat":
             return rs_out, [], ()
     # Allgather chunk i*P+n starts on rank n; the Allreduce block owned by n is the same chunk id.

@@ -31,16 +31,21 @@ still gives valid, possibly looser, bounds.
 
 from __future__ import annotations
 
+import contextvars
+import math
+import time
 from dataclasses import dataclass
 from fractions import Fraction
 
 import networkx as nx
 import numpy as np
 from ortools.graph.python import max_flow
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import shortest_path
 
-from .arrays import flatten
+from .arrays import flatten, ragged_indices
 from .collectives import Collective, make_collective
-from .errors import CollectiveError, SolverError
+from .errors import CollectiveError, OptionError, SolverError
 from .machines import Machine, as_machine
 from .topology import Topology, directed_pairs
 from .units import check_size_bytes
@@ -80,6 +85,7 @@ class _CutSolver:
 
     def into(self, inside: np.ndarray) -> int:
         """Max flow from the GPUs outside the mask into the GPUs inside it."""
+        _on_time("solving the cuts' maximum flows")
         inside = np.asarray(inside, dtype=bool)
         # only the ranks that changed sides since the last cut (a rank or a node on 1,024 GPUs)
         changed = range(len(inside)) if self._inside is None else np.flatnonzero(inside != self._inside).tolist()
@@ -188,24 +194,45 @@ def min_steps(collective: Collective, machine: Machine | str) -> int:
     8
     """
     machine = as_machine(machine)
-    topology = machine.topology
     if collective.name == "allreduce":
         rs, ag = _halves(collective)
         return min_steps(rs, machine) + min_steps(ag, machine)
-    graph = machine.routes.logical_graph()
-    dist = dict(nx.all_pairs_shortest_path_length(graph))
-    holders: dict[int, set[int]] = {}
-    for c, r in collective.pre:
-        holders.setdefault(c, set()).add(r)
-    worst = 0
-    for c, n in collective.post:
-        sources = holders.get(c, set())
-        reach = [dist[h].get(n) for h in sources]
-        if any(d is None for d in reach) and (collective.combining or all(d is None for d in reach)):
-            raise nx.NetworkXNoPath(f"{topology.name}: chunk {c} cannot reach rank {n}")
-        hops = [d for d in reach if d is not None]
-        worst = max(worst, max(hops) if collective.combining else min(hops))
-    return worst
+    dist = _rank_distances(machine)
+    # every (chunk c, rank n) the collective needs, against every rank holding c at the start
+    pre_rank, pre_chunk = flatten(collective.input_layout)
+    post_rank, post_chunk = flatten(collective.output_layout)
+    if not len(post_rank):
+        return 0
+    by_chunk = np.argsort(pre_chunk, kind="stable")
+    holders_sorted = pre_rank[by_chunk]
+    first = np.searchsorted(pre_chunk[by_chunk], post_chunk, side="left")
+    count = np.searchsorted(pre_chunk[by_chunk], post_chunk, side="right") - first
+    if (count == 0).any():
+        j = int(np.flatnonzero(count == 0)[0])
+        raise nx.NetworkXNoPath(f"{machine.topology.name}: no rank holds chunk {post_chunk[j]} at the start")
+    hops = dist[holders_sorted[ragged_indices(first, count)], np.repeat(post_rank, count)]
+    starts = np.concatenate(([0], np.cumsum(count)[:-1]))
+    # a contribution must come from every holder (combining); a copy from the nearest one
+    needed = np.maximum.reduceat(hops, starts) if collective.combining else np.minimum.reduceat(hops, starts)
+    if not np.isfinite(needed).all():
+        j = int(np.flatnonzero(~np.isfinite(needed))[0])
+        raise nx.NetworkXNoPath(f"{machine.topology.name}: chunk {post_chunk[j]} cannot reach rank {post_rank[j]}")
+    return int(needed.max(initial=0))
+
+
+def _rank_distances(machine: Machine) -> np.ndarray:
+    """Hops between every pair of ranks in the logical GPU graph (an edge
+    wherever a route exists), inf where none, as a P x P array: a breadth-first
+    search from every rank in C, or none where every rank reaches every other
+    (a cluster's fat tree: every distance 1)."""
+    routes, p = machine.routes, machine.num_ranks
+    reach = np.stack([routes.reachable_mask(s) for s in range(p)]) if p else np.zeros((0, 0), bool)
+    if reach.sum() == p * (p - 1):
+        dist = np.ones((p, p))
+        np.fill_diagonal(dist, 0.0)
+        return dist
+    src, dst = np.nonzero(reach)
+    return shortest_path(csr_matrix((np.ones(len(src)), (src, dst)), shape=(p, p)), unweighted=True)
 
 
 def _halves(allreduce: Collective) -> tuple[Collective, Collective]:
@@ -345,7 +372,20 @@ def _in_network_allreduce_bound_s(collective: Collective, machine: Machine, size
     return float(best), exact
 
 
-def lower_bounds(collective: Collective, machine: Machine | str, size_bytes: int | None = None) -> Bounds:
+#: (deadline, limit) of the :func:`lower_bounds` call in progress, or None: every cut's max flow checks it.
+_DEADLINE: contextvars.ContextVar[tuple[float, float] | None] = contextvars.ContextVar("bounds_deadline", default=None)
+
+
+def _on_time(doing: str) -> None:
+    """Raise :class:`~simcoll.errors.SolverError` past the deadline of the :func:`lower_bounds` call."""
+    limit = _DEADLINE.get()
+    if limit is not None and time.perf_counter() > limit[0]:
+        raise SolverError(f"lower bounds: the time limit of {limit[1]:g} s was reached {doing} (raise it)")
+
+
+def lower_bounds(
+    collective: Collective, machine: Machine | str, size_bytes: int | None = None, *, time_limit_s: float | None = None
+) -> Bounds:
     """Every lower bound for a collective on a machine at once.
 
     Parameters
@@ -356,6 +396,9 @@ def lower_bounds(collective: Collective, machine: Machine | str, size_bytes: int
         The machine (or a topology spec with its default model).
     size_bytes : int, optional
         The buffer size; with it the time and algbw bounds are filled in.
+    time_limit_s : float, optional
+        Wall-clock limit in seconds (default none): a machine of thousands of
+        GPUs has tens of thousands of cuts, each a maximum flow.
 
     Returns
     -------
@@ -367,6 +410,10 @@ def lower_bounds(collective: Collective, machine: Machine | str, size_bytes: int
     ------
     CollectiveError
         When the collective is on another rank count.
+    OptionError
+        When ``time_limit_s`` is not a positive number.
+    SolverError
+        When ``time_limit_s`` passes before the bounds are known.
 
     References
     ----------
@@ -386,12 +433,18 @@ def lower_bounds(collective: Collective, machine: Machine | str, size_bytes: int
         raise CollectiveError(
             f"collective is on {collective.num_ranks} ranks but {topology.name} has {topology.num_ranks}"
         )
-    steps = min_steps(collective, machine)
-    rounds, exact = min_rounds_per_chunk(collective, machine)
-    if size_bytes:
-        t, exact_t = time_lower_bound_s(collective, machine, size_bytes)
-        return Bounds(steps, rounds, exact and exact_t, t, size_bytes / t / 1e9 if t else None, size_bytes)
-    return Bounds(steps, rounds, exact)
+    if time_limit_s is not None and not (isinstance(time_limit_s, (int, float)) and 0 < time_limit_s < math.inf):
+        raise OptionError(f"time_limit_s must be a positive number of seconds, got {time_limit_s!r}")
+    token = _DEADLINE.set(None if time_limit_s is None else (time.perf_counter() + time_limit_s, time_limit_s))
+    try:
+        steps = min_steps(collective, machine)
+        rounds, exact = min_rounds_per_chunk(collective, machine)
+        if size_bytes:
+            t, exact_t = time_lower_bound_s(collective, machine, size_bytes)
+            return Bounds(steps, rounds, exact and exact_t, t, size_bytes / t / 1e9 if t else None, size_bytes)
+        return Bounds(steps, rounds, exact)
+    finally:
+        _DEADLINE.reset(token)
 
 
 __all__ = ["Bounds", "lower_bounds", "min_rounds_per_chunk", "min_steps", "time_lower_bound_s"]

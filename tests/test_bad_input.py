@@ -261,3 +261,15 @@ def test_every_time_limit_and_jobs_option_follows_the_one_rule():
                     assert action.type is parse, f"{parser.prog} {name}"
                     seen.append(parser.prog.split()[-1])
     assert {"simulate", "compare", "verify", "sccl"} <= set(seen)
+
+
+def test_bounds_stop_at_their_time_limit(workdir, capsys):
+    """bounds on a large machine: tens of thousands of cuts, each a maximum flow; --time-limit stops it
+    (issue 52: dgx-h100*512 took 4 min 36 s at 10.7 GB with no way to stop it)."""
+    assert_refused(
+        ["bounds", "-t", "dgx-h100*16", "-c", "allreduce", "--time-limit", "0.001"],
+        "lower bounds: the time limit of 0.001 s was reached",
+        workdir,
+        capsys,
+    )
+    assert main(["bounds", "-t", "dgx-h100*16", "-c", "allreduce", "--time-limit", "60"]) == 0

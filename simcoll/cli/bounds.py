@@ -13,6 +13,7 @@ from .options import (
     add_model_option,
     add_root_option,
     add_size_option,
+    add_time_limit_option,
     add_topology_option,
     print_json,
 )
@@ -28,7 +29,7 @@ def cmd_bounds(args: argparse.Namespace) -> int:
     coll = make_collective(args.collective, machine.num_ranks, args.chunks, root=args.root)
     size = parse_size_range(args.size)[0] if args.size else coll.size_chunks * (1 << 20)
     with_model = args.model is not None or args.size is not None
-    b = lower_bounds(coll, machine, size if with_model else None)
+    b = lower_bounds(coll, machine, size if with_model else None, time_limit_s=args.time_limit)
     out = {
         "topology": machine.name,
         "collective": coll.name,
@@ -82,6 +83,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     add_size_option(p, help="buffer size for the time bound (default 1 MiB per chunk)")
     add_chunks_option(p, "chunk factor C (default 1)", default=1)
     add_root_option(p)
+    add_time_limit_option(p, "wall-clock limit in seconds (default: none); past it, exit 2", default=None)
 
 
 def register(subparsers) -> None:

@@ -6,8 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .errors import TopologyError
+from .errors import TooLargeError, TopologyError
 from .files import save_figure
+from .limits import MAX_DRAWN_COMPONENTS
 
 if TYPE_CHECKING:
     from .topology import Topology
@@ -26,7 +27,15 @@ _LINK_COLOURS = {"nvlink": "#2ca02c", "xgmi": "#d62728", "pcie": "#7f7f7f", "ib"
 
 
 def draw_topology(topology: Topology, path: str | Path) -> None:
-    """Draw ``topology`` to the image ``path`` (its suffix picks the format)."""
+    """Draw ``topology`` to the image ``path`` (its suffix picks the format).
+
+    Refused, before any work, past :data:`~simcoll.limits.MAX_DRAWN_COMPONENTS`
+    components (a :class:`~simcoll.errors.TooLargeError`)."""
+    if len(topology.components) > MAX_DRAWN_COMPONENTS:
+        raise TooLargeError(
+            f"{topology.name}: {len(topology.components):,} components are more than topo draw lays out "
+            f"(simcoll.limits.MAX_DRAWN_COMPONENTS = {MAX_DRAWN_COMPONENTS:,}); draw a few of its nodes instead"
+        )
     import matplotlib
     import networkx as nx
 

@@ -23,6 +23,8 @@ before anything is built, and refused with one line naming the limit.
   before the rest is built, not before anything is.
 - :data:`MAX_SIZE_BYTES` = 1 PiB: the largest buffer size a size option or
   a study takes (:func:`simcoll.units.parse_size`; see its comment).
+- :data:`MAX_DRAWN_COMPONENTS` = 2,000: the most components ``topo draw``
+  lays out (see its comment).
 """
 
 from __future__ import annotations
@@ -34,6 +36,11 @@ from dataclasses import dataclass
 
 from .errors import ScheduleTooLargeError, TopologyError
 
+#: Most components (GPUs, switches, NICs, CPUs...) :func:`simcoll.draw.draw_topology` lays out: its
+#: force-directed layout costs the square of the count per iteration; ``dgx-h100*64`` (1,665
+#: components) took 19.7 s and ``dgx-h100*8192`` (212,993) gave no answer in 90 s (issue 52). Past it,
+#: a few nodes of the cluster show its structure (``dgx-h100*2``).
+MAX_DRAWN_COMPONENTS = 2_000
 #: Most GPUs in one machine (see the module docstring).
 MAX_GPUS = 65_536
 #: Most links in one machine (see the module docstring).

@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -273,3 +274,15 @@ def test_bounds_stop_at_their_time_limit(workdir, capsys):
         capsys,
     )
     assert main(["bounds", "-t", "dgx-h100*16", "-c", "allreduce", "--time-limit", "60"]) == 0
+
+
+def test_a_drawing_too_large_to_lay_out_is_refused_at_once(workdir, capsys):
+    """topo draw on 65,536 GPUs gave no answer in 90 s (issue 52): refused before any layout, nothing written."""
+    started = time.perf_counter()
+    assert_refused(
+        ["topo", "draw", "dgx-h100*8192", "-o", "huge.png"],
+        "dgx-h100*8192: 212,993 components are more than topo draw lays out",
+        workdir,
+        capsys,
+    )
+    assert time.perf_counter() - started < 30  # (loading the topology; generous for a loaded machine)

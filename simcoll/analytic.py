@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections import defaultdict
 from fractions import Fraction
 
-from .algorithm import Algorithm, Transfer, messages
+from .algorithm import Algorithm, Transfer, messages, protocol_of
 from .collectives import Collective
 from .errors import AlgorithmError, TopologyError
 from .machines import Machine, as_machine
@@ -89,9 +89,8 @@ def _route(machine: Machine, t: Transfer):
 def _costs(algorithm: Algorithm, machine: Machine, protocol: str | None):
     """(payload rate factor, fused-reduction rate cap, per-message latency,
     per-call cost) of ``algorithm`` on ``machine`` with ``protocol``."""
-    named = protocol if protocol is not None else (algorithm.metadata or {}).get("protocol")
     model = machine.model
-    proto = model.protocol(named)
+    proto = model.protocol(protocol_of(algorithm, protocol))
     return proto.efficiency, model.fused_reduce_rate_Bps, proto.hop_latency_s, model.call_cost_s(proto.name)
 
 

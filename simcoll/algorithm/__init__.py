@@ -54,7 +54,7 @@ from .npz import NPZ_MAGIC, NPZ_SUFFIX
 from .operations import TRANSFER_OPS, SwitchReduction, Transfer
 from .orbit import OrbitTable, layouts_rotate
 from .relation import BandwidthConstraint, PairSet, RelationIndex, constraint_loads
-from .schedule import FORMAT_VERSION, Algorithm, messages, steps_from_lists
+from .schedule import FORMAT_VERSION, Algorithm, messages, protocol_of, steps_from_lists
 from .tables import SwitchReductionTable, TransferTable
 
 __all__ = [
@@ -74,5 +74,6 @@ __all__ = [
     "constraint_loads",
     "layouts_rotate",
     "messages",
+    "protocol_of",
     "steps_from_lists",
 ]

@@ -587,3 +587,19 @@ def steps_from_lists(
     ``rounds_per_step`` is given."""
     transfers = [Transfer(chunk=c, src=s, dst=d, op=op, step=i) for i, step in enumerate(steps) for c, s, d, op in step]
     return Algorithm(name=name, collective=collective, transfers=tuple(transfers), **kwargs)
+
+
+def protocol_of(algorithm: Algorithm, protocol: str | None = None) -> str | None:
+    """The protocol ``algorithm`` runs with: ``protocol`` when given, else its
+    ``metadata["protocol"]``, else None (the cost model's default): the rule
+    the simulator's engines and the analytic cost share.
+
+    >>> from simcoll.collectives import make_collective
+    >>> a = Algorithm("a", make_collective("allgather", 2), (), metadata={"protocol": "LL"})
+    >>> protocol_of(a), protocol_of(a, "Simple")
+    ('LL', 'Simple')
+    """
+    if protocol is not None:
+        return protocol
+    named = (algorithm.metadata or {}).get("protocol")
+    return None if named is None else str(named)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import time
 
-from ..algorithm import Algorithm
+from ..algorithm import Algorithm, protocol_of
 from ..collector import collector_paused
 from ..cost_model import PROTOCOLS
 from ..errors import ScheduleTooLargeError, SimulationError, VerificationError
@@ -205,7 +205,6 @@ def simulate(
             return _simulate_algorithm(schedule, machine, size_bytes, protocol=protocol, **options)
         if isinstance(schedule, Algorithm):
             from ..compiler import lower_algorithm
-            from .fast.algorithm_mode import protocol_of
 
             protocol = protocol_of(schedule, protocol)
             schedule = lower_for(schedule, machine, lower_algorithm)

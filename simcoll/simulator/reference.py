@@ -82,6 +82,7 @@ Program mode runs its executors' instruction lists over
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Sequence
@@ -91,7 +92,7 @@ import numpy as np
 import pandas as pd
 import simpy
 
-from ..algorithm import Algorithm, messages
+from ..algorithm import Algorithm, messages, protocol_of
 from ..analytic import chunk_bytes
 from ..arrays import flatten
 from ..errors import AlgorithmError, SimulationError
@@ -400,13 +401,8 @@ def schedule_messages(algorithm: Algorithm) -> list[Message]:
         for slot, wait in zip(m.reads, waits, strict=True):
             if wait == 0 and slot not in present:
                 raise AlgorithmError(f"{algorithm.name}: {m.what} before rank {slot // C} holds the chunk")
-        with_waits.append(_with_waits(m, waits))
+        with_waits.append(dataclasses.replace(m, waits=waits))
     return with_waits
-
-
-def _with_waits(m: Message, waits: tuple[int, ...]) -> Message:
-    return Message(m.connection, m.src, m.dst, m.chunk, m.reads, m.writes, m.chunks, m.reduce, m.batch, m.label,
-                   m.what, waits)  # fmt: skip
 
 
 class _Slots:
@@ -457,7 +453,7 @@ def simulate_reference(
         raise AlgorithmError(f"{algorithm.name} is for {algorithm.num_ranks} ranks but {machine.name} has "
                              f"{machine.num_ranks}")  # fmt: skip
     model = machine.model
-    proto = model.protocol(_protocol_of(algorithm, protocol))
+    proto = model.protocol(protocol_of(algorithm, protocol))
     n = chunk_bytes(algorithm.collective, size_bytes)
     env = simpy.Environment()
     net = ReferenceNetwork(env, machine, contention=contention, record_timeline=False,
@@ -535,13 +531,6 @@ def simulate_reference(
             "wall_s": time.perf_counter() - wall0,
         },
     )
-
-
-def _protocol_of(algorithm: Algorithm, protocol: str | None) -> str | None:
-    if protocol is not None:
-        return protocol
-    named = (algorithm.metadata or {}).get("protocol")
-    return None if named is None else str(named)
 
 
 def _stream_s(msgs, routes, n: float, efficiency: float, fused_rate_Bps: float, contention: bool) -> float:

@@ -100,7 +100,7 @@ import numpy as np
 import pandas as pd
 import simpy
 
-from ...algorithm import Algorithm
+from ...algorithm import Algorithm, protocol_of
 from ...analytic import chunk_bytes
 from ...arrays import flatten
 from ...errors import AlgorithmError, ScheduleTooLargeError, SimulationError
@@ -1001,15 +1001,6 @@ def _pipelined_time(run: _Run, table: dict, size_bytes: float, schedule_s: float
         call_overhead_s=run.machine.model.call_overhead_s,
         schedule_s=schedule_s,
     )
-
-
-def protocol_of(algorithm: Algorithm, protocol: str | None = None) -> str | None:
-    """The protocol ``algorithm`` runs with: ``protocol`` when given, else its
-    ``metadata["protocol"]``, else None (the model's default)."""
-    if protocol is not None:
-        return protocol
-    named = algorithm.metadata.get("protocol") if algorithm.metadata else None
-    return str(named) if named is not None else None
 
 
 def _timing_groups(

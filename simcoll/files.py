@@ -234,26 +234,48 @@ def atomic_output(path: str | Path, mode: str = "w", *, error: type[SimcollError
     if mode not in ("w", "wb"):
         raise OptionError(f"atomic_output: mode must be 'w' or 'wb', got {mode!r}")
     target = Path(path)
+    with _complete_temp(path, mode, error) as (handle, temp):
+        yield handle
+    try:
+        os.replace(temp, target)
+    except BaseException as exc:
+        _remove(temp)
+        if isinstance(exc, OSError):
+            raise error(f"{path}: cannot write: {exc.strerror or exc}") from None
+        raise
+
+
+@contextmanager
+def _complete_temp(path: str | Path, mode: str, error: type[SimcollError]) -> Iterator[tuple[IO, Path]]:
+    """A new temporary file beside ``path`` to write through (the handle and
+    its path): when the block ends normally it is flushed, ``fsync``-ed,
+    closed and given ``path``'s permission bits, ready to be renamed over it;
+    when the block raises it is removed (an operating system error becomes
+    ``error`` naming ``path`` as the caller gave it)."""
+    target = Path(path)
     try:
         fd, temp = _create_temp(target)
     except OSError as exc:
         raise error(f"{path}: cannot write: {exc.strerror or exc}") from None
     try:
         with os.fdopen(fd, mode, **({"encoding": "utf-8"} if mode == "w" else {})) as handle:
-            yield handle
+            yield handle, temp
             handle.flush()
             os.fsync(handle.fileno())
         if target.exists():
             shutil.copymode(target, temp)
-        os.replace(temp, target)
     except BaseException as exc:
-        try:
-            os.unlink(temp)
-        except FileNotFoundError:
-            pass
+        _remove(temp)
         if isinstance(exc, OSError):
             raise error(f"{path}: cannot write: {exc.strerror or exc}") from None
         raise
+
+
+def _remove(temp: Path) -> None:
+    try:
+        os.unlink(temp)
+    except FileNotFoundError:
+        pass
 
 
 def _create_temp(target: Path) -> tuple[int, Path]:
@@ -344,22 +366,9 @@ def write_atomic_together(
     written: list[tuple[Path, Path]] = []  # (temporary, target), each complete
     try:
         for path, data in files:
-            target = Path(path)
-            try:
-                fd, temp = _create_temp(target)
-            except OSError as exc:
-                raise error(f"{path}: cannot write: {exc.strerror or exc}") from None
-            written.append((temp, target))
-            try:
-                with os.fdopen(fd, "wb" if isinstance(data, bytes) else "w",
-                               **({} if isinstance(data, bytes) else {"encoding": "utf-8"})) as handle:  # fmt: skip
-                    handle.write(data)
-                    handle.flush()
-                    os.fsync(handle.fileno())
-                if target.exists():
-                    shutil.copymode(target, temp)
-            except OSError as exc:
-                raise error(f"{path}: cannot write: {exc.strerror or exc}") from None
+            with _complete_temp(path, "wb" if isinstance(data, bytes) else "w", error) as (handle, temp):
+                handle.write(data)
+            written.append((temp, Path(path)))
         for index, (temp, target) in enumerate(written):
             try:
                 os.replace(temp, target)
@@ -369,10 +378,7 @@ def write_atomic_together(
         written = []
     finally:
         for temp, _ in written:  # what was not renamed into place: the old files stay
-            try:
-                os.unlink(temp)
-            except FileNotFoundError:
-                pass
+            _remove(temp)
 
 
 def check_distinct_outputs(outputs: dict[str, str | Path], *, error: type[SimcollError] = FileError) -> None:

@@ -194,10 +194,15 @@ def min_steps(collective: Collective, machine: Machine | str) -> int:
     8
     """
     machine = as_machine(machine)
+    dist = _rank_distances(machine)  # (once: an Allreduce's two halves read the same distances)
     if collective.name == "allreduce":
         rs, ag = _halves(collective)
-        return min_steps(rs, machine) + min_steps(ag, machine)
-    dist = _rank_distances(machine)
+        return _min_steps(rs, machine, dist) + _min_steps(ag, machine, dist)
+    return _min_steps(collective, machine, dist)
+
+
+def _min_steps(collective: Collective, machine: Machine, dist: np.ndarray) -> int:
+    """:func:`min_steps` of a collective other than Allreduce, from the rank distances ``dist``."""
     # every (chunk c, rank n) the collective needs, against every rank holding c at the start
     pre_rank, pre_chunk = flatten(collective.input_layout)
     post_rank, post_chunk = flatten(collective.output_layout)

@@ -196,7 +196,7 @@ class ReferenceNetwork:
         self.contention = contention
         self.record_timeline = record_timeline
         self.record_utilisation = record_utilisation
-        self._routes = Routing(machine, contention=contention)  # what a message crosses
+        self._routing = Routing(machine, contention=contention)  # what a message crosses
         self.timeline = Timeline()
         self.utilisation = Utilisation()
         self.flows: list[_Flow] = []  # in flight, in the order they started
@@ -209,16 +209,16 @@ class ReferenceNetwork:
 
     @property
     def resources(self) -> list[Resource]:
-        return self._routes.resources
+        return self._routing.resources
 
     def resource_names(self) -> list[str]:
-        return self._routes.resource_names()
+        return self._routing.resource_names()
 
     def route(self, src, dst) -> tuple[float, float, tuple[tuple[Resource, float], ...]]:
         """``(alpha_s, bandwidth_Bps, ((resource, weight), ...))``: rank ``src``
         to rank ``dst``, or an in-switch reduction's :class:`~.network.SwitchPath`
         (``dst`` None)."""
-        return self._routes.route(src, dst)
+        return self._routing.route(src, dst)
 
     def send(self, route: tuple, wire_bytes: float, cap_Bps: float = math.inf) -> simpy.Event:
         """Put ``wire_bytes`` on ``route`` (a :meth:`route`) at most at

@@ -34,20 +34,68 @@ def nccl_available() -> bool:
     return importlib.util.find_spec("simcoll.nccl.baseline") is not None
 
 
-def baseline() -> list[str]:
-    """The algorithm entries to add to a study for the NCCL baseline: ``["nccl"]`` or none."""
-    return ["nccl"] if nccl_available() else []
+def baseline(version: str | None = None, env: dict[str, str] | None = None) -> list:
+    """The algorithm entries to add to a study for the NCCL baseline (none
+    without it): the row ``nccl``, NCCL ``version`` (default 2.30) with the
+    environment ``env`` a paper set (e.g. ``{"NCCL_PROTO": "Simple"}``)."""
+    if not nccl_available():
+        return []
+    if version is None and not env:
+        return ["nccl"]
+    return [{"nccl": {"version": version, "env": dict(env or {})}, "name": "nccl"}]
+
+
+def baseline_label(version: str | None = None, env: dict[str, str] | None = None) -> str:
+    """What the ``nccl`` row of :func:`baseline` stands for, e.g. ``NCCL 2.7.8, NCCL_PROTO=Simple``."""
+    from simcoll.nccl.versions import NcclSetup
+
+    return NcclSetup.parse(version, env or {}).describe()
+
+
+#: The papers' headline claims (reference data citing each figure or table).
+CLAIMS_FILE = Path(__file__).with_name("paper_claims.yaml")
+
+
+def paper_claims() -> dict[str, dict]:
+    """The claims of ``paper_claims.yaml`` by id."""
+    import yaml
+
+    return {c["id"]: c for c in yaml.safe_load(CLAIMS_FILE.read_text())["claims"]}
+
+
+def paper(claim: str) -> str:
+    """A claim's number as the paper states it: ``up to 2.2x``, ``1.12-1.35x``, ``geomean 1.26x``, ``23.0 s``."""
+    return claim_text(paper_claims()[claim])
+
+
+def claim_text(c: dict, value: float | None = None) -> str:
+    """``value`` (default: the claim's own) in the claim's unit, with its statistic."""
+    unit = {"speedup": "x", "time_s": " s", "bandwidth_GBps": " GB/s", "percent": " %"}.get(c["metric"], "")
+    if value is None and c.get("range") and c.get("statistic") == "range":
+        low, high = c["range"]
+        return f"{low:g}-{high:g}{unit}"
+    number = f"{(c['value'] if value is None else value):.3g}{unit}"
+    prefix = {"max": "up to ", "geomean": "geomean ", "min": "at least "}.get(c.get("statistic", ""), "")
+    return prefix + number if value is None else number
 
 
 @dataclass(frozen=True)
 class Comparison:
     """One published number and ours: ``what`` is compared, ``source`` cites
-    the figure or table (and says when the number was read off a plot)."""
+    the figure or table (and says when the number was read off a plot);
+    ``claim`` is the id of the headline claim in ``paper_claims.yaml`` it
+    checks (if any) and ``value`` our number as a figure in the claim's unit
+    (None where not computed), which ``claims.py`` tabulates; ``paper_value``
+    replaces the claim's stated value where ours covers part of it (the rows
+    of a table that were run)."""
 
     what: str
     paper: str
     ours: str
     source: str
+    claim: str = ""
+    value: float | None = None
+    paper_value: float | None = None
 
 
 def parse_args(doc: str, argv: list[str] | None = None) -> argparse.Namespace:
@@ -123,6 +171,33 @@ def speedups(df: pd.DataFrame, base: str = "nccl", by: Iterable[str] = ("machine
 SMALL_BYTES = 1 << 20  # "small" buffers: up to 1 MiB
 
 
+def best_speedup_value(df: pd.DataFrame, small: bool | None = None, **where: Any) -> float | None:
+    """The number :func:`best_speedup` prints (None where it prints none)."""
+    if not nccl_available():
+        return None
+    table = speedups(df)
+    if small is not None:
+        table = table[(table.size_bytes <= SMALL_BYTES) == small]
+    for column, value in where.items():
+        table = table[table[column] == value]
+    return None if table.empty else float(table.speedup.max())
+
+
+def speedup_in(
+    df: pd.DataFrame, low: int = 0, high: float = float("inf"), prefix: str = "", **where: Any
+) -> float | None:
+    """The best speed-up over NCCL among rows matching ``where`` whose
+    algorithm starts with ``prefix``, at sizes from ``low`` to ``high`` bytes
+    (the size window a claim names); None without such rows."""
+    if not nccl_available():
+        return None
+    table = speedups(df)
+    table = table[(table.size_bytes >= low) & (table.size_bytes <= high) & table.algorithm.str.startswith(prefix)]
+    for column, value in where.items():
+        table = table[table[column] == value]
+    return None if table.empty else float(table.speedup.max())
+
+
 def best_speedup(df: pd.DataFrame, small: bool | str | None = None, **where: Any) -> str:
     """The best speed-up over NCCL among rows matching ``where`` (column=value),
     over sizes up to 1 MiB (``small=True``), above it (``False``) or all, as
@@ -149,9 +224,10 @@ def _size(size_bytes: int) -> str:
     return format_size(int(size_bytes))
 
 
-def print_comparisons(title: str, comparisons: Iterable[Comparison]) -> None:
-    """The paper's numbers beside ours, one line each."""
-    print(f"== {title}: paper vs simcoll (simulated) ==")
+def print_comparisons(title: str, comparisons: Iterable[Comparison], nccl: str = "") -> None:
+    """The paper's numbers beside ours, one line each; ``nccl`` names the
+    baseline's release and environment."""
+    print(f"== {title}: paper vs simcoll (simulated) ==" + (f"; baseline {nccl}" if nccl else ""))
     for c in comparisons:
         print(f"  {c.what}: paper {c.paper} | ours {c.ours}   [{c.source}]")
     if not nccl_available():

@@ -15,12 +15,29 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
-from _common import Comparison, baseline, best_speedup, generate, ok, parse_args, print_comparisons, run, write_csv
+from _common import (
+    Comparison,
+    baseline,
+    baseline_label,
+    best_speedup,
+    generate,
+    ok,
+    paper,
+    parse_args,
+    print_comparisons,
+    run,
+    speedups,
+    write_csv,
+)
 
 from simcoll import simulate
 from simcoll.machines import load_machine
 from simcoll.sweeps.plots import plot_bandwidth, plot_link_utilisation
 
+#: NV-Group's baseline: NCCL v2.6 (NV-Group §5.1: NCCL-Ring and NCCL-Default).
+NCCL = {"version": "2.6"}
+#: Fig. 8 ran on the three GPUs of one Summit socket (NV-Group §5.2.1).
+SUMMIT_SOCKET = "summit[0,1,2]"
 ALGORITHMS = [
     "nvgroup-ring",
     {"generator": "nvgroup-ring", "name": "nvgroup-ring (no pipeline)", "options": {"pipeline": False}},
@@ -33,9 +50,9 @@ def studies(fast: bool) -> list[dict]:
     return [
         {
             "name": "nvgroup_nodes",
-            "machines": ["summit", "dgx2"],
+            "machines": [SUMMIT_SOCKET, "summit", "dgx2"],
             "collectives": ["allreduce"],
-            "algorithms": [*ALGORITHMS, *baseline()],
+            "algorithms": [*ALGORITHMS, *baseline(**NCCL)],
             "sizes": "4KB,1MB,128MB" if fast else "4B:512MB",
             "size_factor": 4,
         },
@@ -43,7 +60,7 @@ def studies(fast: bool) -> list[dict]:
             "name": "nvgroup_scaling",
             "machines": ["summit*2"] if fast else [f"summit*{n}" for n in (2, 4, 8, 16)],
             "collectives": ["allreduce"],
-            "algorithms": ["nvgroup-ring", "ring", *baseline()],
+            "algorithms": ["nvgroup-ring", "ring", *baseline(**NCCL)],
             "sizes": "128MB",
         },
     ]
@@ -66,14 +83,31 @@ def main(argv: list[str] | None = None) -> dict:
     plot_link_utilisation(result, out / "nvgroup_links.png", title="NVGroup-Ring link utilisation, 128 MB (Fig. 10)")
     used = result.utilisation
     busy = used[used.capacity_Bps > 0].assign(share=used.rate_Bps / used.capacity_Bps)
-    mean_by_type = busy.groupby(busy.resource.astype(str).str.contains("cpu")).share.mean()
+    to_cpu = busy.resource.astype(str).str.contains("cpu")
+    mean_by_type = busy.groupby(to_cpu).share.mean()
+    # per NVLink brick, as NV-Group's counters read one link (a Summit GPU pair has two bricks)
+    bricks = busy.capacity_Bps / machine.model.link("nvlink").bandwidth_Bps
+    rate_GBps = (busy.rate_Bps / bricks).groupby(to_cpu).mean() / 1e9
     at128 = summit[summit.size_bytes == 128 << 20].set_index("algorithm").time_s
+    socket = df[(df.machine == SUMMIT_SOCKET) & (df.size_bytes == 128 << 20)].set_index("algorithm").time_s
+    fig8 = socket["nccl"] / socket["nvgroup-ring"] if {"nccl", "nvgroup-ring"} <= set(socket.index) else None
+    table = speedups(df)
+    dgx2 = table[(table.machine == "dgx2") & (table.algorithm == "nvgroup-ring") & (table.size_bytes < 16 << 20)]
+    fig9 = None if dgx2.empty else float(dgx2.speedup.max())
     comparisons = [
         Comparison(
-            "Summit Allreduce 128 MB, NVGroup-Ring vs NCCL",
-            "1.9x shorter latency, ~2x bandwidth",
-            best_speedup(summit, False, algorithm="nvgroup-ring"),
+            "3 Summit GPUs (one socket), Allreduce 128 MB, NVGroup-Ring over NCCL",
+            paper("nvgroup.fig8.summit3_allreduce_128mb"),
+            "n/a" if fig8 is None else f"{fig8:.2f}x",
             "NV-Group §5.2.1, Fig. 8",
+            claim="nvgroup.fig8.summit3_allreduce_128mb",
+            value=fig8,
+        ),
+        Comparison(
+            "Summit node (6 GPUs) Allreduce 128 MB, NVGroup-Ring vs NCCL",
+            "not reported (Fig. 8 used 3 GPUs)",
+            best_speedup(summit, False, algorithm="nvgroup-ring"),
+            "simulated",
         ),
         Comparison(
             "Summit Allreduce 128 MB, NVGroup-Ring vs ring",
@@ -82,17 +116,28 @@ def main(argv: list[str] | None = None) -> dict:
             "simulated",
         ),
         Comparison(
-            "DGX-2 Allreduce over NCCL, <16 MB",
-            "up to 2.5x",
-            best_speedup(df, True, machine="dgx2", algorithm="nvgroup-ring"),
+            "DGX-2 Allreduce over NCCL, below 16 MB",
+            paper("nvgroup.fig9.dgx2_allreduce_small"),
+            "n/a" if fig9 is None else f"{fig9:.2f}x",
             "NV-Group §5.2.1, Fig. 9",
+            claim="nvgroup.fig9.dgx2_allreduce_small",
+            value=fig9,
         ),
         Comparison(
-            "measured NVLink throughput, GPU-CPU / GPU-GPU",
-            "16 / 25 GB/s (CUPTI counters)",
-            f"mean utilisation of busy links: GPU-CPU path {mean_by_type.get(True, float('nan')):.0%}, "
-            f"others {mean_by_type.get(False, float('nan')):.0%}",
+            "NVLink throughput of NVGroup-Ring per GPU-CPU brick (mean over busy links, 128 MB)",
+            paper("nvgroup.fig10.gpu_cpu_link"),
+            f"{rate_GBps.get(True, float('nan')):.1f} GB/s ({mean_by_type.get(True, float('nan')):.0%} of the link)",
             "NV-Group §5.2.2, Fig. 10",
+            claim="nvgroup.fig10.gpu_cpu_link",
+            value=float(rate_GBps[True]) if True in rate_GBps else None,
+        ),
+        Comparison(
+            "NVLink throughput of NVGroup-Ring per GPU-GPU brick (mean over busy links, 128 MB)",
+            paper("nvgroup.fig10.gpu_gpu_link"),
+            f"{rate_GBps.get(False, float('nan')):.1f} GB/s ({mean_by_type.get(False, float('nan')):.0%} of the link)",
+            "NV-Group §5.2.2, Fig. 10",
+            claim="nvgroup.fig10.gpu_gpu_link",
+            value=float(rate_GBps[False]) if False in rate_GBps else None,
         ),
     ]
     scale = df[df.machine.str.startswith("summit*")]
@@ -104,7 +149,7 @@ def main(argv: list[str] | None = None) -> dict:
             "NV-Group §5.2.3, Fig. 13",
         )
     )
-    print_comparisons("NV-Group Figs. 8-13", comparisons)
+    print_comparisons("NV-Group Figs. 8-13", comparisons, baseline_label(**NCCL))
     print(f"wrote {out / 'nvgroup_figs.csv'}, {out / 'nvgroup_figs.png'} and {out / 'nvgroup_links.png'}")
     return {"results": df, "comparisons": comparisons}
 

@@ -30,9 +30,10 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
@@ -47,6 +48,9 @@ from .errors import NotApplicableError, OptionError, SimcollError, SimulationErr
 from .evaluation import METHODS, schedule_time_s
 from .machines import Machine, as_machine
 from .units import check_size_bytes, format_size
+
+if TYPE_CHECKING:
+    from .nccl.versions import NcclSetup
 
 DEFAULT_SIZES = "1KB:1GB"
 COLUMNS = [
@@ -87,6 +91,7 @@ def compare(
     algorithms: list[str] | tuple[str, ...] | None = None,
     jobs: int = 1,
     progress: Callable[[str], None] | None = None,
+    nccl: NcclSetup | str | Mapping | None = None,
 ) -> tuple[pd.DataFrame, dict[str, str]]:
     """Time every applicable algorithm for ``collective`` on ``machine`` at
     every size.
@@ -137,6 +142,12 @@ def compare(
         starts with the seconds since the call began (``simcoll compare``
         prints them on stderr). Comparisons of thousands of GPUs take
         minutes: this says how far one has got.
+    nccl : NcclSetup, str or mapping, optional
+        The NCCL release of the ``nccl`` row and its environment
+        (:class:`simcoll.nccl.versions.NcclSetup`, a version such as
+        ``"2.7"``, or ``{"version": "2.7", "env": {"NCCL_PROTO": "Simple"}}``);
+        default NCCL 2.30. Its ``choice`` column names a release and
+        environment other than the default.
 
     Returns
     -------
@@ -174,7 +185,7 @@ def compare(
     """
     with collector_paused():  # generation and simulation allocate millions of short-lived objects
         return _compare(
-            machine, collective, sizes, method, program, contention, time_limit_s, algorithms, jobs, progress
+            machine, collective, sizes, method, program, contention, time_limit_s, algorithms, jobs, progress, nccl
         )
 
 
@@ -189,8 +200,11 @@ def _compare(
     algorithms: list[str] | tuple[str, ...] | None,
     jobs: int,
     progress: Callable[[str], None] | None,
+    nccl: NcclSetup | str | Mapping | None,
 ) -> tuple[pd.DataFrame, dict[str, str]]:
     """:func:`compare` (its arguments as given)."""
+    from .nccl.versions import as_setup
+
     report = _Reporter(progress)
     machine = as_machine(machine)
     if not sizes:
@@ -202,6 +216,7 @@ def _compare(
     if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
         raise OptionError(f"compare: jobs must be a positive integer, got {jobs!r}")
     collective = canonical_name(collective)
+    nccl = as_setup(nccl)
     wanted = _wanted_rows(algorithms)
     with_nccl = wanted is None or NCCL_ROW in wanted
     timed: dict[tuple[str, int], float | str] = {}
@@ -215,7 +230,7 @@ def _compare(
     if jobs > 1:  # (the bound is worked out while the workers run: a second on 1,024 GPUs)
         candidates, timed, nccl_done = _in_parallel(
             machine, collective, sizes, wanted, with_nccl, method, contention, time_limit_s, jobs, program, report,
-            meanwhile=unit_bound,
+            meanwhile=unit_bound, nccl=nccl,
         )  # fmt: skip
     elif program:  # every Algorithm is lowered below
         candidates = applicable(machine, collective, names=wanted)
@@ -248,15 +263,15 @@ def _compare(
         if nccl_ok:
             nccl_at = f"{NCCL_ROW} at {format_size(size)}"
             if size in nccl_done:
-                nccl = nccl_done[size] if isinstance(nccl_done[size], Algorithm) else None
-                if nccl is None:
+                baseline = nccl_done[size] if isinstance(nccl_done[size], Algorithm) else None
+                if baseline is None:
                     skipped[nccl_at] = nccl_done[size]
             else:
-                nccl = _nccl_at(machine, collective, size, skipped)
-                if nccl is None:
+                baseline = _nccl_at(machine, collective, size, skipped, nccl)
+                if baseline is None:
                     report.generator(nccl_at, skipped[nccl_at], {})
-            if nccl is not None:
-                runs_at_size.append((NCCL_ROW, nccl))
+            if baseline is not None:
+                runs_at_size.append((NCCL_ROW, baseline))
         for name, algorithm in runs_at_size:
             chunks = algorithm.collective.size_chunks
             if size < chunks:
@@ -424,6 +439,7 @@ def _in_parallel(
     keep: bool,
     report: _Reporter,
     meanwhile: Callable[[], None] = lambda: None,
+    nccl: NcclSetup | None = None,
 ) -> tuple[dict[str, Algorithm | Timed | str], dict[tuple[str, int], float | str], dict[int, Algorithm | str]]:
     """:func:`compare`'s generation and timing on ``jobs`` processes: one
     task per generator (its Algorithm, or with ``keep`` false only its
@@ -456,8 +472,8 @@ def _in_parallel(
         # NCCL's rows first: each simulates one schedule at one size, a few seconds at most, which
         # at the end would leave the other workers idle (1,024 GPUs: its 1 GB row ran alone at the
         # end for 2-3 s).
-        nccl = (
-            {size: submit(_nccl_task, collective, size, method, contention, time_limit_s) for size in sizes}
+        nccl_futures = (
+            {size: submit(_nccl_task, collective, size, method, contention, time_limit_s, nccl) for size in sizes}
             if with_nccl and collective in BASELINE_COLLECTIVES
             else {}
         )
@@ -473,7 +489,7 @@ def _in_parallel(
         meanwhile_done.result()
         if report.enabled:  # each task as it ends (the worker's own wall time is not known here)
             what = {future: name for name, future in submitted.items()}
-            what.update({future: size for size, future in nccl.items()})
+            what.update({future: size for size, future in nccl_futures.items()})
             for future in as_completed(what):
                 done = future.result()
                 if isinstance(what[future], str):
@@ -489,7 +505,7 @@ def _in_parallel(
             candidates[name] = algorithm
             timed.update({(name, size): t for size, t in times.items()})
         nccl_done: dict[int, Algorithm | str] = {}
-        for size, future in nccl.items():
+        for size, future in nccl_futures.items():
             nccl_done[size], t = future.result()
             if t is not None:
                 timed[(NCCL_ROW, size)] = t
@@ -600,14 +616,14 @@ def _generate_and_time(
 
 
 def _nccl_task(
-    machine: Machine, collective: str, size: int, method: str, contention: bool, time_limit_s: float
+    machine: Machine, collective: str, size: int, method: str, contention: bool, time_limit_s: float, nccl: NcclSetup
 ) -> tuple[Algorithm | str, float | str | None]:
     """NCCL's Algorithm at ``size`` and its time (or why its simulation
     stopped), or why it cannot be built (a :func:`_in_parallel` task)."""
     from .nccl.baseline import nccl_algorithm
 
     try:
-        algorithm = nccl_algorithm(machine, collective, size)
+        algorithm = nccl_algorithm(machine, collective, size, nccl=nccl)
     except SimcollError as exc:
         return str(exc), None
     if size < algorithm.collective.size_chunks:
@@ -641,12 +657,14 @@ def _nccl_applies(collective: str, skipped: dict[str, str]) -> bool:
     return True
 
 
-def _nccl_at(machine: Machine, collective: str, size: int, skipped: dict[str, str]) -> Algorithm | None:
+def _nccl_at(
+    machine: Machine, collective: str, size: int, skipped: dict[str, str], nccl: NcclSetup
+) -> Algorithm | None:
     """NCCL's Algorithm at ``size`` (None, with the reason in ``skipped``, where it cannot be built)."""
     from .nccl.baseline import nccl_algorithm
 
     try:
-        return nccl_algorithm(machine, collective, size)
+        return nccl_algorithm(machine, collective, size, nccl=nccl)
     except SimcollError as exc:
         skipped[f"{NCCL_ROW} at {format_size(size)}"] = str(exc)
         return None

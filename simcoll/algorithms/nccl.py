@@ -202,9 +202,14 @@ def nccl_rings(topology: Topology, channels: int, routes: Routes | None = None) 
     if not railed:
         raise NotApplicableError(f"nccl-ring: no GPU of {topology.name}'s nodes has a route to another node")
     nics = {i: frozenset(nearest_nics(topology, per_node[0][i])) for i in railed}
+    # channels take the NICs in turn before any NIC takes a second channel: where GPUs share a NIC
+    # (two per NIC on a DGX-2), entering at GPUs 0, 1, 2 ... would leave the last NICs idle
+    groups = list(dict.fromkeys(nics[i] for i in railed))
+    place = {i: [j for j in railed if nics[j] == nics[i]].index(i) for i in railed}
+    spread = sorted(railed, key=lambda i: (place[i], groups.index(nics[i])))
     entries = []
     for c in range(channels):
-        a = railed[c % len(railed)]
+        a = spread[c % len(spread)]
         ends = _endpoints(len(nodes), railed, a, _partner(a, railed, nics))
         if ends is None:
             raise NotApplicableError(

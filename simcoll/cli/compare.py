@@ -13,8 +13,10 @@ from .options import (
     add_command,
     add_jobs_option,
     add_model_option,
+    add_nccl_options,
     add_time_limit_option,
     add_topology_option,
+    nccl_setup,
     print_json,
 )
 
@@ -32,6 +34,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     )  # the plot would replace the CSV
     machine = load_machine(args.topology, args.model)
     sizes = parse_size_range(args.sizes)
+    baseline = nccl_setup(args)
     method = "analytic" if args.analytic else "simulate"
     df, skipped = compare(
         machine,
@@ -43,6 +46,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         algorithms=args.algorithms,
         jobs=args.jobs,
         time_limit_s=args.time_limit,
+        nccl=baseline,
         progress=None if args.quiet else lambda line: print(line, file=sys.stderr, flush=True),
     )
     if args.csv:
@@ -56,6 +60,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
                 "model": machine.model.name,
                 "collective": args.collective,
                 "method": method,
+                "nccl": baseline.describe(),
                 "rows": json.loads(df.to_json(orient="records")),
                 "not_applicable": skipped,
             }
@@ -64,7 +69,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     how = "analytic alpha-beta times" if args.analytic else "simulated times (Algorithm mode)"
     if args.program:
         how += "; columns marked (program) are the lowered Program in Program mode"
-    print(f"{args.collective} on {machine.name} (model {machine.model.name}); {how}")
+    print(f"{args.collective} on {machine.name} (model {machine.model.name}); {how}; baseline {baseline.describe()}")
     factor = make_collective(canonical_name(args.collective), machine.num_ranks).busbw_factor
     for line in pivot_lines(df, factor):
         print(line)
@@ -138,6 +143,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     add_topology_option(p, required=False, default="dgx1")
     add_collective_option(p, required=False, default="allreduce")
     add_model_option(p)
+    add_nccl_options(p)
     from ..compare import DEFAULT_SIZES  # only when `compare` is parsed: it needs pandas anyway
 
     p.add_argument("--sizes", default=DEFAULT_SIZES, help="LOW:HIGH doubling, or a comma list (default %(default)s)")

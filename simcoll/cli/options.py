@@ -112,6 +112,44 @@ def add_model_option(p: argparse.ArgumentParser, help: str | None = None) -> Non
     p.add_argument("--model", "-m", help=help)
 
 
+def add_nccl_options(p: argparse.ArgumentParser) -> None:
+    """``--nccl VERSION`` and ``--nccl-env KEY=VALUE``: the release and
+    environment of the NCCL baseline (:func:`nccl_setup`)."""
+    from ..nccl.versions import DEFAULT_VERSION, ENV_KEYS, VERSIONS
+
+    p.add_argument(
+        "--nccl",
+        metavar="VERSION",
+        help=f"the NCCL release the nccl baseline stands for: {', '.join(VERSIONS)} (default {DEFAULT_VERSION})",
+    )
+    p.add_argument(
+        "--nccl-env",
+        metavar="KEY=VALUE",
+        action="append",
+        default=[],
+        help=f"an NCCL environment variable for the baseline ({', '.join(ENV_KEYS)}; also read from the "
+        "environment, which this option overrides), e.g. NCCL_PROTO=Simple",
+    )
+
+
+def nccl_setup(args: argparse.Namespace):
+    """The :class:`~simcoll.nccl.versions.NcclSetup` of ``--nccl`` /
+    ``--nccl-env`` and the process environment's ``NCCL_PROTO`` / ``NCCL_ALGO``
+    (as NCCL itself reads them; ``--nccl-env`` wins)."""
+    import os
+
+    from ..errors import OptionError
+    from ..nccl.versions import ENV_KEYS, NcclSetup
+
+    env = {key: os.environ[key] for key in ENV_KEYS if os.environ.get(key)}
+    for item in args.nccl_env:
+        if "=" not in item:
+            raise OptionError(f"--nccl-env {item!r}: expected KEY=VALUE, e.g. NCCL_PROTO=Simple")
+        key, _, value = item.partition("=")
+        env[key.strip()] = value
+    return NcclSetup.parse(args.nccl, env)
+
+
 def add_collective_option(
     p: argparse.ArgumentParser, *, required: bool = True, default: str | None = None, help: str | None = None
 ) -> None:

@@ -57,6 +57,7 @@ from .cache import cached_schedule
 from .p2p import P2P_COLLECTIVES, nccl_p2p_algorithm, nccl_p2p_protocol
 from .pipeline import PIPELINED_ALGORITHMS, pipeline, tree_pipeline
 from .tuner import PROTOCOL_NAMES, TUNED_COLLECTIVES, ChannelLimits, Choice, Comm, Graph, choose
+from .versions import NcclSetup, as_setup
 
 MACHINES_FILE = Path(__file__).with_name("machines.yaml")
 
@@ -140,8 +141,67 @@ def _rings_found(topology: Topology) -> int:
         return 1
 
 
-def nccl_machine(machine: Machine | str) -> NcclMachine:
-    """Describe ``machine`` to NCCL's tuner (module docstring)."""
+def nic_path(topology: Topology, node: int) -> str:
+    """How far ``node``'s NICs are from its GPUs, as NCCL's ``typeInter``
+    (:data:`~simcoll.nccl.classic.NIC_PATHS`): for each NIC, the nearest GPU
+    over PCIe and the CPUs (not through another GPU): ``PIX`` through at most
+    one PCIe switch, ``PXB`` through several, ``PHB`` through a CPU, ``SYS``
+    through two; a NIC without GPUDirect RDMA is at least ``PHB``, since NCCL
+    then routes its traffic through the CPU (graph/paths.cc, ``ncclTopoCheckGdr``).
+    The farthest NIC decides: every ring crosses every NIC. ``PIX`` without NICs.
+
+    >>> nic_path(as_machine("summit*2").topology, 0), nic_path(as_machine("dgx-a100*2").topology, 0)
+    ('PHB', 'PIX')
+    """
+    from collections import deque
+
+    from .classic import NIC_PATHS
+
+    kinds = {c.name: c for c in topology.components}
+    gpus = {topology.gpu(r).name for r in topology.ranks_of_node(node)}
+    neighbours: dict[str, set[str]] = {}
+    for link in topology.links:
+        if link.type == topology.network_link or (link.src in gpus and link.dst in gpus):
+            continue
+        neighbours.setdefault(link.src, set()).add(link.dst)
+        neighbours.setdefault(link.dst, set()).add(link.src)
+    worst = 0
+    for nic in (c for c in topology.components if c.kind == "nic" and c.node == node):
+        best = len(NIC_PATHS) - 1
+        seen, queue = {nic.name}, deque([(nic.name, 0, 0)])  # (component, CPUs passed, PCIe switches passed)
+        while queue:
+            name, cpus, switches = queue.popleft()
+            for other in neighbours.get(name, ()):
+                if other in seen:
+                    continue
+                seen.add(other)
+                if other in gpus:
+                    path = "SYS" if cpus >= 2 else "PHB" if cpus == 1 else "PXB" if switches > 1 else "PIX"
+                    best = min(best, NIC_PATHS.index(path))
+                    continue
+                kind = kinds[other].kind if other in kinds else ""
+                if kind in ("cpu", "pcie_switch"):
+                    queue.append((other, cpus + (kind == "cpu"), switches + (kind == "pcie_switch")))
+        if nic.gpudirect is False:
+            best = max(best, NIC_PATHS.index("PHB"))
+        worst = max(worst, best)
+    return NIC_PATHS[worst]
+
+
+def _cpu(topology: Topology) -> tuple[str, str]:
+    """NCCL's CPU vendor and architecture (``ncclTopoCpuType``) from the CPUs' models."""
+    text = " ".join(c.model or "" for c in topology.components if c.kind == "cpu").lower()
+    if "power" in text:
+        return "ibm", "power"
+    if "grace" in text or "arm" in text or "neoverse" in text:
+        return "other", "arm"
+    return ("amd" if "epyc" in text or "amd" in text else "intel"), "x86"
+
+
+def nccl_machine(machine: Machine | str, nccl: NcclSetup | str | None = None) -> NcclMachine:
+    """Describe ``machine`` to NCCL's tuner (module docstring), priced with the
+    constants of ``nccl``'s release (default NCCL 2.30)."""
+    setup = as_setup(nccl)
     machine = as_machine(machine)
     topology, model = machine.topology, machine.model
     facts = _facts()
@@ -171,9 +231,10 @@ def nccl_machine(machine: Machine | str) -> NcclMachine:
         channels = int(facts["channels_pci"])
     channels = max(1, channels)
     nics = [c for c in topology.components if c.kind == "nic" and c.node == nodes[0]]
-    if num_nodes > 1 and len(nics) == gpus and channels > len(nics):
-        # one NIC per GPU: each channel leaves a node through one rail, and NCCL's search gives every
-        # rail the same number of channels (search.cc builds a channel per NIC pair, then duplicates)
+    if num_nodes > 1 and len(nics) > 1 and channels > len(nics):
+        # each channel leaves a node through one NIC, and NCCL's search gives every NIC the same
+        # number of channels (search.cc builds a channel per NIC pair, then duplicates): 12 channels
+        # on a DGX-2's 8 NICs would load four of them twice
         channels -= channels % len(nics)
     nic_GBps = 0.0
     if num_nodes > 1:
@@ -199,14 +260,19 @@ def nccl_machine(machine: Machine | str) -> NcclMachine:
     if collnet:
         graphs["collnet_direct"] = Graph(channels, tree_intra, bw_inter, intra=intra)
         graphs["collnet_chain"] = Graph(channels, tree_intra, bw_inter, intra=intra)
+    cpu_vendor, cpu_arch = _cpu(topology)
     comm = Comm(
         num_ranks=gpus * num_nodes,
         num_nodes=num_nodes,
         compute_capability=cc,
         graphs=graphs,
+        cpu_vendor=cpu_vendor,
+        cpu_arch=cpu_arch,
         nvls=nvls,
         collnet=collnet,
         nvswitch=bool(switches),
+        nic_path=nic_path(topology, nodes[0]) if num_nodes > 1 else "PIX",
+        constants=setup.constants,
     )
     return NcclMachine(comm, cc, gpu_source, num_nodes, gpus, intra, intra_GBps, nic_GBps, len(nics))
 
@@ -220,6 +286,7 @@ def nccl_choice(
     protocols: list[str] | tuple[str, ...] | None = None,
     collnet: bool = False,
     limits: ChannelLimits | None = None,
+    nccl: NcclSetup | str | None = None,
 ) -> Choice:
     """NCCL's choice (algorithm x protocol x channels) for one call of
     ``collective`` on ``size_bytes`` bytes (nccl-tests' ``size``) on ``machine``.
@@ -232,15 +299,23 @@ def nccl_choice(
     by default in NCCL (it needs the SHARP plugin), so CollNet is a candidate
     only when asked for and the fabric's switches reduce. ``limits`` are the
     channel counts NCCL_MIN_CTAS and its kin set (:class:`~simcoll.nccl.tuner.ChannelLimits`).
+    ``nccl`` is the release and its environment (:class:`~simcoll.nccl.versions.NcclSetup`
+    or a version such as ``"2.7"``; default NCCL 2.30 as configured): its
+    ``NCCL_PROTO`` / ``NCCL_ALGO`` restrict where ``algorithms`` / ``protocols`` are not given.
 
     >>> nccl_choice("dgx-a100", "allreduce", 1 << 30).label
     'ring/Simple/24ch'
+    >>> nccl_choice("dgx1", "allgather", 1 << 10, nccl="2.7").label
+    'ring/LL/1ch'
     """
     machine = as_machine(machine)
+    setup = as_setup(nccl)
     if machine.num_ranks < 2:
         raise NotApplicableError(f"nccl: {machine.name} has one GPU, no peer to exchange with")
+    algorithms = setup.algorithms() if algorithms is None else algorithms
+    protocols = setup.protocols() if protocols is None else protocols
     algorithms, protocols = environment_restrictions(machine, algorithms, protocols)
-    comm = nccl_machine(machine).comm
+    comm = nccl_machine(machine, setup).comm
     if not collnet and comm.collnet:
         comm = replace(comm, collnet=False)
     if limits is not None:
@@ -364,6 +439,7 @@ def nccl_algorithm(
     protocols: list[str] | tuple[str, ...] | None = None,
     collnet: bool = False,
     limits: ChannelLimits | None = None,
+    nccl: NcclSetup | str | None = None,
 ) -> Algorithm:
     """The Algorithm NCCL would run for ``collective`` on ``size_bytes`` bytes
     (module docstring), with ``metadata["protocol"]``,
@@ -371,8 +447,9 @@ def nccl_algorithm(
     choice has no generator here, ``metadata["nccl_fallback"]``.
     ``algorithms`` / ``protocols`` restrict the tuner as NCCL_ALGO /
     NCCL_PROTO do, ``collnet`` enables CollNet as NCCL_COLLNET_ENABLE=1
-    does, ``limits`` sets channel counts as NCCL_MIN_CTAS and its kin do
-    (:func:`nccl_choice`).
+    does, ``limits`` sets channel counts as NCCL_MIN_CTAS and its kin do,
+    ``nccl`` names the release and its environment (:func:`nccl_choice`;
+    ``metadata["nccl_setup"]`` says which, e.g. ``NCCL 2.7.8, NCCL_PROTO=Simple``).
 
     nccl-tests' point-to-point operations (Alltoall, SendRecv) have no
     tuner choice: they get NCCL's point-to-point schedule
@@ -392,15 +469,22 @@ def nccl_algorithm(
     from ..collectives import canonical_name
 
     machine = as_machine(machine)
+    setup = as_setup(nccl)
     collective = canonical_name(collective)
     if collective in P2P_COLLECTIVES:  # no tuner choice: NCCL's restrictions of it do not apply
-        return nccl_p2p_algorithm(machine, collective, size_bytes)
+        algorithm = nccl_p2p_algorithm(machine, collective, size_bytes)
+        if setup.is_default:
+            return algorithm
+        return algorithm.relabelled("nccl", {**algorithm.metadata, "nccl_setup": setup.describe()})
+    algorithms = setup.algorithms() if algorithms is None else algorithms
+    protocols = setup.protocols() if protocols is None else protocols
     algorithms, protocols = environment_restrictions(machine, algorithms, protocols)
     if collective not in TUNED_COLLECTIVES:
         raise NotApplicableError(f"nccl: NCCL's tuner has no algorithm choice for {collective}")
     best = nccl_choice(
-        machine, collective, size_bytes, algorithms=algorithms, protocols=protocols, collnet=collnet, limits=limits
-    )
+        machine, collective, size_bytes, algorithms=algorithms, protocols=protocols, collnet=collnet, limits=limits,
+        nccl=setup,
+    )  # fmt: skip
     choice, fallback = best, None
     if GENERATOR_OF.get(best.algorithm) not in _registry_names(collective):
         available = [a for a in _buildable(collective) if algorithms is None or a in algorithms]
@@ -409,7 +493,7 @@ def nccl_algorithm(
         try:
             choice = nccl_choice(
                 machine, collective, size_bytes, algorithms=available, protocols=protocols, collnet=collnet,
-                limits=limits,
+                limits=limits, nccl=setup,
             )  # fmt: skip
         except SimcollError as exc:
             raise NotApplicableError(f"nccl: {exc}") from None
@@ -430,7 +514,9 @@ def nccl_algorithm(
         if choice.algorithm == "ring":
             raise
         # the generator exists but does not apply here: NCCL's ring is always there
-        ring = nccl_choice(machine, collective, size_bytes, algorithms=["ring"], protocols=protocols, limits=limits)
+        ring = nccl_choice(
+            machine, collective, size_bytes, algorithms=["ring"], protocols=protocols, limits=limits, nccl=setup
+        )
         fallback = f"NCCL would run {best.label}; {GENERATOR_OF[choice.algorithm]} does not apply ({exc}), so {ring.label} is run"
         choice, channels = ring, ring.n_channels
         if size_bytes < channels * per_channel:
@@ -458,6 +544,8 @@ def nccl_algorithm(
             channels=channels, chunk_bytes=int(slot) if slot else None, gpus_per_node=described.gpus_per_node,
             num_nodes=described.num_nodes, compute_capability=described.compute_capability,
         )  # fmt: skip
+    if not setup.is_default:
+        metadata["nccl_setup"] = setup.describe()
     metadata.update(
         protocol=PROTOCOL_NAMES[choice.protocol],
         nccl_choice=choice.label,
@@ -513,9 +601,12 @@ def _registry_names(collective: str) -> set[str]:
 
 def choice_label(algorithm: Algorithm) -> str:
     """The ``choice`` column of an ``nccl`` row, e.g. ``ring/LL128/24ch``
-    (with ``*`` appended when a fallback replaced NCCL's first choice)."""
-    label = str(algorithm.metadata.get("nccl_choice", ""))
-    return label + ("*" if "nccl_fallback" in algorithm.metadata else "")
+    (with ``*`` appended when a fallback replaced NCCL's first choice, and
+    the release and environment in brackets where they are not the default:
+    ``ring/Simple/12ch [NCCL 2.7.8, NCCL_PROTO=Simple]``)."""
+    metadata = algorithm.metadata
+    label = str(metadata.get("nccl_choice", "")) + ("*" if "nccl_fallback" in metadata else "")
+    return f"{label} [{metadata['nccl_setup']}]" if "nccl_setup" in metadata else label
 
 
 __all__ = [

@@ -1,7 +1,13 @@
-"""NCCL's tuning constants, loaded from a data file (``nccl_2_30.yaml``).
+"""NCCL's tuning constants, loaded from a data file per NCCL release
+(``nccl_2_30.yaml``, the default, and the older ones of
+:mod:`simcoll.nccl.versions`).
 
-The numbers are facts read from NVIDIA/nccl 2.30.7 (the file cites the source
-lines); this module only checks their shape and offers typed look-ups.
+The numbers are facts read from NVIDIA/nccl at each release's tag (every file
+cites its source lines); this module only checks their shape and offers typed
+look-ups. A file's ``model`` says which tuner reads it: ``tune-model`` (NCCL
+2.13+, :mod:`simcoll.nccl.tuner`), ``classic`` (2.5-2.12,
+:mod:`simcoll.nccl.classic`) or ``thresholds`` (2.4,
+:mod:`simcoll.nccl.thresholds`).
 """
 
 from __future__ import annotations
@@ -23,6 +29,24 @@ PROTOCOLS = ("ll", "ll128", "simple")
 #: GPU generations NCCL distinguishes (``NCCL_*_COMPCAP_IDX``).
 GENERATIONS = ("volta", "ampere", "hopper", "blackwell")
 HARDWARE = ("nvlink", "pci", "net")
+#: The tuners a constants file can be read by (its ``model`` field; ``tune-model`` when absent).
+MODELS = ("tune-model", "classic", "thresholds")
+#: Fields every file of a model must have (besides ``version`` and ``source``).
+_REQUIRED = {
+    "classic": (
+        "algorithms", "protocols", "base_latency_us", "hw_latency_us", "bus_cap_sm80_GBps", "ring_ll_fraction",
+        "ring_ll_fraction_one_node_other", "ll_max_bw", "ring_ll128_fraction", "ring_ll128_fraction_one_gpu_per_node",
+        "ll128_max_bw_per_channel", "tree_fraction", "max_tree_bw", "per_channel_max_tree_bw", "tree_ll_divisor",
+        "tree_ll128_fraction_one_node", "tree_ll128_fraction_multi_node", "tree_ll128_cap_factor",
+        "multi_node_ll_intra_latency_factor", "ring_allreduce_inter_steps", "ring_simple_plateau_factor",
+        "ring_simple_plateau_min_bytes_per_rank", "power_tree_simple_pci_latency_is_ring", "tree_correction_factor",
+        "ll128_compute_capabilities", "ll128_max_nic_path", "warp_size", "max_threads", "thread_threshold", "link_bw",
+    ),
+    "thresholds": (
+        "algorithms", "protocols", "thread_threshold", "tree_thread_threshold_factor", "ll_channel_threshold",
+        "ll_min_threads", "default_threads", "tree_threshold",
+    ),
+}  # fmt: skip
 
 DEFAULT_FILE = Path(__file__).with_name("nccl_2_30.yaml")
 
@@ -51,6 +75,17 @@ class TunerConstants:
     version: str
     source: str
     data: dict[str, Any]
+    model: str = "tune-model"
+
+    @property
+    def algorithms(self) -> tuple[str, ...]:
+        """The algorithms this release has."""
+        return tuple(self.data.get("algorithms", ALGORITHMS))
+
+    @property
+    def protocols(self) -> tuple[str, ...]:
+        """The protocols this release has."""
+        return tuple(self.data.get("protocols", PROTOCOLS))
 
     def base_latency(self, algorithm: str, protocol: str) -> float:
         return float(self.data["base_latency_us"][algorithm][PROTOCOLS.index(protocol)])
@@ -84,6 +119,17 @@ def load_constants(path: str | Path = DEFAULT_FILE) -> TunerConstants:
         raise ModelError(f"{path}: cannot read NCCL tuner constants: {exc}") from None
     if not isinstance(data, dict):
         raise ModelError(f"{path}: expected a mapping of NCCL tuner constants")
+    model = str(data.get("model", "tune-model"))
+    if model not in MODELS:
+        raise ModelError(f"{path}: model {model!r} is not one of {', '.join(MODELS)}")
+    if model != "tune-model":
+        missing = [key for key in _REQUIRED[model] if key not in data]
+        if missing:
+            raise ModelError(f"{path}: missing NCCL tuner constant(s) {', '.join(missing)} (model {model})")
+        unknown = sorted(set(data["algorithms"]) - set(ALGORITHMS)) + sorted(set(data["protocols"]) - set(PROTOCOLS))
+        if unknown:
+            raise ModelError(f"{path}: unknown algorithm(s) or protocol(s) {unknown}")
+        return TunerConstants(str(data.get("version", "?")), str(data.get("source", path)), data, model)
     try:
         for table in ("base_latency_us",):
             _check_algo_table(data[table], f"{path}: {table}")

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 
 from ..collectives import canonical_name
 from ..errors import NotApplicableError, OptionError, SizeError
+from . import classic
+from .classic import nsteps
 from .constants import ALGORITHMS, PROTOCOLS, TunerConstants, generation, load_constants
 
 #: Collectives NCCL's tuner models (NCCL's ncclFunc*; send/recv and alltoall
@@ -169,8 +171,14 @@ class Comm:
     ll128 : bool, optional
         Overrides NCCL's LL128 default (enabled on SM70+ when the intra-node
         path is NVLink and the network path is close to the GPU).
+    nic_path : str
+        How far the NIC is from the GPUs that reach it through the nearest
+        path, as NCCL's ``typeInter`` (:data:`~simcoll.nccl.classic.NIC_PATHS`:
+        ``PIX``, ``PXB``, ``PXN``, ``PHB``, ``SYS``); LL128 across nodes needs it
+        within ``PXB`` (``PXN`` on Hopper and later). ``PIX`` on one node.
     constants : TunerConstants
-        Defaults to NCCL 2.30.7's.
+        Defaults to NCCL 2.30.7's; another release's
+        (:func:`simcoll.nccl.versions.constants_for`) prices with its model.
     limits : ChannelLimits
         The channel counts the environment sets (none by default).
     """
@@ -186,6 +194,7 @@ class Comm:
     collnet_chain: bool = True
     nvswitch: bool = False
     ll128: bool | None = None
+    nic_path: str = "PIX"
     constants: TunerConstants = field(default_factory=load_constants, repr=False)
     limits: ChannelLimits = ChannelLimits()
 
@@ -197,6 +206,10 @@ class Comm:
         unknown = sorted(set(self.graphs) - set(ALGORITHMS))
         if unknown:
             raise OptionError(f"NCCL comm: unknown algorithm(s) {unknown}; known: {', '.join(ALGORITHMS)}")
+        if self.nic_path not in classic.NIC_PATHS:
+            raise OptionError(
+                f"NCCL comm: nic_path must be one of {', '.join(classic.NIC_PATHS)}, got {self.nic_path!r}"
+            )
 
     @property
     def ppn(self) -> int:
@@ -237,16 +250,6 @@ def _log2i(n: int) -> int:
     return n.bit_length() - 1 if n >= 1 else -1
 
 
-def nsteps(collective: str, num_ranks: int) -> int:
-    """Ring steps NCCL counts (tuning.cc:287-289): 2(n-1) for Allreduce, n-1
-    for Allgather / ReduceScatter, n otherwise."""
-    if collective == "allreduce":
-        return 2 * (num_ranks - 1)
-    if collective in ("allgather", "reducescatter"):
-        return num_ranks - 1
-    return num_ranks
-
-
 def _check(comm: Comm, collective: str, algorithm: str, protocol: str) -> str:
     name = canonical_name(collective)  # a CollectiveError names an unknown collective
     if name not in TUNED_COLLECTIVES:
@@ -263,6 +266,8 @@ def unavailable_reason(comm: Comm, collective: str, algorithm: str, protocol: st
     ``comm``, or None when it may (tuning.cc:291-303, 338-375, 497-526;
     enqueue.cc:1996-2012)."""
     coll = _check(comm, collective, algorithm, protocol)
+    if comm.constants.model != "tune-model":
+        return classic.unavailable_reason(comm, coll, algorithm, protocol)
     a, p = algorithm, protocol
     ag_rs = coll in ("allgather", "reducescatter")
     if coll in ("broadcast", "reduce") and a != "ring":
@@ -300,15 +305,21 @@ def unavailable_reason(comm: Comm, collective: str, algorithm: str, protocol: st
     if ag_rs and a in ("nvls", "collnet_direct") and comm.num_nodes > 1:
         return f"multi-node {coll} with {a} needs CollNet {coll} support, not modelled"
     if p == "ll128" and not _ll128_enabled(comm, comm.graphs[a]):
-        return "LL128 is disabled here (needs SM70+ and NVLink inside the node)"
+        return "LL128 is disabled here (needs SM70+, NVLink inside the node and, across nodes, the NIC within PXB)"
     return None
 
 
 def _ll128_enabled(comm: Comm, graph: Graph) -> bool:
-    """NCCL enables LL128 by default when the intra-node path is NVLink and
-    the GPUs are SM70+ (tuning.cc:531-542); ``comm.ll128`` overrides."""
+    """NCCL enables LL128 by default when the intra-node path is NVLink, the
+    GPUs are SM70+ and, across nodes, the NIC is within PXB of the GPU (PXN
+    on SM90+: ``typeInter <= PATH_PXB || (minCompCap >= 90 && typeInter <=
+    PATH_PXN)``, tuning.cc:531-542); ``comm.ll128`` overrides."""
     if comm.ll128 is not None:
         return comm.ll128
+    if comm.num_nodes > 1:
+        limit = "PXN" if comm.compute_capability >= 90 else "PXB"
+        if not classic.nic_path_within(comm.nic_path, limit):
+            return False
     return comm.compute_capability >= 70 and graph.intra == "nvlink"
 
 
@@ -318,6 +329,8 @@ def bus_bandwidth(comm: Comm, collective: str, algorithm: str, protocol: str) ->
     coll = _check(comm, collective, algorithm, protocol)
     if unavailable_reason(comm, coll, algorithm, protocol) is not None:
         return 0.0
+    if comm.constants.model != "tune-model":
+        return classic.bus_bandwidth(comm, coll, algorithm, protocol)
     c = comm.constants
     a, p = algorithm, protocol
     g = comm.graphs[a]
@@ -378,6 +391,9 @@ def algorithm_bandwidth(comm: Comm, collective: str, algorithm: str, protocol: s
     bus bandwidth x n/nsteps for ring, nvls and nvls_tree, x 0.5 for tree and
     collnet (tuning.cc:376-382); 0 where unavailable."""
     coll = _check(comm, collective, algorithm, protocol)
+    if comm.constants.model != "tune-model":
+        ok = unavailable_reason(comm, coll, algorithm, protocol) is None
+        return classic.algorithm_bandwidth(comm, coll, algorithm, protocol) if ok else 0.0
     bus = bus_bandwidth(comm, coll, algorithm, protocol)
     if algorithm != "ring" and coll in ("allgather", "reducescatter"):
         return bus
@@ -389,6 +405,8 @@ def algorithm_bandwidth(comm: Comm, collective: str, algorithm: str, protocol: s
 def latency_us(comm: Comm, collective: str, algorithm: str, protocol: str) -> float:
     """NCCL's modelled per-call latency, us (tuning.cc:383-436)."""
     coll = _check(comm, collective, algorithm, protocol)
+    if comm.constants.model != "tune-model":
+        return classic.latency_us(comm, coll, algorithm, protocol if algorithm in comm.graphs else "simple")
     c = comm.constants
     a, p = algorithm, protocol
     g = comm.graphs.get(a) or comm.graphs["ring"]
@@ -445,6 +463,8 @@ def predict_time_us(
     coll = _check(comm, collective, algorithm, protocol)
     if nbytes < 0:
         raise SizeError(f"nbytes must be >= 0, got {nbytes}")
+    if comm.constants.model != "tune-model":
+        return classic.predict_time_us(comm, coll, algorithm, protocol, nbytes)
     bw = algorithm_bandwidth(comm, coll, algorithm, protocol)
     if bw <= 0:
         return None
@@ -557,6 +577,11 @@ def choose(
         raise OptionError(f"unknown NCCL algorithm {name!r}; known: {', '.join(ALGORITHMS)}")
     for name in allowed_p - set(PROTOCOLS):
         raise OptionError(f"unknown NCCL protocol {name!r}; known: {', '.join(PROTOCOLS)}")
+    if comm.constants.model == "thresholds":
+        from . import thresholds
+
+        a, p, nc, nt, reason = thresholds.choose(comm, coll, nbytes, algorithms=allowed_a, protocols=allowed_p)
+        return Choice(coll, nbytes, a, p, nc, nt, float("nan"), reason, {})
     table = {k: t for k, t in cost_table(comm, coll, nbytes).items() if k[0] in allowed_a and k[1] in allowed_p}
     if not table:
         raise NotApplicableError(f"no NCCL algorithm/protocol available for {coll} with the given restrictions")

@@ -70,6 +70,14 @@ def _generate(name: str, machine, collective: str, chunks: int | None, options: 
     return generate(name, machine, collective, chunks=chunks, **options)
 
 
+def _nccl_setup(spec: AlgorithmSpec):
+    """The NCCL release and environment of a study's ``nccl`` entry (default: NCCL 2.30)."""
+    from ..nccl.versions import NcclSetup
+
+    options = dict(spec.options)
+    return NcclSetup(options.get("version", NcclSetup.version), tuple(options.get("env", ())))
+
+
 @lru_cache(maxsize=128)
 def _schedule(machine_spec: MachineSpec, collective: str, algorithm: AlgorithmSpec):
     """The Algorithm (or Program) of ``algorithm`` for ``collective`` on the machine."""
@@ -83,7 +91,7 @@ def _schedule(machine_spec: MachineSpec, collective: str, algorithm: AlgorithmSp
         from ..nccl.baseline import nccl_algorithm
 
         # the Algorithm at 1 GiB names the row (chunks, steps); run_batch re-chooses it per size
-        return nccl_algorithm(machine, collective, 1 << 30)
+        return nccl_algorithm(machine, collective, 1 << 30, nccl=_nccl_setup(algorithm))
     if algorithm.kind == "sccl":
         from ..synthesis import synthesize
 
@@ -174,7 +182,7 @@ def run_batch(batch: Batch, study: str = "") -> list[dict[str, Any]]:
                 from ..nccl.baseline import nccl_algorithm
 
                 lowered = {}
-                schedule = nccl_algorithm(machine, batch.collective, point.size_bytes)
+                schedule = nccl_algorithm(machine, batch.collective, point.size_bytes, nccl=_nccl_setup(spec))
             t = _time_point(schedule, machine, point, batch.time_limit_s, lowered)
         except NotApplicableError as exc:
             rows.append(_row(base, point, status="not-applicable", error=str(exc)))

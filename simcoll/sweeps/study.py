@@ -338,7 +338,13 @@ def _algorithm(raw: Any, where: str, base: Path) -> AlgorithmSpec | str:
         options = raw["nccl"] or {}
         if not isinstance(options, Mapping):
             raise StudyError(f"{where}: nccl: expected a mapping of options (or nothing)")
-        opts = tuple(sorted((str(k), v) for k, v in options.items()))
+        from ..nccl.versions import as_setup
+
+        try:
+            setup = as_setup(dict(options))  # {version: "2.7", env: {NCCL_PROTO: Simple}}
+        except SimcollError as exc:
+            raise StudyError(f"{where}: nccl: {exc}") from None
+        opts = (("env", setup.env), ("version", setup.version)) if options else ()
         return AlgorithmSpec("nccl", label or "nccl", options=opts)
     if kind == "sccl":
         options = raw["sccl"] or {}

@@ -1,0 +1,107 @@
+"""NCCL as each paper ran it (issue 53): the tuner of each release, its
+environment, and the choice column naming both."""
+
+from __future__ import annotations
+
+import pytest
+
+from simcoll.errors import OptionError
+from simcoll.machines import as_machine
+from simcoll.nccl.baseline import choice_label, nccl_algorithm, nccl_choice, nccl_machine, nic_path
+from simcoll.nccl.tuner import Comm, Graph, predict_time_us
+from simcoll.nccl.versions import VERSIONS, NcclSetup, as_setup, constants_for, release
+
+
+@pytest.mark.parametrize("version", list(VERSIONS))
+def test_every_release_loads_and_cites_its_source(version):
+    constants = constants_for(version)
+    assert constants.version.startswith(version + ".")
+    assert f"v{constants.version}" in constants.source
+
+
+def test_release_spellings():
+    assert release("2.7") == release("2.7.8") == release("v2.7.8-1") == "2.7"
+    with pytest.raises(OptionError, match="unknown NCCL version '2.9'"):
+        release("2.9")
+
+
+def test_ring_latency_of_nccl_2_7_is_its_closed_form():
+    # NCCL 2.7.8 tuning.cc: ring LL on one node = baseLat 3.6 + (n - 1) x hwLat[NVLink][ring][LL] 0.47,
+    # bandwidth = nChannels x bwIntra / 3 (one-node Allgather) x n / (n - 1)
+    comm = Comm(8, 1, 70, {"ring": Graph(12, 21.0), "tree": Graph(12, 21.0)}, constants=constants_for("2.7"))
+    expected = 3.6 + 7 * 0.47 + 4096 / (1000 * 12 * 21.0 / 3 * 8 / 7)
+    assert predict_time_us(comm, "allgather", "ring", "ll", 4096) == pytest.approx(expected)
+
+
+def test_older_releases_lack_newer_algorithms_and_protocols():
+    for size in (1 << 10, 1 << 20, 1 << 28):
+        assert nccl_choice("dgx-h100", "allreduce", size, nccl="2.8").algorithm in ("ring", "tree")
+        assert nccl_choice("dgx1", "allreduce", size, nccl="2.4").protocol in ("ll", "simple")
+    assert nccl_choice("dgx-h100", "allreduce", 1 << 28).algorithm == "nvls"  # 2.30 has NVLS
+
+
+def test_nccl_2_4_picks_ll_below_its_threshold_and_simple_above():
+    small, large = (nccl_choice("dgx1", "allgather", s, nccl="2.4") for s in (1 << 10, 1 << 28))
+    assert (small.protocol, large.protocol) == ("ll", "simple")
+
+
+def test_nccl_proto_restricts_the_choice_as_nccl_parses_it():
+    simple = NcclSetup.parse("2.7", {"NCCL_PROTO": "Simple"})
+    assert {nccl_choice("dgx1", "allgather", s, nccl=simple).protocol for s in (1 << 10, 1 << 20)} == {"simple"}
+    assert NcclSetup.parse("2.30", ["NCCL_PROTO=^LL"]).protocols() == ("ll128", "simple")
+    with pytest.raises(OptionError, match="LL256"):
+        NcclSetup.parse("2.7", {"NCCL_PROTO": "LL256"})
+    with pytest.raises(OptionError, match="NCCL_BUFFSIZE"):
+        NcclSetup.parse("2.7", {"NCCL_BUFFSIZE": "1"})
+    with pytest.raises(OptionError, match="unknown field"):
+        as_setup({"version": "2.7", "enviroment": {}})
+
+
+def test_the_choice_column_names_release_and_environment():
+    setup = NcclSetup.parse("2.7", {"NCCL_PROTO": "Simple"})
+    label = choice_label(nccl_algorithm("dgx1", "allgather", 1 << 20, nccl=setup))
+    assert label.startswith("ring/Simple/") and label.endswith("[NCCL 2.7.8, NCCL_PROTO=Simple]")
+    assert "[" not in choice_label(nccl_algorithm("dgx1", "allgather", 1 << 20))  # the default says nothing
+
+
+def test_ll128_needs_the_nic_within_pxb():
+    # Summit's NICs hang off the POWER9 CPUs (PHB) and NDv2's have no GPUDirect RDMA (NCCL routes through
+    # the CPU): LL128 stays off across nodes; a DGX A100's NICs share the GPUs' PCIe switches
+    assert nic_path(as_machine("summit*2").topology, 0) == "PHB"
+    for machine in ("summit*2", "ndv2*2"):
+        for version in ("2.7", "2.30"):
+            choices = {nccl_choice(machine, "allreduce", 1 << s, nccl=version).protocol for s in range(10, 30, 2)}
+            assert "ll128" not in choices, (machine, version)
+    assert nccl_machine("dgx-a100*2").comm.nic_path == "PIX"
+
+
+def test_every_nic_of_a_dgx2_pair_carries_nccl_channels():
+    from simcoll.algorithms.nccl import nccl_rings, nearest_nics
+
+    machine = as_machine("dgx2*2")
+    channels = nccl_machine(machine).comm.n_channels
+    assert channels % 8 == 0  # every NIC the same number of channels
+    topology = machine.topology
+    crossing = {
+        nearest_nics(topology, u)[0]
+        for ring in nccl_rings(topology, channels)
+        for u, v in zip(ring, ring[1:] + ring[:1], strict=True)
+        if topology.gpu(u).node != topology.gpu(v).node
+    }
+    assert len(crossing) == 16  # all 8 NICs of both nodes
+
+
+def test_compare_cli_names_the_release_and_reads_nccl_proto(capsys, monkeypatch):
+    from simcoll.cli import main
+
+    args = ["compare", "--nccl", "2.7", "-t", "dgx1", "-c", "allgather", "--sizes", "1KB,1MB", "--algorithms", "nccl"]
+    assert main([*args, "-q"]) == 0
+    out = capsys.readouterr().out
+    assert "[NCCL 2.7.8]" in out and "ring/LL/" in out and "baseline NCCL 2.7.8" in out
+    monkeypatch.setenv("NCCL_PROTO", "Simple")
+    assert main([*args, "-q"]) == 0
+    out = capsys.readouterr().out
+    assert "ring/Simple/" in out and "ring/LL/" not in out and "NCCL_PROTO=Simple" in out
+    assert main([*args, "-q", "--nccl-env", "NCCL_PROTO=LL"]) == 0  # the option wins over the environment
+    assert "ring/LL/1ch [NCCL 2.7.8, NCCL_PROTO=LL]" in capsys.readouterr().out
+    assert main(["compare", "--nccl", "2.9", "-q"]) == 2

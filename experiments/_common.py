@@ -234,6 +234,46 @@ def print_comparisons(title: str, comparisons: Iterable[Comparison], nccl: str =
         print(f"  note: {NCCL_MISSING}")
 
 
+#: A claim holds when ours is within this fraction of the paper's number (or inside its stated range).
+WITHIN = 0.2
+
+
+def verdict(claim: dict, ours: float | None, paper_value: float) -> str:
+    """The verdict on one claim: ``within 20%`` (of the paper's headline
+    number, or inside the range it states), ``as fast or faster`` (a
+    synthesis time at most 1.2x the paper's), ``wrong direction`` (a gain
+    where the paper reports a loss, or the other way), ``above`` / ``below``
+    (same direction, more than 20 % off), ``slower``, ``not computed``."""
+    if ours is None or ours != ours:
+        return "not computed"
+    metric = claim["metric"]
+    if metric == "time_s":
+        return "as fast or faster" if ours <= (1 + WITHIN) * paper_value else "slower"
+    low, high = claim.get("range") or (paper_value, paper_value)
+    if metric == "speedup" and (paper_value > 1) != (ours > 1) and abs(ours - 1) > 0.01:
+        return "wrong direction"
+    if abs(ours / paper_value - 1) <= WITHIN or low <= ours <= high:
+        return f"within {WITHIN:.0%}"
+    return "above" if ours > paper_value else "below"
+
+
+def report(result: Mapping[str, Any]) -> str:
+    """A study run's comparisons as Markdown, every figure taken from the run
+    (the notebooks show this instead of typed prose): what is compared, the
+    paper's number, ours, and for a headline claim of ``paper_claims.yaml``
+    the verdict."""
+    claims = paper_claims()
+    lines = ["| compared | paper | simcoll | verdict | source |", "|---|---|---|---|---|"]
+    for c in result["comparisons"]:
+        judged = ""
+        if c.claim:
+            claim = claims[c.claim]
+            judged = verdict(claim, c.value, c.paper_value if c.paper_value is not None else float(claim["value"]))
+        cells = [c.what, c.paper, c.ours, judged, c.source]
+        lines.append("| " + " | ".join(str(x).replace("|", "/") for x in cells) + " |")
+    return "\n".join(lines)
+
+
 def fraction_of_bound(df: pd.DataFrame) -> pd.Series:
     """algbw over the max-flow bound for each successful row."""
     return df.algbw_GBps / df.algbw_bound_GBps

@@ -38,6 +38,8 @@ from simcoll.sweeps.plots import plot_bandwidth, plot_link_utilisation
 NCCL = {"version": "2.6"}
 #: Fig. 8 ran on the three GPUs of one Summit socket (NV-Group §5.2.1).
 SUMMIT_SOCKET = "summit[0,1,2]"
+#: NV-Group's NCCL-Ring: NCCL v2.6 restricted to its ring (NV-Group §5.1).
+NCCL_RING = "nccl-ring (NCCL 2.6, NCCL_ALGO=Ring)"
 ALGORITHMS = [
     "nvgroup-ring",
     {"generator": "nvgroup-ring", "name": "nvgroup-ring (no pipeline)", "options": {"pipeline": False}},
@@ -53,7 +55,7 @@ def studies(fast: bool) -> list[dict]:
             "machines": [SUMMIT_SOCKET, "summit", "dgx2"],
             "collectives": ["allreduce"],
             "algorithms": [*ALGORITHMS, *baseline(**NCCL)],
-            "sizes": "4KB,1MB,128MB" if fast else "4B:512MB",
+            "sizes": "4KB,1MB,128MB" if fast else "8B:512MB",  # 8 B x 4^k reaches 128 MB (Fig. 8)
             "size_factor": 4,
         },
         {
@@ -62,6 +64,16 @@ def studies(fast: bool) -> list[dict]:
             "collectives": ["allreduce"],
             "algorithms": ["nvgroup-ring", "ring", *baseline(**NCCL)],
             "sizes": "128MB",
+        },
+        {
+            # Fig. 11: small-message latency against NCCL-Ring (NCCL v2.6 with NCCL_ALGO=Ring); the paper
+            # went to 1,536 GPUs (256 Summit nodes), the full grid to 16 nodes (96 GPUs)
+            "name": "nvgroup_latency",
+            "machines": ["summit*2"] if fast else ["summit*16"],
+            "collectives": ["allreduce"],
+            "algorithms": ["nvgroup-ring", {"nccl": {**NCCL, "env": {"NCCL_ALGO": "Ring"}}, "name": NCCL_RING}],
+            "sizes": "4KB:64KB",
+            "size_factor": 4,
         },
     ]
 
@@ -140,7 +152,21 @@ def main(argv: list[str] | None = None) -> dict:
             value=float(rate_GBps[False]) if False in rate_GBps else None,
         ),
     ]
-    scale = df[df.machine.str.startswith("summit*")]
+    latency = df[df.algorithm.isin(["nvgroup-ring", NCCL_RING])]
+    latency = latency.pivot_table(index=["machine", "size_bytes"], columns="algorithm", values="time_s").dropna()
+    fig11 = float((latency[NCCL_RING] / latency["nvgroup-ring"]).max()) if len(latency) else None
+    where = ", ".join(sorted(set(latency.index.get_level_values(0))))
+    comparisons.append(
+        Comparison(
+            f"small-message Allreduce (4-64 KB) on {where}: NVGroup-Ring over NCCL-Ring",
+            paper("nvgroup.fig11.multinode_latency_vs_nccl_ring"),
+            "not run" if fig11 is None else f"{fig11:.2f}x",
+            "NV-Group §5.2.3, Fig. 11 (up to 1,536 GPUs in the paper)",
+            claim="nvgroup.fig11.multinode_latency_vs_nccl_ring",
+            value=fig11,
+        )
+    )
+    scale = df[df.machine.str.startswith("summit*") & (df.size_bytes == 128 << 20)]
     comparisons.append(
         Comparison(
             "128 MB Allreduce algbw across Summit nodes",

@@ -29,6 +29,7 @@ from _common import (
     write_csv,
 )
 
+from simcoll.interop import save_schedule
 from simcoll.machines import load_machine
 from simcoll.sweeps.plots import plot_bandwidth
 from simcoll.synthesis import synthesize
@@ -50,9 +51,17 @@ TABLE4 = [
     ("allreduce", 40, 12, 12, 5.6),
 ]
 FAST_ROWS = 3  # of each collective in --fast mode
-#: SCCL's baseline: NCCL 2.7.8-1 (SCCL §5, appendix A.3.3) with the Simple protocol, which SCCL's own
-#: code runs with (the issue tracker's reading of SCCL §5: both sides ran NCCL_PROTO=Simple).
+#: SCCL's baseline: NCCL 2.7.8-1 (SCCL §5, appendix A.3.3) with NCCL_PROTO=Simple, since SCCL's
+#: generated code "uses a protocol similar to the simple protocol" (SCCL §5.5); every schedule of the
+#: study then runs Simple (the baseline's protocol choice, simcoll.nccl.baseline.protocol_for).
 NCCL = {"version": "2.7", "env": {"NCCL_PROTO": "Simple"}}
+#: The DGX-1 with its PCIe tree (topologies/ndv2.yaml: the DGX-1 NVLink graph, two GPUs per PCIe switch,
+#: two switches per CPU; TACCL §4): NCCL 2.7's point-to-point Alltoall reaches the GPUs it has no NVLink
+#: to over PCIe and the host (paths.cc ncclTopoCheckP2p: no P2P beyond PXB on Broadwell, so shared
+#: memory through the CPU), which the NVLink-only dgx1.yaml cannot express.
+DGX1_PCIE = "ndv2"
+#: SCCL's Alltoall schedules, synthesized on SCCL's own model of the DGX-1 (its NVLinks, SCCL §5).
+ALLTOALL = [(8, 3, 3)]
 
 
 def study(fast: bool) -> dict:
@@ -70,8 +79,30 @@ def study(fast: bool) -> dict:
     return {
         "name": "sccl_dgx1",
         "machines": ["dgx1"],
-        "collectives": ["allgather", "allreduce", "alltoall"],
+        "collectives": ["allgather", "allreduce"],
         "algorithms": ["ring", "multi-ring", "direct", *baseline(**NCCL), *sccl],
+        "sizes": "1KB,64KB,1MB,32MB" if fast else "1KB:1GB",
+        "size_factor": 4,
+        "simulator": {"mode": "algorithm", "time_limit_s": 60},
+    }
+
+
+def alltoall_study(out: Path, fast: bool) -> dict:
+    """The Fig. 6 study: SCCL's Alltoall synthesized on the DGX-1's NVLinks (as SCCL did) and timed,
+    with NCCL's point-to-point Alltoall, on the DGX-1 with its PCIe tree (:data:`DGX1_PCIE`)."""
+    specs = []
+    for c, steps, rounds in ALLTOALL:
+        result = synthesize(load_machine("dgx1"), "alltoall", c, steps, rounds, backend="cpsat", time_limit_s=120.0)
+        if result.algorithm is None:
+            raise SystemExit(f"SCCL Alltoall ({c},{steps},{rounds}) on dgx1: {result.status}")
+        path = out / f"sccl_dgx1_alltoall_{c}_{steps}_{rounds}.json"
+        save_schedule(result.algorithm, path)
+        specs.append({"file": str(path), "name": f"sccl({c},{steps},{rounds})"})
+    return {
+        "name": "sccl_dgx1_alltoall",
+        "machines": [DGX1_PCIE],
+        "collectives": ["alltoall"],
+        "algorithms": ["direct", *baseline(**NCCL), *specs],
         "sizes": "1KB,64KB,1MB,32MB" if fast else "1KB:1GB",
         "size_factor": 4,
         "simulator": {"mode": "algorithm", "time_limit_s": 60},
@@ -104,7 +135,15 @@ def synthesis_times(fast: bool) -> pd.DataFrame:
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(__doc__, argv)
     out: Path = args.out
-    df = ok(run(study(args.fast), out, serial=args.serial or args.fast, workers=args.workers))
+    out.mkdir(parents=True, exist_ok=True)
+    serial = args.serial or args.fast
+    df = pd.concat(
+        [
+            ok(run(study(args.fast), out, serial=serial, workers=args.workers)),
+            ok(run(alltoall_study(out, args.fast), out, serial=serial, workers=args.workers)),
+        ],
+        ignore_index=True,
+    )
     write_csv(df, out / "sccl_dgx1.csv")
     for collective, rows in df.groupby("collective"):
         plot_bandwidth(rows, out / f"sccl_dgx1_{collective}.png", title=f"DGX-1 {collective} (SCCL Figs. 4-6)")
@@ -136,7 +175,9 @@ def main(argv: list[str] | None = None) -> dict:
         ("alltoall", "Fig. 6", "sccl.fig6.alltoall_small", "sccl.fig6.alltoall_large"),
     ):
         for small, claim in ((True, small_claim), (False, large_claim)):
-            where = {"collective": collective, "algorithm_kind": "sccl"}
+            # the Alltoall schedules are files synthesized beforehand (alltoall_study)
+            kind = "file" if collective == "alltoall" else "sccl"
+            where = {"collective": collective, "algorithm_kind": kind}
             comparisons.append(
                 Comparison(
                     f"{collective.capitalize()} speed-up over NCCL, {'up to' if small else 'above'} 1 MB",

@@ -98,6 +98,8 @@ def synthesize_all(out: Path, fast: bool) -> tuple[pd.DataFrame, list[dict], dic
         for size in (1 << 10, 1 << 20)
     ]
     if not fast:
+        # Fig. 6(i)'s large-buffer Allgather is dgx2-sk-1's (TACCL §7.1), which Table 2 does not time
+        jobs.append(("dgx2*2", "dgx2-sk-1", "allgather", None, None, "taccl dgx2-sk-1"))
         jobs += [(m, sketch, c, None, None, label) for m, sketch, c, label in ablation_sketches()]
     rows, files, algorithms = [], [], {}
     for machine, sketch, collective, paper_s, input_size, label in jobs:

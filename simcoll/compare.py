@@ -242,7 +242,7 @@ def _compare(
         for name in _generator_names(collective, wanted):
             started = time.perf_counter()
             candidates[name], times = _generate_and_time(
-                machine, collective, name, sizes, method, contention, time_limit_s, keep=False
+                machine, collective, name, sizes, method, contention, time_limit_s, keep=False, nccl=nccl
             )
             report.generator(name, candidates[name], times, time.perf_counter() - started)
             timed.update({(name, size): t for size, t in times.items()})
@@ -292,7 +292,7 @@ def _compare(
                     report.row(label, t)
                 else:
                     started = time.perf_counter()
-                    t = _time(schedule, machine, size, how, contention, time_limit_s)
+                    t = _time(schedule, machine, size, how, contention, time_limit_s, nccl)
                     choice = f" ({_choice(algorithm)})" if name == NCCL_ROW else ""
                     report.row(f"{name}{choice}{label[len(name) :]}", t, time.perf_counter() - started)
                     if isinstance(t, _Stopped) and name != NCCL_ROW:
@@ -482,7 +482,7 @@ def _in_parallel(
         # a long one started last would leave the other workers idle (NVLS-Tree on 128 GPUs:
         # a third of the one-process time, started last in registry order).
         submitted = {
-            n: submit(_generate_and_time, collective, n, sizes, method, contention, time_limit_s, keep)
+            n: submit(_generate_and_time, collective, n, sizes, method, contention, time_limit_s, keep, nccl)
             for n in reversed(names)
         }
         generated = [submitted[n] for n in names]
@@ -589,10 +589,12 @@ def _generate_and_time(
     contention: bool,
     time_limit_s: float,
     keep: bool = True,
+    nccl: NcclSetup | None = None,
 ) -> tuple[Algorithm | Timed | str, dict[int, float | str]]:
     """One generator's Algorithm (or why it does not apply or is too large; with ``keep``
     false, its :class:`Timed` summary) and its time at every size it has a
-    byte per chunk for, or why its simulation stopped."""
+    byte per chunk for (under the protocol the baseline ``nccl`` picks), or
+    why its simulation stopped."""
     from .algorithms import generate
 
     try:
@@ -607,7 +609,7 @@ def _generate_and_time(
         if stopped_at is not None:
             times[size] = _NotTried.after(stopped_at, time_limit_s)
             continue
-        times[size] = _time(algorithm, machine, size, method, contention, time_limit_s)
+        times[size] = _time(algorithm, machine, size, method, contention, time_limit_s, nccl)
         if isinstance(times[size], _Stopped):
             stopped_at = size
     if keep:
@@ -628,7 +630,7 @@ def _nccl_task(
         return str(exc), None
     if size < algorithm.collective.size_chunks:
         return algorithm, None
-    return algorithm, _time(algorithm, machine, size, method, contention, time_limit_s)
+    return algorithm, _time(algorithm, machine, size, method, contention, time_limit_s, nccl)
 
 
 def _wanted_rows(algorithms: list[str] | tuple[str, ...] | str | None) -> set[str] | None:
@@ -676,16 +678,20 @@ def _choice(algorithm: Algorithm) -> str:
     return choice_label(algorithm)
 
 
-def _time(schedule, machine: Machine, size: int, how: str, contention: bool, time_limit_s: float) -> float | str:
+def _time(
+    schedule, machine: Machine, size: int, how: str, contention: bool, time_limit_s: float, nccl: NcclSetup | None
+) -> float | str:
     """The time of ``schedule`` at ``size`` by ``how`` (``"analytic"``, else
     simulated; :func:`simcoll.evaluation.schedule_time_s`, with the protocol
-    NCCL would pick), or why it has none (a :class:`_Stopped` where the
+    the baseline ``nccl`` would pick), or why it has none (a :class:`_Stopped` where the
     simulation's wall-clock limit was reached). Not verified again: the
     registered generators are verified by the test suite, and a lowered
     Program comes from a verified lowering (:func:`_lower_all`)."""
     method = "analytic" if how == "analytic" else "simulate"
     try:
-        return schedule_time_s(schedule, machine, size, method=method, contention=contention, time_limit_s=time_limit_s)
+        return schedule_time_s(
+            schedule, machine, size, method=method, contention=contention, time_limit_s=time_limit_s, nccl=nccl
+        )
     except TimeLimitError as exc:
         return _Stopped(exc)
     # (TooLargeError: an orbit that the closed form, or a plan of every message, would list one by one)

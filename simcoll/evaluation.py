@@ -44,6 +44,7 @@ def schedule_time_s(
     contention: bool = True,
     time_limit_s: float = 60.0,
     protocol: str | None = NCCL_PROTOCOL,
+    nccl=None,
 ) -> float:
     """The time of ``schedule`` at ``size_bytes`` on ``machine``, in seconds.
 
@@ -71,6 +72,10 @@ def schedule_time_s(
         NCCL's pick for this collective and size. None: the schedule's own,
         else the model's default (:func:`simcoll.simulator.simulate`'s rule).
         A name (``"LL"``, ``"LL128"``, ``"Simple"``): that protocol.
+    nccl : NcclSetup or str, optional
+        The baseline's NCCL release and environment whose pick
+        :data:`NCCL_PROTOCOL` means (default NCCL 2.30,
+        :func:`simcoll.nccl.versions.as_setup`).
 
     Returns
     -------
@@ -103,7 +108,7 @@ def schedule_time_s(
     if protocol == NCCL_PROTOCOL:
         from .nccl.baseline import protocol_for
 
-        protocol = protocol_for(schedule, machine, size_bytes)
+        protocol = protocol_for(schedule, machine, size_bytes, nccl)
     if method == "analytic":
         if not isinstance(schedule, Algorithm):
             raise OptionError("the analytic method needs an Algorithm (a Program has no closed-form time)")

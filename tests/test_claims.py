@@ -80,3 +80,8 @@ def test_readme_block_is_rewritten_atomically(claims, tmp_path):
     readme.write_text("no block")
     with pytest.raises(SystemExit, match="no <!-- claims:start -->"):
         module.write_readme(readme, "x")
+
+
+def test_every_cause_names_a_claim(claims):
+    module, common = claims
+    assert set(module.causes()) <= set(common.paper_claims())

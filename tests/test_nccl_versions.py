@@ -105,3 +105,31 @@ def test_compare_cli_names_the_release_and_reads_nccl_proto(capsys, monkeypatch)
     assert main([*args, "-q", "--nccl-env", "NCCL_PROTO=LL"]) == 0  # the option wins over the environment
     assert "ring/LL/1ch [NCCL 2.7.8, NCCL_PROTO=LL]" in capsys.readouterr().out
     assert main(["compare", "--nccl", "2.9", "-q"]) == 2
+
+
+def test_every_schedule_runs_under_the_baselines_protocol():
+    # a comparison differs in the schedule only: beside NCCL 2.7 with NCCL_PROTO=Simple (SCCL's baseline)
+    # the ring runs Simple too, in compare and in a study, where beside NCCL 2.30 it runs LL at 1 KB
+    from simcoll.algorithms import generate
+    from simcoll.compare import compare
+    from simcoll.evaluation import schedule_time_s
+    from simcoll.sweeps.runner import run_batch
+    from simcoll.sweeps.study import expand, load_study
+
+    machine = as_machine("dgx1")
+    ring = generate("ring", machine, "allreduce")
+    simple, ll = (schedule_time_s(ring, machine, 1024, protocol=p) for p in ("Simple", "LL"))
+    assert simple > ll
+    sccl = NcclSetup.parse("2.7", {"NCCL_PROTO": "Simple"})
+    for nccl, expected in ((sccl, simple), (None, ll)):
+        df, _ = compare(machine, "allreduce", [1024], algorithms=["ring", "nccl"], nccl=nccl)
+        assert df[df.algorithm == "ring"].time_s.item() == pytest.approx(expected)
+    study = {
+        "name": "t",
+        "machines": ["dgx1"],
+        "collectives": ["allreduce"],
+        "algorithms": ["ring", {"nccl": {"version": "2.7", "env": {"NCCL_PROTO": "Simple"}}, "name": "nccl"}],
+        "sizes": "1KB",
+    }
+    batch = next(b for b in expand(load_study(study)) if b.algorithm.label == "ring")
+    assert run_batch(batch)[0]["time_s"] == pytest.approx(simple)

@@ -1,6 +1,8 @@
 """Notebooks execute top to bottom; every experiment script runs in fast mode,
 writes its CSV and PNG, and a seed study prints the paper's number beside ours."""
 
+import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -105,3 +107,18 @@ def test_speedups_over_nccl_use_point_to_point_for_alltoall_and_name_the_baselin
     assert _common.best_speedup(df, "both", collective="allreduce") == "2.00x (ring, 1KB) / 0.80x (ring, 1GB)"
     assert _common.best_speedup(df, collective="alltoall") == "3.00x (sccl, 1GB over NCCL's send/recv (direct))"
     assert _common.best_speedup(df, machine="other").startswith("n/a")
+
+
+#: A result typed into prose: a speed-up, a share, a bandwidth or a time.
+TYPED_RESULT = re.compile(r"\d+(\.\d+)?\s*(x\b|×|%|GB/s|ms\b|us\b|µs|s\b)")
+
+
+@pytest.mark.parametrize("script", sorted(SEED_SCRIPTS), ids=str)
+def test_paper_notebooks_type_no_results(script):
+    """The seed papers' notebooks show their figures from the run (a generated
+    table), never typed into their prose, where they go stale (issue 53)."""
+    notebook = json.loads((ROOT / "notebooks" / script.replace(".py", ".ipynb")).read_text())
+    prose = ["".join(c["source"]) for c in notebook["cells"] if c["cell_type"] == "markdown"]
+    typed = [m.group(0) for text in prose for m in TYPED_RESULT.finditer(text)]
+    assert not typed, typed
+    assert any("_common.report(result)" in "".join(c["source"]) for c in notebook["cells"] if c["cell_type"] == "code")

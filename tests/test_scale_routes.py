@@ -159,7 +159,7 @@ def test_leaving_dominated_resources_out_of_the_max_min_changes_no_time(spec, na
 
 
 @pytest.mark.parametrize(
-    ("spec", "name"), [("ndv2*2", "double-binary-tree"), ("dgx-h100*2", "nvls-tree"), ("perlmutter*4", "chain")]
+    ("spec", "name"), [("ndv2*2", "double-binary-tree"), ("dgx-h100*2", "nvls-tree"), ("ndv2*4", "chain")]
 )
 def test_handing_a_connection_to_the_next_message_changes_no_time(spec, name, monkeypatch):
     """A pipeline's connection that passes its wire from one message to the

@@ -120,7 +120,8 @@ def add_nccl_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--nccl",
         metavar="VERSION",
-        help=f"the NCCL release the nccl baseline stands for: {', '.join(VERSIONS)} (default {DEFAULT_VERSION})",
+        help=f"the NCCL release the nccl baseline stands for, whose protocol choice every row runs with: "
+        f"{', '.join(VERSIONS)} (default {DEFAULT_VERSION})",
     )
     p.add_argument(
         "--nccl-env",

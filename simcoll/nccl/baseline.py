@@ -472,7 +472,7 @@ def nccl_algorithm(
     setup = as_setup(nccl)
     collective = canonical_name(collective)
     if collective in P2P_COLLECTIVES:  # no tuner choice: NCCL's restrictions of it do not apply
-        algorithm = nccl_p2p_algorithm(machine, collective, size_bytes)
+        algorithm = nccl_p2p_algorithm(machine, collective, size_bytes, setup)
         if setup.is_default:
             return algorithm
         return algorithm.relabelled("nccl", {**algorithm.metadata, "nccl_setup": setup.describe()})
@@ -557,7 +557,9 @@ def nccl_algorithm(
     return algorithm.relabelled("nccl", metadata)
 
 
-def protocol_for(schedule: Any, machine: Machine | str, size_bytes: float) -> str | None:
+def protocol_for(
+    schedule: Any, machine: Machine | str, size_bytes: float, nccl: NcclSetup | str | None = None
+) -> str | None:
     """The protocol to time ``schedule`` with beside the ``nccl`` row, so that
     a comparison differs in the schedule only: its own
     (``metadata["protocol"]``, a Program's ``protocol``) if it has one; else
@@ -567,6 +569,8 @@ def protocol_for(schedule: Any, machine: Machine | str, size_bytes: float) -> st
     collectives the tuner has no choice for). None - a bare α-β schedule, as the
     papers' closed forms cost it - on a model without protocol or call costs,
     or with a ``default_protocol`` of its own (:meth:`CostModel.protocol`).
+    ``nccl`` is the baseline's release and environment (default NCCL 2.30):
+    beside NCCL 2.7 with ``NCCL_PROTO=Simple`` every schedule runs Simple.
 
     >>> from simcoll.algorithms import generate
     >>> ring = generate("ring", "dgx-a100", "allreduce")
@@ -574,6 +578,8 @@ def protocol_for(schedule: Any, machine: Machine | str, size_bytes: float) -> st
     ('LL', 'Simple')
     >>> protocol_for(generate("ring", "ring:4", "allreduce"), "ring:4", 1 << 30) is None  # generic model: bare
     True
+    >>> protocol_for(ring, "dgx-a100", 1 << 10, NcclSetup.parse("2.7", {"NCCL_PROTO": "Simple"}))
+    'Simple'
     """
     machine = as_machine(machine)
     model = machine.model
@@ -585,9 +591,9 @@ def protocol_for(schedule: Any, machine: Machine | str, size_bytes: float) -> st
         return None
     name = schedule.collective.name
     if name in P2P_COLLECTIVES:
-        return nccl_p2p_protocol(machine, name, size_bytes)
+        return nccl_p2p_protocol(machine, name, size_bytes, nccl)
     try:
-        choice = nccl_choice(machine, name, int(size_bytes))
+        choice = nccl_choice(machine, name, int(size_bytes), nccl=nccl)
     except SimcollError:
         return "Simple"
     return PROTOCOL_NAMES[choice.protocol]

@@ -70,21 +70,29 @@ def p2p_protocol(peer_bytes: float, *, across_nodes: bool = False) -> str:
     return "ll" if has_ll and peer_bytes <= float(constants["p2p_ll_threshold_bytes"]) else "simple"
 
 
-def nccl_p2p_protocol(machine: Machine | str, collective: str, size_bytes: float) -> str:
+def nccl_p2p_protocol(machine: Machine | str, collective: str, size_bytes: float, nccl=None) -> str:
     """The protocol (``LL`` or ``Simple``: NCCL's and the cost model's spelling) NCCL's
     point-to-point path gives ``collective`` on ``size_bytes`` bytes on
     ``machine``: :func:`p2p_protocol` of one peer's bytes, across nodes
-    where the machine has several.
+    where the machine has several. ``nccl`` (a release, :func:`~simcoll.nccl.versions.as_setup`):
+    releases before 2.13 send point-to-point with Simple only (NCCL 2.12.12
+    enqueue.cc has no ``NCCL_P2P_LL_THRESHOLD``), as does an ``NCCL_PROTO`` without LL.
 
     >>> nccl_p2p_protocol("dgx-a100", "alltoall", 64 << 10), nccl_p2p_protocol("dgx-a100*2", "alltoall", 64 << 10)
     ('LL', 'Simple')
     """
+    from .versions import as_setup
+
     machine = as_machine(machine)
+    setup = as_setup(nccl)
+    allowed = setup.protocols()
+    if setup.constants.model != "tune-model" or (allowed is not None and "ll" not in allowed):
+        return PROTOCOL_NAMES["simple"]
     peer = p2p_peer_bytes(collective, machine.num_ranks, size_bytes)
     return PROTOCOL_NAMES[p2p_protocol(peer, across_nodes=len(machine.topology.nodes) > 1)]
 
 
-def nccl_p2p_algorithm(machine: Machine | str, collective: str, size_bytes: int) -> Algorithm:
+def nccl_p2p_algorithm(machine: Machine | str, collective: str, size_bytes: int, nccl=None) -> Algorithm:
     """The Algorithm NCCL runs for nccl-tests' point-to-point ``collective``
     (``alltoall`` or ``sendrecv``) on ``size_bytes`` bytes: every peer's
     transfer at once, with NCCL's per-peer protocol in
@@ -104,7 +112,7 @@ def nccl_p2p_algorithm(machine: Machine | str, collective: str, size_bytes: int)
         raise NotApplicableError(f"nccl: {collective} is not one of NCCL's point-to-point operations")
     if machine.num_ranks < 2:
         raise NotApplicableError(f"nccl: {machine.name} has one GPU, no peer to exchange with")
-    protocol = nccl_p2p_protocol(machine, collective, size_bytes)
+    protocol = nccl_p2p_protocol(machine, collective, size_bytes, nccl)
     algorithm = cached_schedule(("p2p", collective), machine.topology, lambda: generate("direct", machine, collective))
     metadata = dict(algorithm.metadata)
     metadata.update(

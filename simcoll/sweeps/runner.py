@@ -70,11 +70,12 @@ def _generate(name: str, machine, collective: str, chunks: int | None, options: 
     return generate(name, machine, collective, chunks=chunks, **options)
 
 
-def _nccl_setup(spec: AlgorithmSpec):
-    """The NCCL release and environment of a study's ``nccl`` entry (default: NCCL 2.30)."""
+def _nccl_setup(spec: AlgorithmSpec | tuple):
+    """The NCCL release and environment of a study's ``nccl`` entry, or of its
+    options (default: NCCL 2.30)."""
     from ..nccl.versions import NcclSetup
 
-    options = dict(spec.options)
+    options = dict(spec.options if isinstance(spec, AlgorithmSpec) else spec)
     return NcclSetup(options.get("version", NcclSetup.version), tuple(options.get("env", ())))
 
 
@@ -183,7 +184,7 @@ def run_batch(batch: Batch, study: str = "") -> list[dict[str, Any]]:
 
                 lowered = {}
                 schedule = nccl_algorithm(machine, batch.collective, point.size_bytes, nccl=_nccl_setup(spec))
-            t = _time_point(schedule, machine, point, batch.time_limit_s, lowered)
+            t = _time_point(schedule, machine, point, batch.time_limit_s, lowered, _nccl_setup(batch.nccl))
         except NotApplicableError as exc:
             rows.append(_row(base, point, status="not-applicable", error=str(exc)))
             continue
@@ -194,10 +195,10 @@ def run_batch(batch: Batch, study: str = "") -> list[dict[str, Any]]:
     return rows
 
 
-def _time_point(schedule, machine, point: Point, time_limit_s: float, lowered: dict[str, Any]) -> float:
+def _time_point(schedule, machine, point: Point, time_limit_s: float, lowered: dict[str, Any], nccl=None) -> float:
     """The time of one point (:func:`simcoll.evaluation.schedule_time_s`, with
-    the protocol NCCL would pick); an Algorithm at a ``program`` point is
-    lowered first, once per batch (``lowered``)."""
+    the protocol the study's NCCL baseline ``nccl`` would pick); an Algorithm
+    at a ``program`` point is lowered first, once per batch (``lowered``)."""
     from ..algorithm import Algorithm
     from ..evaluation import schedule_time_s
 
@@ -222,6 +223,7 @@ def _time_point(schedule, machine, point: Point, time_limit_s: float, lowered: d
         mode=None if method == "analytic" else point.mode,
         contention=bool(point.contention),
         time_limit_s=time_limit_s,
+        nccl=nccl,
     )
 
 

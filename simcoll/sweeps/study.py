@@ -123,6 +123,9 @@ class Batch:
     points: tuple[Point, ...]
     time_limit_s: float = 60.0
     verify: bool = True
+    #: The options of the study's NCCL baseline (:func:`baseline_options`): its release and
+    #: environment decide the protocol every other schedule of the study is timed with.
+    nccl: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -484,6 +487,17 @@ def _is_scale(value: str) -> bool:
 
 
 # -- expansion and keys ------------------------------------------------------------
+def baseline_options(study: Study) -> tuple:
+    """The options (``version``, ``env``) of the study's NCCL baseline: its
+    ``nccl`` entry named ``nccl`` if there is one, else its first ``nccl``
+    entry; ``()`` for NCCL 2.30 as configured. Every schedule of the study is
+    timed with the protocol that baseline would pick, so that a comparison
+    differs in the schedule only."""
+    entries = [a for a in study.algorithms if isinstance(a, AlgorithmSpec) and a.kind == "nccl"]
+    named = [a for a in entries if a.label == "nccl"] or entries
+    return named[0].options if named else ()
+
+
 def expand(study: Study) -> list[Batch]:
     """The batches of ``study``: one per (machine variant, collective,
     algorithm), each holding every size × simulator setting.
@@ -497,6 +511,7 @@ def expand(study: Study) -> list[Batch]:
 
     model_digests = {m: _model_digest(m) for m in study.machines}
     file_digests: dict[str, str] = {}
+    nccl = baseline_options(study)
     batches = []
     settings = [(mode, None if mode == "analytic" else c) for mode in study.modes for c in study.contention]
     settings = list(dict.fromkeys(settings))
@@ -533,8 +548,12 @@ def expand(study: Study) -> list[Batch]:
                             "simcoll": __version__,
                             "model_sha256": model_digests[machine],
                         }
+                        if nccl:  # a baseline other than NCCL 2.30 times the other schedules too
+                            params["baseline"] = {k: v for k, v in nccl}
                         points.append(Point(point_key(params), machine, collective, algorithm, size, mode, contention))
-                batches.append(Batch(machine, collective, algorithm, tuple(points), study.time_limit_s, study.verify))
+                batches.append(
+                    Batch(machine, collective, algorithm, tuple(points), study.time_limit_s, study.verify, nccl)
+                )
     return batches
 
 

@@ -102,6 +102,14 @@ def studies(out: Path, fast: bool) -> list[dict]:
                 "ring",
                 "direct",
                 "gc3-hierarchical",
+                # GC3's large-size version (§7.2): chunk groups pipelined through the four phases; 384
+                # chunks make 8 full groups on 2 and on 3 nodes of 8 GPUs
+                {
+                    "generator": "gc3-hierarchical",
+                    "name": "gc3-hierarchical pipelined",
+                    "options": {"pipeline": 8},
+                    "chunks": 384,
+                },
                 "two-step-alltoall",
                 "alltonext",
                 *baseline(**NCCL),

@@ -264,3 +264,20 @@ def test_group_size_option_parses_from_the_command_line():
     assert REGISTRY["2d-ring"].parse_options({"group_size": "4"}) == {"group_size": 4}
     with pytest.raises(SimcollError, match="group_size"):
         REGISTRY["alltonext"].parse_options({"group_size": "0"})
+
+
+@pytest.mark.parametrize("pipeline", [2, 3])
+def test_pipelined_gc3_hierarchical_allreduce_is_correct_and_overlaps_its_phases(pipeline):
+    # GC3's pipelined version: chunk groups run the four phases one step apart, so a group's intra-node
+    # phases overlap another's inter-node ones; the result is still an Allreduce, and no slower
+    machine = load_machine("dgx-a100*2")
+    plain = generate("gc3-hierarchical", machine, "allreduce", chunks=16 * pipeline)
+    piped = generate("gc3-hierarchical", machine, "allreduce", chunks=16 * pipeline, pipeline=pipeline)
+    assert check(piped, machine) == []
+    assert piped.steps == plain.steps * pipeline and piped.metadata["pipeline"] == pipeline
+    from simcoll import simulate
+
+    size = 1 << 30
+    assert simulate(piped, machine, size).time_s < simulate(plain, machine, size).time_s
+    with pytest.raises(NotApplicableError, match="needs at least 48 chunks"):
+        generate("gc3-hierarchical", machine, "allreduce", chunks=16, pipeline=3)

@@ -286,3 +286,20 @@ def test_a_drawing_too_large_to_lay_out_is_refused_at_once(workdir, capsys):
         capsys,
     )
     assert time.perf_counter() - started < 30  # (loading the topology; generous for a loaded machine)
+
+
+def test_a_large_schedule_saved_as_json_names_npz(tmp_path, monkeypatch, capsys):
+    # issue 51: ring:1024 through JSON took 44 s and 3.1 GB with no hint that .npz exists
+    import simcoll.limits as limits
+    from simcoll.cli import main
+
+    monkeypatch.setattr(limits, "JSON_ADVISED_TRANSFERS", 100)
+    args = ["algo", "generate", "ring", "-t", "ring:16", "-c", "allreduce", "-o"]
+    assert main([*args, str(tmp_path / "r.json")]) == 0
+    err = capsys.readouterr().err
+    assert "simcoll: warning:" in err and "480 transfers as JSON" in err and "r.npz" in err
+    assert main([*args, str(tmp_path / "r.npz")]) == 0
+    assert "warning" not in capsys.readouterr().err
+    monkeypatch.setattr(limits, "JSON_ADVISED_TRANSFERS", 1000)
+    assert main([*args, str(tmp_path / "r2.json")]) == 0
+    assert "warning" not in capsys.readouterr().err

@@ -63,6 +63,7 @@ def test_recovers_known_link_parameters_from_a_synthetic_log(tmp_path):
     assert model.link("nvlink").bandwidth_Bps == pytest.approx(truth.link("nvlink").bandwidth_Bps, rel=0.02)
     assert model.link("nvlink").alpha_s == pytest.approx(truth.link("nvlink").alpha_s, rel=0.05)
     assert report.fit["max_relative_error"] < 0.02
+    assert report.at_bound == {}  # both determined by the log
     assert "all_reduce_perf.log" in model.link("nvlink").source  # the source cites the log
     errors = error_summary(validate(path, machine, model))
     assert errors["large"] < 0.02 and errors["small"] < 0.02
@@ -317,3 +318,34 @@ def test_a_log_run_with_nccl_min_ctas_runs_nvls_tree_on_that_many_channels():
     log = load_log(MEASUREMENTS / "h100-x8-n8_all_reduce_minctas24_nccltests309-gjaion.log", machine)
     choices = {s.size_bytes: s.choice for s in samples_of(log, machine)}
     assert choices[1 << 30] == "nvls_tree/Simple/24ch"
+
+
+def test_a_log_of_other_gpus_is_refused_unless_forced():
+    # issue 52: an A100 log validated against a DGX-1 gave 49 % error with no word that the GPUs differ
+    machine = load_machine("dgx1")
+    text = "# Machine: NVIDIA A100-SXM4-40GB, 8 GPUs per node, 1 node, total ranks n=8\n"
+    text += _log_text({s: 10.0 for s in SIZES}, 8)
+    log = parse_nccl_tests(text, path="all_reduce_a100.log")
+    assert log.machine == "NVIDIA A100-SXM4-40GB"
+    with pytest.raises(
+        CalibrationError, match=r"all_reduce_a100.log: the log's GPUs \(NVIDIA A100-SXM4-40GB\) are not dgx1's"
+    ):
+        validate(log, machine)
+    with pytest.warns(UserWarning, match="are not dgx1's"):
+        assert len(validate(log, machine, force=True)) == len(SIZES)
+    v100 = parse_nccl_tests(text.replace("A100-SXM4-40GB", "Tesla V100-SXM2-16GB"), path="all_reduce_v100.log")
+    assert len(validate(v100, machine)) == len(SIZES)  # the machine's own GPUs: no word
+    a800 = parse_nccl_tests(text.replace("A100-SXM4-40GB", "A800-SXM4-80GB"), path="all_reduce_a800.log")
+    assert len(validate(a800, load_machine("dgx-a100"))) == len(SIZES)  # the same family
+
+
+def test_a_parameter_the_logs_do_not_determine_is_flagged(tmp_path):
+    # issue 52: fits came out at 5e-22 s with no word; a latency the synthetic log has none of
+    # (the truth's alpha is 0, the range's lower end) is flagged, the bandwidth is not
+    machine = load_machine("fully-connected:4")
+    truth = machine.model.with_link("nvlink", alpha_s=0.0)
+    path = tmp_path / "all_reduce_perf.log"
+    path.write_text(_synthetic(machine, truth))
+    _, report = calibrate([path], machine, parameters=["links.nvlink.bandwidth_Bps", "links.nvlink.alpha_s"])
+    assert report.at_bound == {"links.nvlink.alpha_s": "lower"}
+    assert any("links.nvlink.alpha_s" in line and "at its lower bound" in line for line in report.lines())

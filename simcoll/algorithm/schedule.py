@@ -535,6 +535,7 @@ class Algorithm:
             with atomic_output(path, "wb", error=AlgorithmError) as handle:
                 self.write_npz(handle)
         else:
+            warn_json_size(self, path)
             write_atomic(path, self.to_json(), error=AlgorithmError)
 
     @classmethod
@@ -603,3 +604,21 @@ def protocol_of(algorithm: Algorithm, protocol: str | None = None) -> str | None
         return protocol
     named = (algorithm.metadata or {}).get("protocol")
     return None if named is None else str(named)
+
+
+def warn_json_size(algorithm: Algorithm, path: str | Path) -> None:
+    """Warn where JSON would be a trap: an Algorithm past
+    :data:`~simcoll.limits.JSON_ADVISED_TRANSFERS` transfers, whose ``.npz``
+    is a fraction of the size and written and read many times faster."""
+    import warnings
+
+    from ..limits import JSON_ADVISED_TRANSFERS
+
+    count = len(algorithm.table.src)
+    if count > JSON_ADVISED_TRANSFERS:
+        warnings.warn(
+            f"{path}: {count:,} transfers as JSON is large and slow to write and read; "
+            f"{Path(path).with_suffix(NPZ_SUFFIX).name} holds the same in a fraction of the space and time "
+            "(simcoll reads both)",
+            stacklevel=3,
+        )

@@ -261,7 +261,9 @@ def two_d_ring(topology: Topology, collective: Collective, group_size: int | Non
 # GC3 hierarchical Allreduce (§2, Figs. 1-3)
 # ---------------------------------------------------------------------------
 @implements("gc3-hierarchical", ("allreduce",))
-def gc3_hierarchical(topology: Topology, collective: Collective, group_size: int | None = None) -> Algorithm:
+def gc3_hierarchical(
+    topology: Topology, collective: Collective, group_size: int | None = None, pipeline: int = 1
+) -> Algorithm:
     """GC3's hierarchical Allreduce for N nodes × G GPUs (GC3 §2, Figs. 1-3).
 
     The buffer is N·G slots (chunk ``c`` in slot ``c mod N·G``; with C = N·G,
@@ -283,6 +285,14 @@ def gc3_hierarchical(topology: Topology, collective: Collective, group_size: int
     Each GPU's inter-node Allreduce covers M/G bytes (in NV-Group's 2D ring,
     all M), and the G of them run at once, one per rail.
 
+    ``pipeline`` = k splits the buffer's chunks into k groups (chunk ``c`` in
+    group ``(c // N·G) mod k``, so C needs k·N·G chunks for k full groups),
+    each running the four phases on its own, one step after the previous
+    group: group 1's intra-node ReduceScatter overlaps group 0's inter-node
+    phases, as in GC3's single-kernel pipelined version (GC3 §7.2 "large-size
+    optimizations"). With k groups the phases' sum of times above becomes
+    about their maximum plus (k-1)/k of the rest.
+
     >>> from simcoll import load_topology, make_collective
     >>> gc3_hierarchical(load_topology("fully-connected:6"), make_collective("allreduce", 6, 6), group_size=3).steps
     6
@@ -291,9 +301,28 @@ def gc3_hierarchical(topology: Topology, collective: Collective, group_size: int
     routes = routes_of(topology)
     n_nodes, g_local = grid.num_nodes, grid.gpus_per_node
     slots = n_nodes * g_local
-    chunks = range(collective.num_chunks)
+    if pipeline < 1:
+        raise NotApplicableError(f"gc3-hierarchical: pipeline must be at least 1, got {pipeline}")
+    groups = [[c for c in range(collective.num_chunks) if (c // slots) % pipeline == k] for k in range(pipeline)]
+    if any(not g for g in groups):
+        raise NotApplicableError(
+            f"gc3-hierarchical: pipeline {pipeline} needs at least {pipeline * slots} chunks "
+            f"({pipeline} groups of {slots}); the buffer has {collective.num_chunks}"
+        )
     node_rings = [_ring_order(grid.node(n), routes, "gc3-hierarchical") for n in range(n_nodes)]
     peer_rings = [_ring_order(grid.peers(g), routes, "gc3-hierarchical") for g in range(g_local)]
+    transfers: list[TransferTable] = []
+    for k, chunks in enumerate(groups):
+        phases = _gc3_phases(grid, node_rings, peer_rings, chunks, slots)
+        # group k's step s runs at s·pipeline + k: its own messages, after group k-1's at that step
+        transfers += [t.with_steps(np.asarray(t.step) * pipeline + k) for t in phases if len(t.step)]
+    extra = {"pipeline": pipeline} if pipeline > 1 else {}
+    return _build("gc3-hierarchical", topology, collective, routes, grid, transfers, node_rings=node_rings, **extra)
+
+
+def _gc3_phases(grid, node_rings, peer_rings, chunks, slots: int) -> list[TransferTable]:
+    """The four ring phases of :func:`gc3_hierarchical` over ``chunks``."""
+    n_nodes, g_local = grid.num_nodes, grid.gpus_per_node
     # Phase 1-4 blocks: local index g holds slots g·N..g·N+N-1 within its node;
     # (n, g) holds slot g·N + n across nodes.
     in_node = {
@@ -314,7 +343,7 @@ def gc3_hierarchical(topology: Topology, collective: Collective, group_size: int
         transfers.append(_ring_allgather(order, across, g_local - 1 + n_nodes - 1))
     for order in node_rings:
         transfers.append(_ring_allgather(order, in_node, g_local - 1 + 2 * (n_nodes - 1)))
-    return _build("gc3-hierarchical", topology, collective, routes, grid, transfers, node_rings=node_rings)
+    return transfers
 
 
 # ---------------------------------------------------------------------------
@@ -437,7 +466,12 @@ GENERATORS = (
         gc3_hierarchical,
         gc3_hierarchical.collectives,
         "intra-node ReduceScatter, inter-node ReduceScatter + Allgather, intra-node Allgather (GC3 Figs. 2-3)",
-        _GROUP_SIZE,
+        {
+            **_GROUP_SIZE,
+            "pipeline": Option(
+                "chunk groups running the phases one step apart (GC3's pipelined version; default 1)", positive_int
+            ),
+        },
         _chunks_per_rank_count,
     ),
     Generator(

@@ -112,11 +112,17 @@ class CalibrationReport:
     unchanged: dict[str, str] = field(default_factory=dict)
     fit: dict[str, Any] = field(default_factory=dict)
     samples: int = 0
+    #: Fitted parameters that ended at a bound of their physical range (``lower`` / ``upper``):
+    #: the logs do not pin them down, their values are the range's, not a measurement's.
+    at_bound: dict[str, str] = field(default_factory=dict)
 
     def lines(self) -> list[str]:
         out = [f"calibrated {self.base_model} on {self.machine} from {len(self.logs)} log(s), {self.samples} sizes"]
         for name, (old, new) in self.fitted.items():
-            out.append(f"  {name}: {old:.4g} -> {new:.4g}")
+            flag = (
+                f"  (at its {self.at_bound[name]} bound: the logs do not determine it)" if name in self.at_bound else ""
+            )
+            out.append(f"  {name}: {old:.4g} -> {new:.4g}{flag}")
         for name, why in self.unchanged.items():
             out.append(f"  {name}: unchanged ({why})")
         if self.fit:
@@ -129,12 +135,17 @@ class CalibrationReport:
 
 # -- logs ---------------------------------------------------------------------
 def load_log(
-    log: NcclTestsLog | str | Path, machine: Machine, size_range: tuple[int | None, int | None] | None = None
+    log: NcclTestsLog | str | Path,
+    machine: Machine,
+    size_range: tuple[int | None, int | None] | None = None,
+    force: bool = False,
 ) -> NcclTestsLog:
     """Read ``log`` (if a path) and check it against ``machine``: a collective
     the ``nccl`` baseline has an Algorithm for (the tuner's five, Alltoall and
-    SendRecv), the machine's rank count, at least one nonzero size
-    (in ``size_range``, bytes, both ends included, when given)."""
+    SendRecv), the machine's rank count, GPUs of the machine's family
+    (:func:`check_gpus`; with ``force``, a warning instead of an error), at
+    least one nonzero size (in ``size_range``, bytes, both ends included, when
+    given)."""
     from ..nccl.baseline import BASELINE_COLLECTIVES
 
     if not isinstance(log, NcclTestsLog):
@@ -154,7 +165,37 @@ def load_log(
         )
     if not any(r.size_bytes > 0 for r in log.rows):
         raise CalibrationError(f"{log.path}: no nonzero sizes to fit")
+    check_gpus(log, machine, force)
     return log
+
+
+def check_gpus(log: NcclTestsLog, machine: Machine, force: bool = False) -> None:
+    """Refuse a log measured on other GPUs than ``machine``'s: a GPU family
+    (:func:`simcoll.nccl.baseline.gpu_family`, so A100 and A800 agree) that
+    is not the one the machine's name, description or GPU models name.
+    With ``force``, a warning instead. The log's GPUs are its Rank lines'
+    devices, else (none of them naming a known family) its provenance
+    ``# Machine:`` line's GPU. Nothing is checked where either side names no
+    known family."""
+    import warnings
+
+    from ..nccl.baseline import gpu_family, topology_gpu_text
+
+    ours = gpu_family(topology_gpu_text(machine.topology))
+    named = set(log.devices)
+    theirs = {f for f in map(gpu_family, named) if f is not None}
+    if not theirs and log.machine:  # devices a family does not name: the provenance line's GPU
+        named = {log.machine}
+        theirs = {f for f in map(gpu_family, named) if f is not None}
+    if ours is None or not theirs or theirs == {ours}:
+        return
+    message = (
+        f"{log.path}: the log's GPUs ({', '.join(sorted(named))}) are not {machine.name}'s "
+        f"(GPU family {ours!r}); --force (force=True) compares them anyway"
+    )
+    if not force:
+        raise CalibrationError(message)
+    warnings.warn(message.replace("; --force (force=True) compares them anyway", ""), stacklevel=3)
 
 
 def measured_times(log: NcclTestsLog) -> pd.DataFrame:
@@ -359,6 +400,7 @@ def calibrate(
     loss: str = "soft_l1",
     f_scale: float = 0.1,
     size_range: tuple[int | None, int | None] | None = None,
+    force: bool = False,
 ) -> tuple[CostModel, CalibrationReport]:
     """Fit ``base_model``'s physical parameters to nccl-tests logs (module docstring).
 
@@ -390,6 +432,9 @@ def calibrate(
     size_range : (int or None, int or None), optional
         Fit only the rows of sizes in ``[min, max]`` bytes (None: unbounded),
         e.g. to leave out rows the log's author marks unusable.
+    force : bool, optional
+        Fit logs measured on other GPUs than the machine's (refused
+        otherwise, :func:`check_gpus`), with a warning.
 
     Returns
     -------
@@ -415,7 +460,7 @@ def calibrate(
     machine = Machine(machine.topology, base)
     if not logs:
         raise CalibrationError("calibrate needs at least one nccl-tests log")
-    parsed = [load_log(log, machine, size_range) for log in logs]
+    parsed = [load_log(log, machine, size_range, force) for log in logs]
     samples = [s for log in parsed for s in samples_of(log, machine)]
     base_dict = _model_dict(base)
     if parameters is None:
@@ -535,6 +580,12 @@ def calibrate(
         p = paths[i]
         new = _from_variable(p, full[i])
         report.fitted[".".join(p)] = (values[i], new)
+        lo, hi = _variable_bounds(p, values[i])
+        near = 1e-6 * (hi - lo)
+        if full[i] <= lo + near or full[i] >= hi - near:
+            # in the fitted variable (1/bandwidth, 1/efficiency, latency), the lower end is the model's upper one
+            low_end = full[i] <= lo + near
+            report.at_bound[".".join(p)] = "lower" if low_end == (_kind(p) == "latency") else "upper"
         entry = _get(data, p[:-1])
         if isinstance(entry, dict) and "source" in entry:
             entry["source"] = f"{p[-1]} {note}; before calibration: {entry['source']}"
@@ -557,9 +608,11 @@ def validate(
     machine: Machine | str,
     model: CostModel | str | None = None,
     size_range: tuple[int | None, int | None] | None = None,
+    force: bool = False,
 ) -> pd.DataFrame:
     """Measured against simulated busbw at every size of ``log`` (in
-    ``size_range``, bytes, both ends included, when given).
+    ``size_range``, bytes, both ends included, when given); a log of other
+    GPUs than the machine's is refused unless ``force`` (:func:`check_gpus`).
 
     Returns a DataFrame with ``size_bytes``, ``choice`` (NCCL's choice
     simulated), ``measured_busbw_GBps``, ``simulated_busbw_GBps`` and
@@ -571,7 +624,7 @@ def validate(
     machine = as_machine(machine)
     if model is not None:
         machine = Machine(machine.topology, load_model(model) if isinstance(model, str) else model)
-    log = load_log(log, machine, size_range)
+    log = load_log(log, machine, size_range, force)
     samples = samples_of(log, machine)
     simulated = simulate_samples(samples, machine, machine.model)
     factor = bus_factor(log.collective, machine.num_ranks)

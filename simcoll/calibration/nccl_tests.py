@@ -150,6 +150,9 @@ class NcclTestsLog:
     avg_busbw_GBps : float or None
         The ``Avg bus bandwidth`` footer.
     rows : tuple of NcclTestsRow
+    machine : str or None
+        The provenance ``# Machine:`` line's first item (the GPU, e.g.
+        ``NVIDIA A100-SXM4-40GB``), where the log has one.
     """
 
     path: str
@@ -167,6 +170,7 @@ class NcclTestsLog:
     rows: tuple[NcclTestsRow, ...] = field(repr=False)
     collnet: bool = False
     channel_limits: ChannelLimits | None = None
+    machine: str | None = None
 
     def within(self, min_bytes: int | None = None, max_bytes: int | None = None) -> NcclTestsLog:
         """The same log with only the rows of sizes in ``[min_bytes, max_bytes]``
@@ -297,6 +301,7 @@ def parse_nccl_tests(
     columns: list[str] | None = None
     header_line = 0
     rows: list[NcclTestsRow] = []
+    machine_text: str | None = None
     ranks: dict[int, tuple[str, str]] = {}
     library = version = algo = proto = None
     collnet = False
@@ -333,6 +338,7 @@ def parse_nccl_tests(
                 started = m.group(1)
                 continue
             if body.startswith("Machine:"):
+                machine_text = body.split(":", 1)[1].split(",")[0].strip() or None
                 machine_n = _int_or_none(_MACHINE_N.search(body))
                 machine_gpn = _int_or_none(_MACHINE_GPN.search(body))
                 machine_nodes = _int_or_none(_MACHINE_NODES.search(body))
@@ -391,6 +397,7 @@ def parse_nccl_tests(
         rows=tuple(rows),
         collnet=collnet,
         channel_limits=_channel_limits(channel_counts),
+        machine=machine_text,
     )
 
 

@@ -109,7 +109,20 @@ def _join_negative_values(argv: list[str]) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``simcoll ARGS``; returns the exit code: 0 success, 1 a negative
-    answer (incorrect schedule, unsat), 2 bad input, 130 interrupted."""
+    answer (incorrect schedule, unsat), 2 bad input, 130 interrupted. A
+    warning is one line on stderr, ``simcoll: warning: ...``."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.showwarning = _show_warning
+        return _main(argv)
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    print(f"simcoll: warning: {message}", file=sys.stderr)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     try:
         try:

@@ -20,7 +20,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     _refuse_repeated_logs(args.nccl_tests)
     machine = load_machine(args.topology, args.base_model)
     params = [p.strip() for p in args.params.split(",")] if args.params else None
-    model, report = calibrate(args.nccl_tests, machine, parameters=params, name=args.name, size_range=args.size_range)
+    model, report = calibrate(
+        args.nccl_tests, machine, parameters=params, name=args.name, size_range=args.size_range, force=args.force
+    )
     save_model(model, args.output)
     if args.json:
         print_json(
@@ -29,6 +31,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
                 "output": args.output,
                 "fitted": {k: {"before": a, "after": b} for k, (a, b) in report.fitted.items()},
                 "unchanged": report.unchanged,
+                "at_bound": report.at_bound,
                 "fit": report.fit,
                 "logs": report.logs,
             }
@@ -64,7 +67,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
     check_distinct_outputs({"--csv": args.csv, "--plot": args.plot}, error=OptionError)
     machine = load_machine(args.topology, args.model)
-    frame = validate(args.nccl_tests, machine, size_range=args.size_range)
+    frame = validate(args.nccl_tests, machine, size_range=args.size_range, force=args.force)
     errors = error_summary(frame)
     if args.csv:
         write_csv(frame, args.csv)
@@ -106,6 +109,14 @@ def _size_bounds(text: str) -> tuple[int | None, int | None]:
     return bounds
 
 
+def _add_force(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="use logs measured on other GPUs than the machine's (refused otherwise), with a warning",
+    )
+
+
 def _add_size_range(p: argparse.ArgumentParser, what: str) -> None:
     p.add_argument(
         "--size-range",
@@ -124,6 +135,7 @@ def _calibrate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--name", help="the calibrated model's name (default: <base>-calibrated)")
     p.add_argument("--params", help="comma list of dotted model fields to fit (default: the physical ones)")
     _add_size_range(p, "fit")
+    _add_force(p)
 
 
 def _validate_arguments(p: argparse.ArgumentParser) -> None:
@@ -133,6 +145,7 @@ def _validate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--csv", help="write the table as CSV")
     p.add_argument("--plot", help="write measured and simulated busbw as an image")
     _add_size_range(p, "compare")
+    _add_force(p)
 
 
 def register(subparsers) -> None:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ..algorithm import NPZ_MAGIC, NPZ_SUFFIX, Algorithm
+from ..algorithm.schedule import warn_json_size
 from ..compiler import lower_algorithm
 from ..errors import AlgorithmError
 from ..files import atomic_output, parse_json, read_text, write_atomic
@@ -265,6 +266,8 @@ def save_schedule(
             schedule.write_npz(handle)
         return
     if format == "simcoll-json":
+        if isinstance(schedule, Algorithm):
+            warn_json_size(schedule, path)
         text = schedule.to_json()
     elif format == "msccl-xml":
         program = lower_algorithm(schedule) if isinstance(schedule, Algorithm) else schedule

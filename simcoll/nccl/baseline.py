@@ -107,17 +107,38 @@ class NcclMachine:
     nics_per_node: int = 0
 
 
-def compute_capability(topology: Topology) -> tuple[int, str]:
-    """The SM version of ``topology``'s GPUs and how it was found."""
-    facts = _facts()
-    text = " ".join(
+def gpu_family(text: str) -> str | None:
+    """The GPU family ``text`` (a device or topology name) names: the first
+    pattern of ``machines.yaml`` it matches (e.g. A100 and A800 share one),
+    or None when none does.
+
+    >>> gpu_family("NVIDIA A100-SXM4-40GB") == gpu_family("A800"), gpu_family("Tesla V100-SXM2-16GB")
+    (True, 'v100|volta|dgx-?1|dgx-?2|ndv2|summit')
+    """
+    entry = _gpu_entry(text)
+    return None if entry is None else str(entry["pattern"])
+
+
+def _gpu_entry(text: str) -> dict[str, Any] | None:
+    """The first GPU entry of ``machines.yaml`` whose pattern ``text`` matches."""
+    lowered = text.lower()
+    return next((e for e in _facts()["gpus"] if re.search(e["pattern"], lowered)), None)
+
+
+def topology_gpu_text(topology: Topology) -> str:
+    """What names a topology's GPUs: its name, description and GPU models."""
+    return " ".join(
         [topology.name, topology.description, *(g.model or "" for g in topology.gpus)]
         + [c.model or "" for c in topology.components if c.kind == "gpu"]
-    ).lower()
-    for entry in facts["gpus"]:
-        if re.search(entry["pattern"], text):
-            return int(entry["compute_capability"]), f"GPU matched {entry['pattern']!r} ({entry['source']})"
-    cc = int(facts["default_compute_capability"])
+    )
+
+
+def compute_capability(topology: Topology) -> tuple[int, str]:
+    """The SM version of ``topology``'s GPUs and how it was found."""
+    entry = _gpu_entry(topology_gpu_text(topology))
+    if entry is not None:
+        return int(entry["compute_capability"]), f"GPU matched {entry['pattern']!r} ({entry['source']})"
+    cc = int(_facts()["default_compute_capability"])
     return cc, f"GPU generation unknown for {topology.name!r}: SM{cc} assumed"
 
 

@@ -354,3 +354,28 @@ def test_an_algorithm_json_missing_dst_names_the_file_and_the_transfer(tmp_path,
     bad.write_text(json.dumps(data))
     assert main(["verify", str(bad)]) == 2
     _one_line_error(capsys.readouterr().err, "nodst.json", "transfers[3]", "missing field 'dst'")
+
+
+def test_ctrl_c_in_a_dask_sweep_is_one_line_from_the_whole_process_group(tmp_path):
+    """Ctrl-C from a terminal reaches the sweep and its Dask worker processes (one process group):
+    exit 130 with one line, no worker's KeyboardInterrupt traceback, the rows so far kept (issue 52)."""
+    out = tmp_path / "results"
+    study = Path(__file__).resolve().parents[1] / "experiments" / "studies" / "machines_sweep.yaml"
+    proc = subprocess.Popen(
+        [*SIMCOLL, "sweep", str(study), "-o", str(out), "--workers", "2", "--no-progress"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: (_default_sigint(), os.setpgid(0, 0)),  # its own group, as a terminal's job
+    )
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None and not list(out.glob("part-*.parquet")):
+        time.sleep(0.2)  # until the workers have written a first part
+    if proc.poll() is not None:
+        pytest.skip(f"the sweep ended before the interrupt (rc {proc.returncode})")
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert err.strip() == "simcoll: interrupted", err
+    assert list(out.glob("part-*.parquet"))

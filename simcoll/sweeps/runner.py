@@ -20,11 +20,14 @@ stop the sweep. A batch lost with its worker is recorded as ``error`` too.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
 import math
 import os
+import signal
+import threading
 import time
 from dataclasses import dataclass
 from functools import lru_cache
@@ -360,6 +363,24 @@ def _progress(total: int, initial: int, name: str, enabled: bool):
     return tqdm(total=total, initial=initial, desc=name, unit="pt", disable=not enabled, dynamic_ncols=True)
 
 
+@contextlib.contextmanager
+def _workers_ignore_ctrl_c():
+    """SIGINT ignored while the local cluster starts its worker processes, so
+    that they inherit it ignored (a disposition that survives their exec; Python
+    keeps it): Ctrl-C in a terminal reaches the whole process group, and each
+    worker would print a KeyboardInterrupt traceback (issue 52). The sweep's own
+    process keeps its handler: it stops, closes the cluster (which ends the
+    workers) and exits 130."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers can only be changed from the main thread
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def _execute(batches: list[Batch], study: str, workers: int | None, scheduler: str | None, client: Any, serial: bool):
     """Rows of each batch, in completion order."""
     if not batches:
@@ -378,16 +399,17 @@ def _execute(batches: list[Batch], study: str, workers: int | None, scheduler: s
                 client = Client(scheduler, timeout="30s")
             else:
                 n = workers or min(os.cpu_count() or 1, 8)
-                cluster = LocalCluster(
-                    n_workers=n,
-                    threads_per_worker=1,
-                    processes=True,
-                    dashboard_address=None,
-                    # the scheduler serves HTTP routes without a dashboard too: on any free port, not 8787,
-                    # so that two sweeps (or test workers) on one machine do not contend for it
-                    scheduler_kwargs={"dashboard_address": ":0"},
-                    silence_logs=logging.ERROR,
-                )
+                with _workers_ignore_ctrl_c():
+                    cluster = LocalCluster(
+                        n_workers=n,
+                        threads_per_worker=1,
+                        processes=True,
+                        dashboard_address=None,
+                        # the scheduler serves HTTP routes without a dashboard too: on any free port, not
+                        # 8787, so that two sweeps (or test workers) on one machine do not contend for it
+                        scheduler_kwargs={"dashboard_address": ":0"},
+                        silence_logs=logging.ERROR,
+                    )
                 client = Client(cluster)
         futures = {client.submit(run_batch, batch, study, pure=False): batch for batch in batches}
         for future in as_completed(futures):

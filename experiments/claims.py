@@ -14,8 +14,10 @@ number, or inside the range the paper states), ``as fast or faster`` (a
 synthesis time no more than 1.2x the paper's), ``wrong direction`` (the paper
 reports a gain and we a loss, or the other way), ``above`` / ``below`` (the
 same direction, more than 20 % off), ``not computed`` (the run does not
-produce that number; the table's note says why). Each study's baseline is the
-NCCL release and environment the paper ran (its scripts print which).
+produce that number). Every claim that does not hold gets its cause where one
+is known (``claim_causes.yaml``). Each study's baseline is the NCCL release and
+environment the paper ran (its scripts print which). A study that fails leaves
+the others' rows, and the command then exits 1 without rewriting the README.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ def run_studies(fast: bool, out: Path, serial: bool, workers: int | None) -> dic
     argv = ["--out", str(out), *(["--fast"] if fast else []), *(["--serial"] if serial else [])]
     argv += ["--workers", str(workers)] if workers else []
     results = {}
+    FAILED.clear()
     for name in STUDIES:
         module = importlib.import_module(name)
         try:

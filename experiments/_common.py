@@ -171,16 +171,19 @@ def speedups(df: pd.DataFrame, base: str = "nccl", by: Iterable[str] = ("machine
 SMALL_BYTES = 1 << 20  # "small" buffers: up to 1 MiB
 
 
-def best_speedup_value(df: pd.DataFrame, small: bool | None = None, **where: Any) -> float | None:
-    """The number :func:`best_speedup` prints (None where it prints none)."""
-    if not nccl_available():
-        return None
+def _window(small: bool | None) -> tuple[int, float]:
+    """The sizes (bytes, ends included) of ``small``: up to 1 MiB (True), above it (False), all (None)."""
+    return (0, SMALL_BYTES) if small else (0, float("inf")) if small is None else (SMALL_BYTES + 1, float("inf"))
+
+
+def _matching(df: pd.DataFrame, low: float, high: float, prefix: str = "", **where: Any) -> pd.DataFrame:
+    """The speed-ups (:func:`speedups`) of rows matching ``where`` whose
+    algorithm starts with ``prefix``, at sizes from ``low`` to ``high`` bytes."""
     table = speedups(df)
-    if small is not None:
-        table = table[(table.size_bytes <= SMALL_BYTES) == small]
+    table = table[(table.size_bytes >= low) & (table.size_bytes <= high) & table.algorithm.str.startswith(prefix)]
     for column, value in where.items():
         table = table[table[column] == value]
-    return None if table.empty else float(table.speedup.max())
+    return table
 
 
 def speedup_in(
@@ -191,11 +194,13 @@ def speedup_in(
     (the size window a claim names); None without such rows."""
     if not nccl_available():
         return None
-    table = speedups(df)
-    table = table[(table.size_bytes >= low) & (table.size_bytes <= high) & table.algorithm.str.startswith(prefix)]
-    for column, value in where.items():
-        table = table[table[column] == value]
+    table = _matching(df, low, high, prefix, **where)
     return None if table.empty else float(table.speedup.max())
+
+
+def best_speedup_value(df: pd.DataFrame, small: bool | None = None, **where: Any) -> float | None:
+    """The number :func:`best_speedup` prints (None where it prints none)."""
+    return speedup_in(df, *_window(small), **where)
 
 
 def best_speedup(df: pd.DataFrame, small: bool | str | None = None, **where: Any) -> str:
@@ -206,11 +211,7 @@ def best_speedup(df: pd.DataFrame, small: bool | str | None = None, **where: Any
         return "n/a (nccl baseline not available)"
     if small == "both":
         return f"{best_speedup(df, True, **where)} / {best_speedup(df, False, **where)}"
-    table = speedups(df)
-    if small is not None:
-        table = table[(table.size_bytes <= SMALL_BYTES) == small]
-    for column, value in where.items():
-        table = table[table[column] == value]
+    table = _matching(df, *_window(small), **where)
     if table.empty:
         return "n/a (no successful rows with the baseline in this grid)"
     best = table.loc[table.speedup.idxmax()]

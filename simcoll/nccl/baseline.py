@@ -333,9 +333,7 @@ def nccl_choice(
     setup = as_setup(nccl)
     if machine.num_ranks < 2:
         raise NotApplicableError(f"nccl: {machine.name} has one GPU, no peer to exchange with")
-    algorithms = setup.algorithms() if algorithms is None else algorithms
-    protocols = setup.protocols() if protocols is None else protocols
-    algorithms, protocols = environment_restrictions(machine, algorithms, protocols)
+    algorithms, protocols = environment_restrictions(machine, algorithms, protocols, setup)
     comm = nccl_machine(machine, setup).comm
     if not collnet and comm.collnet:
         comm = replace(comm, collnet=False)
@@ -348,9 +346,11 @@ def environment_restrictions(
     machine: Machine,
     algorithms: list[str] | tuple[str, ...] | None = None,
     protocols: list[str] | tuple[str, ...] | None = None,
+    setup: NcclSetup | None = None,
 ) -> tuple[list[str] | tuple[str, ...] | None, list[str] | tuple[str, ...] | None]:
     """The tuner's (algorithms, protocols) restrictions: those given, else
-    the machine's NCCL environment (the model's ``nccl`` section,
+    the baseline's ``NCCL_ALGO`` / ``NCCL_PROTO`` (``setup``, :class:`~simcoll.nccl.versions.NcclSetup`),
+    else the machine's NCCL environment (the model's ``nccl`` section,
     :class:`~simcoll.cost_model.NcclParams`), else None (free).
 
     >>> environment_restrictions(as_machine("a3-mega*2"))
@@ -358,6 +358,9 @@ def environment_restrictions(
     >>> environment_restrictions(as_machine("a3-mega*2"), protocols=["ll"])
     (('ring', 'tree'), ['ll'])
     """
+    if setup is not None:
+        algorithms = setup.algorithms() if algorithms is None else algorithms
+        protocols = setup.protocols() if protocols is None else protocols
     env = machine.model.nccl
     if env is None:
         return algorithms, protocols
@@ -497,9 +500,7 @@ def nccl_algorithm(
         if setup.is_default:
             return algorithm
         return algorithm.relabelled("nccl", {**algorithm.metadata, "nccl_setup": setup.describe()})
-    algorithms = setup.algorithms() if algorithms is None else algorithms
-    protocols = setup.protocols() if protocols is None else protocols
-    algorithms, protocols = environment_restrictions(machine, algorithms, protocols)
+    algorithms, protocols = environment_restrictions(machine, algorithms, protocols, setup)
     if collective not in TUNED_COLLECTIVES:
         raise NotApplicableError(f"nccl: NCCL's tuner has no algorithm choice for {collective}")
     best = nccl_choice(

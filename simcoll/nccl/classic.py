@@ -33,7 +33,8 @@ CLASSIC_ALGORITHMS = ("tree", "ring")
 NIC_PATHS = ("PIX", "PXB", "PXN", "PHB", "SYS")
 
 
-def _log2i(n: int) -> int:
+def log2i(n: int) -> int:
+    """floor(log2(n)) for n >= 1, -1 for n < 1 (NCCL's ``log2i``)."""
     return n.bit_length() - 1 if n >= 1 else -1
 
 
@@ -182,7 +183,7 @@ def latency_us(comm: Comm, coll: str, algorithm: str, protocol: str) -> float:
             inter_steps = nodes - 1 if coll in ("allgather", "reducescatter") else nodes
         return lat + (steps - inter_steps) * intra + inter_steps * inter
     # tree
-    return lat + 2 * ((comm.ppn - 1) * intra + _log2i(nodes) * inter)
+    return lat + 2 * ((comm.ppn - 1) * intra + log2i(nodes) * inter)
 
 
 def predict_time_us(comm: Comm, coll: str, algorithm: str, protocol: str, nbytes: int) -> float | None:
@@ -197,7 +198,7 @@ def predict_time_us(comm: Comm, coll: str, algorithm: str, protocol: str, nbytes
     c = comm.constants
     lat = latency_us(comm, coll, algorithm, protocol)
     row = c["tree_correction_factor"][PROTOCOLS.index(protocol)]
-    log_size = _log2i(nbytes >> 6)
+    log_size = log2i(nbytes >> 6)
     if algorithm == "tree" and 0 <= log_size < len(row):
         bw *= row[log_size]
     plateau = c["ring_simple_plateau_factor"]
@@ -215,6 +216,7 @@ def predict_time_us(comm: Comm, coll: str, algorithm: str, protocol: str, nbytes
 
 __all__ = [
     "CLASSIC_ALGORITHMS",
+    "log2i",
     "nsteps",
     "NIC_PATHS",
     "algorithm_bandwidth",

@@ -21,13 +21,10 @@ import math
 from typing import Any
 
 from ..errors import NotApplicableError
+from .classic import log2i
 
 #: A :class:`simcoll.nccl.tuner.Comm` (not imported: the tuner imports this module).
 Comm = Any
-
-
-def _log2i(n: int) -> int:
-    return n.bit_length() - 1 if n >= 1 else -1
 
 
 def tree_threshold_bytes(comm: Comm) -> float:
@@ -41,7 +38,7 @@ def tree_threshold_bytes(comm: Comm) -> float:
     if nvlink and nodes == 2:
         tree_bw *= 2
     ring_lat = t["ring_latency_inter_us"] * (n - 1)
-    tree_lat = t["tree_latency_inter_us"] * _log2i(nodes) + t["tree_latency_intra_us"] * (n // nodes - 1)
+    tree_lat = t["tree_latency_inter_us"] * log2i(nodes) + t["tree_latency_intra_us"] * (n // nodes - 1)
     if nodes < 2 or ring_lat <= tree_lat:
         return 0.0
     if tree_bw > ring_bw:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from ..collectives import canonical_name
 from ..errors import NotApplicableError, OptionError, SizeError
 from . import classic
-from .classic import nsteps
+from .classic import log2i, nsteps
 from .constants import ALGORITHMS, PROTOCOLS, TunerConstants, generation, load_constants
 
 #: Collectives NCCL's tuner models (NCCL's ncclFunc*; send/recv and alltoall
@@ -245,11 +245,6 @@ class Choice:
 
 
 # -- the model -------------------------------------------------------------------
-def _log2i(n: int) -> int:
-    """floor(log2(n)) for n >= 1, -1 for n < 1."""
-    return n.bit_length() - 1 if n >= 1 else -1
-
-
 def _check(comm: Comm, collective: str, algorithm: str, protocol: str) -> str:
     name = canonical_name(collective)  # a CollectiveError names an unknown collective
     if name not in TUNED_COLLECTIVES:
@@ -436,7 +431,7 @@ def latency_us(comm: Comm, collective: str, algorithm: str, protocol: str) -> fl
         inter_steps = 0 if nodes == 1 else 2 * (nodes - 1) if coll == "allreduce" else nodes - 1
         return lat + (steps - inter_steps) * intra + inter_steps * inter
     if a == "tree":
-        return lat + (2 * ((ppn - 1) * intra + _log2i(nodes) * inter) if coll == "allreduce" else 0.0)
+        return lat + (2 * ((ppn - 1) * intra + log2i(nodes) * inter) if coll == "allreduce" else 0.0)
     if a == "collnet_direct":
         return lat + 2 * (min(1, ppn - 1) * intra + (ppn - 1) * c["collnet_direct_arity_latency_us"]) + inter
     if a == "collnet_chain":
@@ -444,10 +439,10 @@ def latency_us(comm: Comm, collective: str, algorithm: str, protocol: str) -> fl
     if a == "nvls":
         return intra + (inter if nodes > 1 else 0.0)
     if a == "nvls_tree":
-        return lat + intra + 2 * _log2i(nodes) * inter
+        return lat + intra + 2 * log2i(nodes) * inter
     # pat
     if coll in ("allgather", "reducescatter"):
-        return lat + _log2i(nodes) * inter / c["pat_inter_latency_divisor"] + n * c["pat_per_rank_latency_us"]
+        return lat + log2i(nodes) * inter / c["pat_inter_latency_divisor"] + n * c["pat_per_rank_latency_us"]
     return lat
 
 
@@ -470,7 +465,7 @@ def predict_time_us(
         return None
     c = comm.constants
     lat = latency_us(comm, coll, algorithm, protocol)
-    log_size = _log2i(nbytes >> 6)
+    log_size = log2i(nbytes >> 6)
     row = c["tree_correction_factor"][PROTOCOLS.index(protocol)]
     if algorithm == "tree" and coll == "allreduce" and 0 <= log_size < 23:
         bw *= row[log_size]

@@ -108,6 +108,21 @@ def parse_args(doc: str, argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+#: How the papers' benchmarks launched their calls: one process per GPU. SCCL ran OMB under
+#: OpenMPI (SCCL appendix A.3.3, A.5.2), NV-Group OMB with MVAPICH2-GDR (NV-Group §5), HiCCL MPI
+#: ranks (HiCCL §5); TACCL and GC3 ran nccl-tests with their runtimes inside NCCL (TACCL §7,
+#: GC3 §7) across nodes, which takes a process per node at least (one per GPU assumed, as
+#: nccl-tests under mpirun runs). A study's machine that names its own ``launch`` keeps it.
+PAPERS_LAUNCH = "processes"
+
+
+def run_as_papers_ran(study: Mapping[str, Any], out: Path, **options: Any) -> pd.DataFrame:
+    """:func:`run` with every machine of ``study`` launching its calls as the
+    papers did (:data:`PAPERS_LAUNCH`; one naming its own ``launch`` keeps it)."""
+    machines = [m if isinstance(m, Mapping) else {"topology": m} for m in study["machines"]]
+    return run({**study, "machines": [{"launch": PAPERS_LAUNCH, **m} for m in machines]}, out, **options)
+
+
 def run(study: Mapping[str, Any], out: Path, *, serial: bool = True, workers: int | None = None) -> pd.DataFrame:
     """Run ``study`` into ``out/<name>/`` (resuming: only missing points run) and
     return the rows of this study's points, successful or not."""

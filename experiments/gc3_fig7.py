@@ -23,7 +23,7 @@ from _common import (
     paper,
     parse_args,
     print_comparisons,
-    run,
+    run_as_papers_ran,
     speedup_in,
     write_csv,
 )
@@ -125,7 +125,10 @@ def main(argv: list[str] | None = None) -> dict:
     args = parse_args(__doc__, argv)
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
-    frames = [ok(run(s, out, serial=args.serial or args.fast, workers=args.workers)) for s in studies(out, args.fast)]
+    frames = [
+        ok(run_as_papers_ran(s, out, serial=args.serial or args.fast, workers=args.workers))
+        for s in studies(out, args.fast)
+    ]
     import pandas as pd
 
     df = pd.concat(frames, ignore_index=True)

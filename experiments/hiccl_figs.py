@@ -24,7 +24,7 @@ from _common import (
     paper,
     parse_args,
     print_comparisons,
-    run,
+    run_as_papers_ran,
     write_csv,
 )
 from matplotlib.figure import Figure
@@ -114,7 +114,9 @@ def main(argv: list[str] | None = None) -> dict:
     out: Path = args.out
     df = pd.concat(
         [
-            ok(run(s, out, serial=args.serial or args.fast, workers=args.workers)).assign(figure=s["name"])
+            ok(run_as_papers_ran(s, out, serial=args.serial or args.fast, workers=args.workers)).assign(
+                figure=s["name"]
+            )
             for s in studies(args.fast)
         ],
         ignore_index=True,

@@ -25,7 +25,7 @@ from _common import (
     paper,
     parse_args,
     print_comparisons,
-    run,
+    run_as_papers_ran,
     speedups,
     write_csv,
 )
@@ -82,7 +82,10 @@ def main(argv: list[str] | None = None) -> dict:
     args = parse_args(__doc__, argv)
     out: Path = args.out
     df = pd.concat(
-        [ok(run(s, out, serial=args.serial or args.fast, workers=args.workers)) for s in studies(args.fast)],
+        [
+            ok(run_as_papers_ran(s, out, serial=args.serial or args.fast, workers=args.workers))
+            for s in studies(args.fast)
+        ],
         ignore_index=True,
     )
     write_csv(df, out / "nvgroup_figs.csv")

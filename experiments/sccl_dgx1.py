@@ -25,7 +25,7 @@ from _common import (
     paper,
     parse_args,
     print_comparisons,
-    run,
+    run_as_papers_ran,
     write_csv,
 )
 
@@ -139,8 +139,8 @@ def main(argv: list[str] | None = None) -> dict:
     serial = args.serial or args.fast
     df = pd.concat(
         [
-            ok(run(study(args.fast), out, serial=serial, workers=args.workers)),
-            ok(run(alltoall_study(out, args.fast), out, serial=serial, workers=args.workers)),
+            ok(run_as_papers_ran(study(args.fast), out, serial=serial, workers=args.workers)),
+            ok(run_as_papers_ran(alltoall_study(out, args.fast), out, serial=serial, workers=args.workers)),
         ],
         ignore_index=True,
     )

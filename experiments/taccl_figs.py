@@ -26,7 +26,7 @@ from _common import (
     paper,
     parse_args,
     print_comparisons,
-    run,
+    run_as_papers_ran,
     speedup_in,
     write_csv,
 )
@@ -178,14 +178,20 @@ def main(argv: list[str] | None = None) -> dict:
     machines = ["ndv2*2"] if args.fast else ["ndv2*2", "dgx2*2"]
     df = pd.concat(
         [
-            ok(run(study(m, files, args.fast), out, serial=args.serial or args.fast, workers=args.workers))
+            ok(
+                run_as_papers_ran(
+                    study(m, files, args.fast), out, serial=args.serial or args.fast, workers=args.workers
+                )
+            )
             for m in machines
         ],
         ignore_index=True,
     )
     write_csv(df, out / "taccl_figs.csv")
     serial = args.serial or args.fast
-    instances = ok(run(instances_study(out, algorithms, args.fast), out, serial=serial, workers=args.workers))
+    instances = ok(
+        run_as_papers_ran(instances_study(out, algorithms, args.fast), out, serial=serial, workers=args.workers)
+    )
     write_csv(instances, out / "taccl_instances.csv")
     ag = df[(df.collective == "allgather") & (df.topology == "ndv2*2")]
     plot_bandwidth(ag, out / "taccl_figs.png", metric="algbw", title="Allgather on 2x NDv2 (TACCL Fig. 6(ii), 9b)")

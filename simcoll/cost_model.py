@@ -21,7 +21,8 @@ its numbers come from. YAML schema::
                fifo_slots: 8, slot_bytes: 524288, host_signal_s: 2e-6,
                signal_latency_s: 2e-6, source: "..."}
     network: {host_staging: true, nic_binding: bijective, source: "..."}  # optional
-    call: {overhead_s: 10e-6, source: "..."}                              # optional
+    call: {overhead_s: 10e-6, source: "..."}                              # optional; or per launch mode:
+    call: {overhead_s: {threads: 28.6e-6, processes: 0.0}, launch: processes, source: "..."}
     nccl: {algorithms: [Ring, Tree], protocols: [Simple], source: "..."}   # optional
     default_protocol: Simple                                              # optional
     protocols:                          # optional; a protocol not listed costs nothing
@@ -47,7 +48,15 @@ model without them gives the pure α-β times of the closed forms:
   ``T_R(n) = reduce_launch_s + n / reduce_bandwidth_Bps`` after every reducing
   message (NV-Group Table 2).
 - ``call.overhead_s``: the fixed cost of one collective call (kernel launch and
-  the ranks' synchronisation), paid once per call run under a protocol.
+  the ranks' synchronisation), paid once per call run under a protocol. It
+  depends on how the job launches (:data:`LAUNCH_MODES`): one process driving
+  several GPUs (``threads``: nccl-tests ``-g 8``, whose one host thread
+  launches every GPU's kernel in turn), one process per GPU (``processes``:
+  MPI, srun, torchrun) or calls captured in CUDA/HIP graphs (``graphs``:
+  nccl-tests ``-G``). A number prices every mode alike; a mapping prices each
+  mode it names, and ``call.launch`` says which the model runs in until
+  :meth:`CostModel.with_launch` picks another (a log's header says which
+  mode it was measured in: :attr:`simcoll.calibration.nccl_tests.NcclTestsLog.launch`).
 - ``protocols.<LL|LL128|Simple>``: ``efficiency`` (payload / wire bytes: a
   message of ``n`` bytes puts ``n / efficiency`` bytes on the wire; default 1),
   ``hop_latency_s`` (added to the α of every message: NCCL's per-hop
@@ -76,7 +85,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -213,6 +222,8 @@ class ExecutorParams:
 
 NIC_BINDINGS = ("packed", "round-robin", "bijective")
 PROTOCOLS = ("Simple", "LL", "LL128")
+#: How a job launches its collective calls (module docstring, ``call.overhead_s``).
+LAUNCH_MODES = ("threads", "processes", "graphs")
 
 
 @dataclass(frozen=True)
@@ -232,10 +243,16 @@ class ProtocolParams:
 @dataclass(frozen=True)
 class CallParams:
     """The fixed cost of one collective call: kernel launch and the ranks'
-    synchronisation, paid once per call by every simulator path."""
+    synchronisation, paid once per call by every simulator path.
+
+    ``overhead_s`` is the cost in the launch mode ``launch`` (None: a model
+    whose one cost prices every mode); ``by_launch`` holds the cost of each
+    launch mode the model prices separately (empty for one cost)."""
 
     overhead_s: float
     source: str
+    launch: str | None = None
+    by_launch: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -390,6 +407,40 @@ class CostModel:
         α-β schedule, as the papers' closed forms cost it: it pays neither."""
         proto = self.protocol(protocol)
         return 0.0 if proto.name is None else self.call_overhead_s + proto.call_latency_s
+
+    @property
+    def launch(self) -> str | None:
+        """The launch mode the model's call cost is for (:data:`LAUNCH_MODES`); None where one cost prices every mode."""
+        return self.call.launch if self.call is not None else None
+
+    def with_launch(self, launch: str) -> CostModel:
+        """This model with calls launched as ``launch`` (:data:`LAUNCH_MODES`):
+        the per-call cost of that mode where the model prices modes apart;
+        a model with one cost for every mode keeps it.
+
+        Raises
+        ------
+        ModelError
+            An unknown mode, or one the model's call costs leave out.
+
+        Examples
+        --------
+        >>> from simcoll.machines import load_model
+        >>> model = load_model("dgx1")
+        >>> model.with_launch("threads").call_overhead_s > model.with_launch("processes").call_overhead_s
+        True
+        """
+        if launch not in LAUNCH_MODES:
+            raise ModelError(f"unknown launch mode {launch!r} (use {', '.join(LAUNCH_MODES)})")
+        call = self.call
+        if call is None or not call.by_launch:
+            return self if call is None else replace(self, call=replace(call, launch=launch))
+        if launch not in call.by_launch:
+            raise ModelError(
+                f"model {self.name!r} prices calls launched as {' or '.join(call.by_launch)}, not as {launch} "
+                f"(add call.overhead_s.{launch} to it, or calibrate it on a log launched so)"
+            )
+        return replace(self, call=replace(call, overhead_s=call.by_launch[launch], launch=launch))
 
     def switch_latency_s(self, kind: str) -> float:
         params = self.switches.get(kind)
@@ -604,12 +655,34 @@ def _parse_compute(raw: Any, where: str) -> ComputeParams | None:
 
 
 def _parse_call(raw: Any, where: str) -> CallParams | None:
-    """``call``: the fixed per-call cost."""
+    """``call``: the fixed per-call cost, one number or one per launch mode."""
     if raw is None:
         return None
     here = f"{where}: call"
-    entry = _entry(raw, {"overhead_s"}, here)
-    return CallParams(overhead_s=_number(entry, "overhead_s", here), source=entry["source"])
+    entry = _entry(raw, {"overhead_s", "launch"}, here)
+    launch = entry.get("launch")
+    if launch is not None and launch not in LAUNCH_MODES:
+        raise ModelError(f"{here}.launch: unknown launch mode {launch!r} (use {', '.join(LAUNCH_MODES)})")
+    costs = entry.get("overhead_s")
+    if not isinstance(costs, Mapping):
+        return CallParams(overhead_s=_number(entry, "overhead_s", here), source=entry["source"], launch=launch)
+    unknown = sorted(set(costs) - set(LAUNCH_MODES))
+    if unknown or not costs:
+        raise ModelError(
+            f"{here}.overhead_s: "
+            + (f"unknown launch mode {unknown[0]!r}" if unknown else "no launch mode")
+            + f" (a number, or one per launch mode: {', '.join(LAUNCH_MODES)})"
+        )
+    by_launch = {mode: _number(costs, mode, f"{here}.overhead_s") for mode in LAUNCH_MODES if mode in costs}
+    if launch is None:
+        if len(by_launch) > 1:
+            raise ModelError(
+                f"{here}.launch: required with costs for several launch modes (one of {', '.join(by_launch)})"
+            )
+        launch = next(iter(by_launch))
+    elif launch not in by_launch:
+        raise ModelError(f"{here}.launch: {launch!r} has no cost in overhead_s (it prices {', '.join(by_launch)})")
+    return CallParams(by_launch[launch], entry["source"], launch, by_launch)
 
 
 def _parse_executor(raw: Any, where: str) -> ExecutorParams | None:
@@ -768,7 +841,11 @@ def model_to_dict(model: CostModel) -> dict[str, Any]:
     if model.network is not None:
         out["network"] = _fields(model.network)
     if model.call is not None:
-        out["call"] = _fields(model.call)
+        call = model.call
+        out["call"] = {"overhead_s": dict(call.by_launch) if call.by_launch else call.overhead_s}
+        if call.launch is not None:
+            out["call"]["launch"] = call.launch
+        out["call"]["source"] = call.source
     if model.nccl is not None:
         out["nccl"] = {k: list(v) if isinstance(v, tuple) else v for k, v in _fields(model.nccl).items()}
     if model.default_protocol is not None:

@@ -289,6 +289,19 @@ class Machine:
         alpha = max(self.model.link(t).alpha_s for t in types) + switch_latency
         return alpha, bandwidth, len(path) - 1, types
 
+    def with_launch(self, launch: str) -> Machine:
+        """This machine with its collective calls launched as ``launch``:
+        ``"threads"`` (one process driving several GPUs, nccl-tests ``-g 8``),
+        ``"processes"`` (one per GPU: MPI, srun, torchrun) or ``"graphs"``
+        (CUDA/HIP graphs); see :meth:`simcoll.cost_model.CostModel.with_launch`.
+
+        Examples
+        --------
+        >>> load_machine("dgx1").with_launch("threads").model.launch
+        'threads'
+        """
+        return Machine(self.topology, self.model.with_launch(launch))
+
     def transfer_time_s(self, src: int, dst: int, size_bytes: float) -> float:
         """α + n/B for one uncontended message."""
         route = self.route(src, dst)

@@ -248,31 +248,35 @@ def test_the_a3_mega_log_is_simulated_under_its_tcpxo_nccl_profile():
     """The A3 Mega log does not print its NCCL variables; its recipe sources
     Google's GPUDirect-TCPXO profile (NCCL_PROTO=Simple, NCCL_ALGO=Ring,Tree),
     which the shipped model carries. Every size is simulated as NCCL ran it,
-    with Simple, and the shipped model's ~120 us floor error falls from 192 %
-    (with the LL the free tuner picked) to under 50 %. NCCL's tree moves each
-    channel's share in 1 MiB buffer steps at a thread block's rate
-    (``simcoll.nccl.pipeline.tree_pipeline``): with that pipeline the shipped
-    model meets both targets without calibration (30.5 / 42.4 % before it)."""
+    with Simple (the LL the free tuner picked left the ~120 us floor 192 % off).
+    NCCL's tree moves each channel's share in 1 MiB buffer steps at a thread
+    block's rate (``simcoll.nccl.pipeline.tree_pipeline``): with that pipeline
+    the sizes from 64 MB up are within 3 % (30.5 % before it). The run
+    launched one process per GPU (mpirun), so its calls pay no thread-mode
+    launch cost: the ~35 us still missing at small sizes (90 us simulated, 123-130
+    measured) are TCPXO's per-message cost, which the model's network α (an
+    InfiniBand value) lacks."""
     log = MEASUREMENTS / "h100-80gb-x8-n2_all_reduce_a3mega.log"
     frame = validate(log, "a3-mega*2")
     assert frame.choice.str.match(r"^(ring|tree)/Simple/").all()
     errors = error_summary(frame)
-    assert errors["large"] == pytest.approx(0.027, abs=0.002) and errors["small"] == pytest.approx(0.188, abs=0.002)
+    assert errors["large"] == pytest.approx(0.023, abs=0.002) and errors["small"] == pytest.approx(0.376, abs=0.002)
+    assert (frame[frame.size_bytes <= 4096].simulated_time_us < frame[frame.size_bytes <= 4096].measured_time_us).all()
 
 
 @pytest.mark.skipif(not MEASUREMENTS.is_dir(), reason="needs ../shared/reference/measurements")
 def test_a_fit_that_leaves_a_band_outside_its_target_is_refined_on_the_bands():
-    """2-node H100 (NVLS-tree; nccl-tests#309, qoofyk): least squares over all
-    sizes bends the link efficiencies to follow the 1-64 MB NVLS ramp, which
-    the model has no physics for, and its best iterate was 22.2 % off from
-    64 MB up (17.9 % at <= 64 KB). The coordinate search on the two bands
-    moves the same physical parameters until both are within target."""
-    log = MEASUREMENTS / "h100-x8-n2_all_reduce_nccltests309-qoofyk.log"
-    model, report = calibrate([log], "dgx-h100*2")
-    errors = error_summary(validate(log, "dgx-h100*2", model))
+    """2-node GH200 over Slingshot (CSCS): least squares over all sizes leaves
+    a band outside its target (the shipped model is 32 % off at <= 64 KB). The
+    coordinate search on the two bands moves the same physical parameters
+    until both are within target."""
+    log = MEASUREMENTS / "gh200-x4-n2_all_reduce_cscs.log"
+    assert error_summary(validate(log, "alps-gh200*2"))["small"] > 0.25
+    model, report = calibrate([log], "alps-gh200*2")
+    errors = error_summary(validate(log, "alps-gh200*2", model))
     assert errors["large"] <= 0.15 and errors["small"] <= 0.25
     assert report.fit["band_refinement_moves"] > 0
-    assert "coordinate-search moves on the two acceptance bands" in model.link("nvlink").source
+    assert "coordinate-search moves on the two acceptance bands" in model.link("slingshot").source
 
 
 @pytest.mark.skipif(not MEASUREMENTS.is_dir(), reason="needs ../shared/reference/measurements")

@@ -98,6 +98,8 @@ class Sample:
     time_s: float
     algorithm: Any
     choice: str
+    #: How the log's run launched its calls (:attr:`NcclTestsLog.launch`), which prices each call.
+    launch: str | None = None
 
 
 @dataclass
@@ -241,7 +243,7 @@ def samples_of(log: NcclTestsLog, machine: Machine) -> list[Sample]:
             continue
         if size < algorithm.collective.size_chunks:
             continue
-        out.append(Sample(log.path, size, float(row.time_s), algorithm, choice_label(algorithm)))
+        out.append(Sample(log.path, size, float(row.time_s), algorithm, choice_label(algorithm), log.launch))
     if not out:
         raise CalibrationError(f"{log.path}: no size of the log can be simulated on {machine.name}{why}")
     return out
@@ -303,7 +305,10 @@ def _latency_fields(entry: Any, path: tuple[str, ...]) -> list[tuple[str, ...]]:
         return []
     out = []
     for key, value in entry.items():
-        if isinstance(value, dict):
+        if isinstance(value, dict) and str(key).endswith("_s"):
+            # one latency per launch mode (call.overhead_s.threads ...)
+            out += [(*path, key, k) for k, v in value.items() if isinstance(v, int | float) and not isinstance(v, bool)]
+        elif isinstance(value, dict):
             out += _latency_fields(value, (*path, key))
         elif isinstance(value, int | float) and not isinstance(value, bool) and str(key).endswith("_s"):
             out.append((*path, key))
@@ -355,8 +360,11 @@ def simulate_samples(samples: Sequence[Sample], machine: Machine, model: CostMod
     NCCL's choice for its size, protocol included, so it runs with its own."""
     from ..evaluation import schedule_time_s
 
-    m = Machine(machine.topology, model)
-    return np.array([schedule_time_s(s.algorithm, m, s.size_bytes, protocol=None) for s in samples])
+    # each log's calls priced as its run launched them, where its header says (CostModel.with_launch)
+    machines = {
+        s.launch: Machine(machine.topology, model.with_launch(s.launch) if s.launch else model) for s in samples
+    }
+    return np.array([schedule_time_s(s.algorithm, machines[s.launch], s.size_bytes, protocol=None) for s in samples])
 
 
 def _fit_subset(samples: list[Sample], most: int) -> list[Sample]:
@@ -586,9 +594,11 @@ def calibrate(
             # in the fitted variable (1/bandwidth, 1/efficiency, latency), the lower end is the model's upper one
             low_end = full[i] <= lo + near
             report.at_bound[".".join(p)] = "lower" if low_end == (_kind(p) == "latency") else "upper"
-        entry = _get(data, p[:-1])
-        if isinstance(entry, dict) and "source" in entry:
-            entry["source"] = f"{p[-1]} {note}; before calibration: {entry['source']}"
+        # the source of the nearest entry that has one (call.overhead_s.threads: call's)
+        depth = next((d for d in range(len(p) - 1, 0, -1) if "source" in (_get(data, p[:d]) or {})), None)
+        if depth is not None:
+            entry = _get(data, p[:depth])
+            entry["source"] = f"{'.'.join(p[depth:])} {note}; before calibration: {entry['source']}"
     data["sources"] = [*list(data.get("sources") or []), note]
     return model_from_dict(data, where=f"calibrated model {data['name']}"), report
 

@@ -27,6 +27,14 @@ caller, a ``# Collective test starting: all_reduce_perf`` line (nccl-tests >=
 The rank count is taken from the caller, the ``Rank`` lines, a provenance line
 ``# Machine: ... n=8``, or the busbw/algbw ratio of the table (which fixes n
 for every collective whose factor depends on n).
+
+How the run launched its calls (:attr:`NcclTestsLog.launch`, which prices the
+per-call cost: :mod:`simcoll.cost_model`) is read, in order, from the header's
+``graph: N`` (or a ``-G N`` option) with N > 0 (``graphs``), its ``nThread T
+nGpus G`` (``threads`` where one process drives several GPUs, T x G > 1, else
+``processes``), the ``Rank`` lines' process ids (one per rank: ``processes``;
+one for all: ``threads``), and a command line's ``-g N`` option or launcher
+(``mpirun``, ``srun``: ``processes``).
 """
 
 from __future__ import annotations
@@ -153,6 +161,9 @@ class NcclTestsLog:
     machine : str or None
         The provenance ``# Machine:`` line's first item (the GPU, e.g.
         ``NVIDIA A100-SXM4-40GB``), where the log has one.
+    launch : str or None
+        How the run launched its calls: ``threads``, ``processes`` or
+        ``graphs`` (module docstring); None where the log does not say.
     """
 
     path: str
@@ -171,6 +182,7 @@ class NcclTestsLog:
     collnet: bool = False
     channel_limits: ChannelLimits | None = None
     machine: str | None = None
+    launch: str | None = None
 
     def within(self, min_bytes: int | None = None, max_bytes: int | None = None) -> NcclTestsLog:
         """The same log with only the rows of sizes in ``[min_bytes, max_bytes]``
@@ -236,7 +248,11 @@ _TASK_LABEL = re.compile(r"^\s*\d+:\s")  # srun --label / mpirun tag prefix "0: 
 _RANK_LINE = re.compile(
     r"^#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+(\d+)\s+\[[^\]]*\]\s*(.*)$"
 )
-_NTHREAD = re.compile(r"nThread\s+(\d+)\s+nGpus\s+(\d+)")
+_NTHREAD = re.compile(r"nThread\s+(\d+),?\s+nGpus\s+(\d+)")
+_PID = re.compile(r"\bPid\s+(\d+)")
+_GRAPH = re.compile(r"\bgraph:?\s+(\d+)|(?:^|[\s(])(?:-G|--cudagraph)\s*(\d+)")
+_GPUS_OPTION = re.compile(r"(?:^|\s)(?:-g|--ngpus)\s*(\d+)\b")
+_LAUNCHER = re.compile(r"\b(?:mpirun|mpiexec|srun|torchrun|one (?:rank|process|GPU) per (?:GPU|task|rank))\b")
 _VERSION = re.compile(r"\b(NCCL|RCCL)\s+version\s+(\d+\.\d+[\w.+\-:]*)", re.IGNORECASE)
 _PROVENANCE_VERSION = re.compile(r"^(NCCL|RCCL):\s*(?:NCCL\s+|RCCL\s+)?(\d+\.\d+\.\d+[\w.+\-:]*)")
 _TESTS_VERSION = re.compile(r"nccl-library=(\d+)")
@@ -310,6 +326,8 @@ def parse_nccl_tests(
     provenance_collective: str | None = None
     machine_n = machine_gpn = machine_nodes = None
     avg: float | None = None
+    launch_hints: dict[str, str] = {}
+    pids: set[str] = set()
 
     for lineno, raw in enumerate(text.splitlines(), start=1):
         line = _TASK_LABEL.sub("", raw, count=1).rstrip()
@@ -330,7 +348,9 @@ def parse_nccl_tests(
                 continue
             if m := _RANK_LINE.match(stripped):
                 ranks[int(m.group(1))] = (m.group(2), m.group(4).strip())
+                pids.update(_PID.findall(stripped))
                 continue
+            _launch_hints(body, launch_hints)
             if m := _AVG.search(body):
                 avg = _number(m.group(1), "Avg bus bandwidth", path, lineno)
                 continue
@@ -398,7 +418,32 @@ def parse_nccl_tests(
         collnet=collnet,
         channel_limits=_channel_limits(channel_counts),
         machine=machine_text,
+        launch=_launch(launch_hints, pids, len(ranks)),
     )
+
+
+def _launch_hints(body: str, hints: dict[str, str]) -> None:
+    """Note what a header line says of how the run launched (module docstring);
+    the first line to say each kind of thing wins."""
+    if (m := _GRAPH.search(body)) and int(m.group(1) or m.group(2)) > 0:
+        hints.setdefault("graph", "graphs")
+    if m := _NTHREAD.search(body):
+        hints.setdefault("nthread", "threads" if int(m.group(1)) * int(m.group(2)) > 1 else "processes")
+    if m := _GPUS_OPTION.search(body):
+        hints.setdefault("option", "threads" if int(m.group(1)) > 1 else "processes")
+    if _LAUNCHER.search(body):
+        hints.setdefault("launcher", "processes")
+
+
+def _launch(hints: dict[str, str], pids: set[str], rank_lines: int) -> str | None:
+    """The launch mode from the header's hints and the Rank lines' process ids."""
+    if "graph" in hints:
+        return "graphs"
+    if "nthread" in hints:
+        return hints["nthread"]
+    if rank_lines > 1 and pids:
+        return "processes" if len(pids) == rank_lines else "threads"
+    return hints.get("option") or hints.get("launcher")
 
 
 # -- helpers -------------------------------------------------------------------

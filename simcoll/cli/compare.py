@@ -12,10 +12,13 @@ from .options import (
     add_collective_option,
     add_command,
     add_jobs_option,
+    add_launch_option,
     add_model_option,
     add_nccl_options,
     add_time_limit_option,
     add_topology_option,
+    launch_text,
+    launched,
     nccl_setup,
     print_json,
 )
@@ -32,7 +35,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     check_distinct_outputs(
         {"--csv": args.csv, "--plot": args.plot}, error=OptionError
     )  # the plot would replace the CSV
-    machine = load_machine(args.topology, args.model)
+    machine = launched(load_machine(args.topology, args.model), args)
     sizes = parse_size_range(args.sizes)
     baseline = nccl_setup(args)
     method = "analytic" if args.analytic else "simulate"
@@ -58,6 +61,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
             {
                 "topology": machine.name,
                 "model": machine.model.name,
+                "launch": machine.model.launch,
                 "collective": args.collective,
                 "method": method,
                 "nccl": baseline.describe(),
@@ -69,7 +73,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     how = "analytic alpha-beta times" if args.analytic else "simulated times (Algorithm mode)"
     if args.program:
         how += "; columns marked (program) are the lowered Program in Program mode"
-    print(f"{args.collective} on {machine.name} (model {machine.model.name}); {how}; baseline {baseline.describe()}")
+    print(
+        f"{args.collective} on {machine.name} (model {machine.model.name}{launch_text(machine)}); {how}; "
+        f"baseline {baseline.describe()}"
+    )
     factor = make_collective(canonical_name(args.collective), machine.num_ranks).busbw_factor
     for line in pivot_lines(df, factor):
         print(line)
@@ -143,6 +150,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     add_topology_option(p, required=False, default="dgx1")
     add_collective_option(p, required=False, default="allreduce")
     add_model_option(p)
+    add_launch_option(p)
     add_nccl_options(p)
     from ..compare import DEFAULT_SIZES  # only when `compare` is parsed: it needs pandas anyway
 

@@ -112,6 +112,30 @@ def add_model_option(p: argparse.ArgumentParser, help: str | None = None) -> Non
     p.add_argument("--model", "-m", help=help)
 
 
+def add_launch_option(p: argparse.ArgumentParser) -> None:
+    """``--launch MODE``: how the job launches its collective calls, which
+    prices each call (:meth:`simcoll.machines.Machine.with_launch`)."""
+    from ..cost_model import LAUNCH_MODES
+
+    p.add_argument(
+        "--launch",
+        choices=LAUNCH_MODES,
+        help="how calls are launched, which sets each call's fixed cost: threads (one process driving every GPU, "
+        "nccl-tests -g N), processes (one per GPU: MPI, srun, torchrun), graphs (CUDA graphs, nccl-tests -G) "
+        "(default: the model's call.launch)",
+    )
+
+
+def launched(machine, args: argparse.Namespace):
+    """``machine`` with ``--launch`` applied (as it is without one)."""
+    return machine.with_launch(args.launch) if args.launch else machine
+
+
+def launch_text(machine) -> str:
+    """How a printed result's calls were launched, for its header ("" where the model does not say)."""
+    return f", calls launched as {machine.model.launch}" if machine.model.launch else ""
+
+
 def add_nccl_options(p: argparse.ArgumentParser) -> None:
     """``--nccl VERSION`` and ``--nccl-env KEY=VALUE``: the release and
     environment of the NCCL baseline (:func:`nccl_setup`)."""

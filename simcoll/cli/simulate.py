@@ -1,7 +1,7 @@
 """``simcoll simulate``: simulate an Algorithm or Program file on a machine, or
 print its analytic α-β time (``--analytic``).
 
-    simcoll simulate FILE --topology T [--model M] --size SIZE
+    simcoll simulate FILE --topology T [--model M] [--launch MODE] --size SIZE
                      [--mode algorithm|program] [--analytic] [--no-contention]
                      [--time-limit S] [--json] [--trace OUT.json] [--engine fast|reference]
 
@@ -15,10 +15,13 @@ import argparse
 
 from .options import (
     add_command,
+    add_launch_option,
     add_model_option,
     add_size_option,
     add_time_limit_option,
     add_topology_option,
+    launch_text,
+    launched,
     print_json,
 )
 
@@ -33,7 +36,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from ..units import format_size, parse_size
 
     schedule = load_schedule(args.file)
-    machine = load_machine(args.topology, args.model)
+    machine = launched(load_machine(args.topology, args.model), args)
     size = parse_size(args.size)
     if args.analytic:
         if not isinstance(schedule, Algorithm):
@@ -46,6 +49,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             "collective": schedule.collective.name,
             "topology": machine.name,
             "model": machine.model.name,
+            "launch": machine.model.launch,
             "size_bytes": size,
             "method": "analytic",
             "time_s": t,
@@ -67,7 +71,12 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             record_utilisation=bool(args.trace),
             engine=args.engine,
         )
-        summary = {**result.to_dict(), "method": "simulate", "path": result.stats.get("path")}
+        summary = {
+            **result.to_dict(),
+            "method": "simulate",
+            "path": result.stats.get("path"),
+            "launch": machine.model.launch,
+        }
         if args.trace:
             result.save_chrome_trace(args.trace)
             summary["trace"] = str(args.trace)
@@ -76,7 +85,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         return 0
     how = "analytic alpha-beta" if args.analytic else f"simulated, {summary['mode']} mode: {summary['path']}"
     print(
-        f"{summary['name']} ({summary['collective']}) on {machine.name}, model {machine.model.name}, "
+        f"{summary['name']} ({summary['collective']}) on {machine.name}, model {machine.model.name}"
+        f"{launch_text(machine)}, "
         f"{format_size(size)} ({how})"
     )
     print(f"  time   {summary['time_s'] * 1e6:.3f} us")
@@ -92,6 +102,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", help="Algorithm or Program JSON (or MSCCL XML where the importer supports it)")
     add_topology_option(p)
     add_model_option(p, help="cost model (default: the topology's)")
+    add_launch_option(p)
     add_size_option(p, short=True, required=True, help="buffer size, e.g. 1MB, 256KiB (nccl-tests convention)")
     p.add_argument("--mode", choices=("algorithm", "program"), help="default: the file's kind")
     p.add_argument("--analytic", action="store_true", help="print the closed-form alpha-beta time instead")

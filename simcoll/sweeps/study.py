@@ -8,6 +8,7 @@ A study is a mapping (usually a YAML file) with these fields::
       - topology: ndv2*2             # or a mapping
         model: ndv2-taccl            # optional model spec (default: the topology's)
         name: ndv2x2                 # optional label (default: the topology spec)
+        launch: processes            # optional: threads | processes | graphs (a list sweeps)
         overrides:                   # optional what-ifs on the model's fields
           links.nvlink.bandwidth_Bps: [x1, x2]   # "xF" scales, a list sweeps
           network.nic_binding: bijective         # anything else sets
@@ -29,7 +30,9 @@ A study is a mapping (usually a YAML file) with these fields::
 Overrides follow the dict form of a cost model (:func:`simcoll.cost_model.model_to_dict`):
 a dotted path names a field, ``"xF"`` multiplies its number by F, any other
 value replaces it; a list of values is swept (the cartesian product of all
-listed overrides gives the machine's variants, as a what-if grid).
+listed overrides gives the machine's variants, as a what-if grid). ``launch``
+says how the calls are launched, which prices each call
+(:meth:`simcoll.cost_model.CostModel.with_launch`; default: the model's).
 
 Every point is keyed by a hash of its parameters, the simcoll version and the
 content of its (overridden) model and of any file it reads, so results of a
@@ -54,7 +57,7 @@ from ..units import parse_size, parse_size_range
 
 MODES = ("algorithm", "program", "analytic")
 _TOP = {"name", "description", "machines", "collectives", "algorithms", "sizes", "size_factor", "simulator"}
-_MACHINE_KEYS = {"topology", "model", "name", "overrides"}
+_MACHINE_KEYS = {"topology", "model", "name", "overrides", "launch"}
 _ALGO_KINDS = ("generator", "nccl", "sccl", "file")
 _SCCL_KEYS = {"chunks", "steps", "rounds", "backend", "time_limit_s", "root"}
 _SIMULATOR_KEYS = {"mode", "contention", "time_limit_s", "verify"}
@@ -63,15 +66,24 @@ _SIMULATOR_KEYS = {"mode", "contention", "time_limit_s", "verify"}
 @dataclass(frozen=True)
 class MachineSpec:
     """One machine variant: topology spec, model spec (None: the topology's
-    default) and the model overrides applied to it, with its label."""
+    default), the model overrides applied to it and the launch mode of its
+    calls (None: the model's), with its label."""
 
     label: str
     topology: str
     model: str | None = None
     overrides: tuple[tuple[str, Any], ...] = ()
+    launch: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"label": self.label, "topology": self.topology, "model": self.model, "overrides": dict(self.overrides)}
+        out = {"label": self.label, "topology": self.topology, "model": self.model, "overrides": dict(self.overrides)}
+        return out | ({"launch": self.launch} if self.launch else {})
+
+    def overrides_text(self) -> str:
+        """The overrides as a results row's ``overrides`` column holds them
+        (JSON; a launch mode as the ``call.launch`` field it sets)."""
+        launch = {"call.launch": self.launch} if self.launch else {}
+        return json.dumps(dict(self.overrides) | launch, sort_keys=True)
 
 
 @dataclass(frozen=True)
@@ -265,12 +277,29 @@ def _machines(raw: Any, where: str) -> list[MachineSpec]:
         for v in values:
             _check_override_value(v, f"{where}: overrides.{path}")
         axes.append([(path, v) for v in values])
+    launches = _launches(raw.get("launch"), where)
     variants = []
-    for combo in itertools.product(*axes):
+    for launch, combo in itertools.product(launches, itertools.product(*axes)):
         swept = [f"{'.'.join(p.split('.')[-2:])}={v}" for p, v in combo if isinstance(overrides[p], list)]
+        swept += [f"launch={launch}"] if len(launches) > 1 else []
         variant_label = label if not swept else f"{label}[{','.join(swept)}]"
-        variants.append(MachineSpec(variant_label, topology, model, tuple(combo)))
+        variants.append(MachineSpec(variant_label, topology, model, tuple(combo), launch))
     return variants
+
+
+def _launches(raw: Any, where: str) -> list[str | None]:
+    """A machine's ``launch``: one mode, or a list of modes to sweep."""
+    from ..cost_model import LAUNCH_MODES
+
+    if raw is None:
+        return [None]
+    values = raw if isinstance(raw, list) else [raw]
+    if not values:
+        raise StudyError(f"{where}: launch: an empty list sweeps nothing")
+    for value in values:
+        if value not in LAUNCH_MODES:
+            raise StudyError(f"{where}: launch: unknown launch mode {value!r} (use {', '.join(LAUNCH_MODES)})")
+    return list(dict.fromkeys(values))
 
 
 def _check_override_value(value: Any, where: str) -> None:
@@ -574,8 +603,8 @@ def _model_digest(machine: MachineSpec) -> str:
 
 
 def resolved_model_dict(machine: MachineSpec) -> dict[str, Any]:
-    """The dict form of ``machine``'s model after its overrides."""
-    from ..cost_model import model_to_dict
+    """The dict form of ``machine``'s model after its overrides and launch mode."""
+    from ..cost_model import model_from_dict, model_to_dict
     from ..machines import load_model, load_topology
 
     try:
@@ -586,6 +615,9 @@ def resolved_model_dict(machine: MachineSpec) -> dict[str, Any]:
     except SimcollError as exc:
         raise StudyError(f"machine {machine.label!r}: {exc}") from None
     try:
-        return apply_overrides(base, machine.overrides)
-    except StudyError as exc:
+        data = apply_overrides(base, machine.overrides)
+        if machine.launch is None:
+            return data
+        return model_to_dict(model_from_dict(data, where=f"machine {machine.label!r}").with_launch(machine.launch))
+    except SimcollError as exc:
         raise StudyError(f"machine {machine.label!r}: {exc}") from None

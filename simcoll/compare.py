@@ -28,6 +28,7 @@ chosen protocol; Alltoall and SendRecv get NCCL's point-to-point exchange,
 from __future__ import annotations
 
 import contextlib
+import math
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -74,6 +75,8 @@ COLUMNS = [
 ]
 #: The size-dependent baseline row (not a registry generator).
 NCCL_ROW = "nccl"
+#: The name under which ``skipped`` says why the busbw bound column is empty (a machine too large for its cuts).
+BOUND_ROW = "busbw bound"
 #: From this many ranks, ``compare(jobs > 1)`` runs each task in a fresh worker process
 #: (:func:`_in_parallel`; Python 3.11 and later).
 FRESH_WORKERS_FROM_RANKS = 512
@@ -223,9 +226,14 @@ def _compare(
     nccl_done: dict[int, Algorithm | str] = {}
     coll = make_collective(collective, machine.num_ranks)
     bound: list[float] = []
+    bound_refused: list[str] = []
 
     def unit_bound() -> None:  # the cut bound is linear in size (no latency term): computed once
-        bound.append(time_lower_bound_s(coll, machine, coll.size_chunks)[0])
+        try:
+            bound.append(time_lower_bound_s(coll, machine, coll.size_chunks)[0])
+        except TooLargeError as exc:  # too large a machine for its cuts: the table goes without it
+            bound.append(math.nan)
+            bound_refused.append(str(exc))
 
     if jobs > 1:  # (the bound is worked out while the workers run: a second on 1,024 GPUs)
         candidates, timed, nccl_done = _in_parallel(
@@ -255,6 +263,9 @@ def _compare(
     if not bound:
         unit_bound()
     unit_bound_s = bound[0]
+    if bound_refused:
+        skipped[BOUND_ROW] = bound_refused[0]
+        report.generator(BOUND_ROW, bound_refused[0], {})
     lowered = _lower_all(algorithms, machine, skipped) if program else {}
     rows = []
     stopped: dict[tuple[str, str], int] = {}  # (row, method): the size whose simulation reached the limit
@@ -316,7 +327,7 @@ def _compare(
                         "time_us": t * 1e6,
                         "algbw_GBps": algbw_GBps(size, t),
                         "busbw_GBps": busbw_GBps(algorithm.collective, size, t),
-                        "algbw_bound_GBps": size / bound_s / 1e9 if bound_s > 0 else float("inf"),
+                        "algbw_bound_GBps": _algbw_bound_GBps(size, bound_s),
                         "method": how,
                     }
                 )
@@ -373,6 +384,13 @@ class _Reporter:
 
 
 _SIZES_SHOWN = 4  # a progress line lists this many sizes' times at most
+
+
+def _algbw_bound_GBps(size_bytes: int, bound_s: float) -> float:
+    """The algbw the time bound allows: inf for a zero bound, nan where none was computed."""
+    if math.isnan(bound_s):
+        return math.nan
+    return size_bytes / bound_s / 1e9 if bound_s > 0 else math.inf
 
 
 def left_out_line(name: str, reason: str) -> str:

@@ -25,6 +25,9 @@ before anything is built, and refused with one line naming the limit.
   a study takes (:func:`simcoll.units.parse_size`; see its comment).
 - :data:`MAX_DRAWN_COMPONENTS` = 2,000: the most components ``topo draw``
   lays out (see its comment).
+- :data:`MAX_RANK_PAIR_BYTES` = 4 GiB: the most that arrays over rank pairs
+  (bandwidth relation, cut bounds) may take, estimated before they are built
+  (see its comment).
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ import contextvars
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from .errors import ScheduleTooLargeError, TopologyError
+from .errors import ScheduleTooLargeError, TooLargeError, TopologyError
 
 #: Most components (GPUs, switches, NICs, CPUs...) :func:`simcoll.draw.draw_topology` lays out: its
 #: force-directed layout costs the square of the count per iteration; ``dgx-h100*64`` (1,665
@@ -45,6 +48,13 @@ MAX_DRAWN_COMPONENTS = 2_000
 #: Allreduce on ``ring:256`` (130,560 transfers) is 11.4 MB of JSON written in 0.9 s against 4.3 MB of
 #: ``.npz`` in 7 ms, and ``ring:1024``'s took 44 s and 3.1 GB through JSON.
 JSON_ADVISED_TRANSFERS = 100_000
+#: Most bytes the arrays over rank pairs one computation may build: SCCL's bandwidth relation
+#: (:func:`simcoll.routes.bandwidth_relation`: reachability and pair keys, ~26 bytes a pair), which
+#: every generated Algorithm's rounds need, and a cut bound (:mod:`simcoll.bounds`: cuts × P masks
+#: and products, chunks × P or P² counts). They grow with the square of the GPUs:
+#: ``compare -t 'dgx-h100*8192'`` (65,536 GPUs) ran out of memory at 17 GB after 80-90 s (issue 52).
+#: 4 GiB keeps the 8,192 GPUs of ``dgx-h100*1024`` (1.7 and ~3.5 GiB).
+MAX_RANK_PAIR_BYTES = 4 << 30
 #: Most GPUs in one machine (see the module docstring).
 MAX_GPUS = 65_536
 #: Most links in one machine (see the module docstring).
@@ -180,4 +190,14 @@ def charge_transfers(count: int) -> None:
         raise ScheduleTooLargeError(
             f"{budget.what}: more than {MAX_TRANSFERS:,} transfers, more than simcoll builds "
             "(simcoll.limits.MAX_TRANSFERS); fewer ranks or a smaller chunk factor build fewer"
+        )
+
+
+def check_rank_pair_bytes(estimate_bytes: float, what: str) -> None:
+    """Refuse, before it is built, a computation over rank pairs whose arrays
+    would take ``estimate_bytes`` (:data:`MAX_RANK_PAIR_BYTES`); ``what`` names it."""
+    if estimate_bytes > MAX_RANK_PAIR_BYTES:
+        raise TooLargeError(
+            f"{what} would need about {estimate_bytes / 2**30:,.0f} GiB, more than simcoll builds "
+            f"(simcoll.limits.MAX_RANK_PAIR_BYTES, {MAX_RANK_PAIR_BYTES / 2**30:.0f} GiB): a smaller machine has one"
         )

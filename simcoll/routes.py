@@ -24,6 +24,7 @@ import networkx as nx
 import numpy as np
 
 from .algorithm import BandwidthConstraint, PairSet
+from .limits import check_rank_pair_bytes
 from .topology import FABRIC_LINK_TYPES, SHARED_ROUTES, Topology, directed_pairs
 
 
@@ -480,8 +481,17 @@ def bandwidth_relation(topology: Topology, routes: Routes | None = None) -> tupl
     """
     cached = _RELATIONS.get(topology)
     if cached is None:
+        check_relation_size(topology)
         cached = _RELATIONS[topology] = _bandwidth_relation(topology, routes or routes_of(topology))
     return cached
+
+
+def check_relation_size(topology: Topology) -> None:
+    """Refuse, in one line, a topology whose bandwidth relation (:func:`bandwidth_relation`,
+    which every generated Algorithm's rounds need) would be too large to build
+    (:func:`simcoll.limits.check_rank_pair_bytes`): generators check it first."""
+    p = topology.num_ranks  # reach and direct masks, pair keys, and each rank's egress and ingress pairs
+    check_rank_pair_bytes(26 * p * p, f"the bandwidth relation of {topology.name} ({p:,} ranks, SCCL §3.2.1)")
 
 
 def _bandwidth_relation(topology: Topology, routes: Routes) -> tuple[BandwidthConstraint, ...]:

@@ -184,3 +184,29 @@ def test_compare_leaves_out_a_schedule_past_the_limit_and_says_why(monkeypatch, 
     assert "too large: ring: allreduce on 16 ranks, chunk factor 16: more than 100 transfers" in out
     with pytest.raises(TooLargeError):
         make_collective("allgather", 4096, chunk_factor=24 * 4096)  # a collective's slots are refused alike
+
+
+def test_work_over_rank_pairs_is_estimated_and_refused_before_it_is_built(monkeypatch, capsys):
+    """Issue 52: ``compare -t 'dgx-h100*8192'`` ran 80-90 s to 17 GB and died out of memory.
+    The bandwidth relation every generated Algorithm needs, the step bound and the cut bound grow
+    with the square of the GPUs; each is estimated first and refused in one line past
+    ``MAX_RANK_PAIR_BYTES``. Here on 32 GPUs with the limit lowered: the cut bound (~58 kB) is
+    refused and the table goes without its column, the rows stay; below the relation's 27 kB
+    every generator is refused before it builds anything."""
+    from simcoll.bounds import time_lower_bound_s
+    from simcoll.compare import BOUND_ROW, compare
+
+    monkeypatch.setattr(limits, "MAX_RANK_PAIR_BYTES", 30_000)
+    with pytest.raises(TooLargeError, match=r"the cut bound of reducescatter on 32 ranks would need about 0 GiB"):
+        time_lower_bound_s(make_collective("allreduce", 32), "dgx-a100*4", 1 << 20)
+    df, skipped = compare("dgx-a100*4", "allreduce", [1 << 20], algorithms=["ring"])
+    assert df.algbw_bound_GBps.isna().all() and (df.time_s > 0).all()
+    assert "MAX_RANK_PAIR_BYTES" in skipped[BOUND_ROW]
+    monkeypatch.setattr(limits, "MAX_RANK_PAIR_BYTES", 20_000)
+    started = time.perf_counter()
+    with pytest.raises(TooLargeError, match=r"the bandwidth relation of dgx-a100\*4 \(32 ranks, SCCL §3.2.1\)"):
+        generate("ring", "dgx-a100*4", "allreduce")
+    assert time.perf_counter() - started < 5  # refused before the schedule is built
+    assert main(["bounds", "-t", "dgx-a100*4", "-c", "allreduce"]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and "more than simcoll builds" in err[0], err

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from simcoll.calibration.calibrate import calibrate, samples_of, simulate_samples, validate
 from simcoll.calibration.nccl_tests import bus_factor, parse_nccl_tests
@@ -64,8 +65,9 @@ def test_bad_launch_costs_are_named(call, message):
 
 
 def test_a_mode_the_model_does_not_price_is_refused_naming_those_it_does():
+    model = model_from_dict(_model({"overhead_s": {"threads": 30e-6, "processes": 0.0}, "launch": "threads"}))
     with pytest.raises(ModelError, match="prices calls launched as threads or processes, not as graphs"):
-        load_model("dgx1").with_launch("graphs")
+        model.with_launch("graphs")
     with pytest.raises(ModelError, match="unknown launch mode 'mpi'"):
         load_model("dgx1").with_launch("mpi")
 
@@ -206,7 +208,25 @@ def test_compare_and_simulate_take_a_launch_mode(tmp_path, capsys):
 
     assert main(["compare", "-t", "dgx1", "-c", "allreduce", "--sizes", "1KB", "--launch", "processes", "-q"]) == 0
     assert "(model dgx1, calls launched as processes)" in capsys.readouterr().out
-    assert main(["compare", "-t", "dgx1", "-c", "allreduce", "--sizes", "1KB", "--launch", "graphs", "-q"]) == 2
+    data = model_to_dict(load_model("dgx1"))
+    del data["call"]["overhead_s"]["graphs"]
+    unpriced = tmp_path / "no-graphs.yaml"
+    unpriced.write_text(yaml.safe_dump(data))
+    args = [
+        "compare",
+        "-t",
+        "dgx1",
+        "-m",
+        str(unpriced),
+        "-c",
+        "allreduce",
+        "--sizes",
+        "1KB",
+        "--launch",
+        "graphs",
+        "-q",
+    ]
+    assert main(args) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "not as graphs" in err
     schedule = tmp_path / "ring.json"
@@ -218,25 +238,15 @@ def test_compare_and_simulate_take_a_launch_mode(tmp_path, capsys):
 
 
 def test_a_study_machine_names_its_launch_mode_and_a_list_sweeps_it():
-    study = load_study(
-        {
-            "name": "launch",
-            "machines": [{"topology": "dgx1", "launch": ["threads", "processes"]}],
-            "collectives": ["allreduce"],
-            "algorithms": ["ring"],
-            "sizes": "1KB",
-        }
-    )
+    raw = {"name": "launch", "collectives": ["allreduce"], "algorithms": ["ring"], "sizes": "1KB"}
+    study = load_study({**raw, "machines": [{"topology": "dgx1", "launch": ["threads", "processes"]}]})
     machines = {m.label: m for m in study.machines}
     assert set(machines) == {"dgx1[launch=threads]", "dgx1[launch=processes]"}
     per_process = machines["dgx1[launch=processes]"]
     assert resolved_model_dict(per_process)["call"]["launch"] == "processes"
     assert '"call.launch": "processes"' in per_process.overrides_text()
-    keys = {p.key for p in study.points()}
-    assert len(keys) == 2  # the two modes' points are different points
+    assert len({p.key for p in study.points()}) == 2  # the two modes' points are different points
     with pytest.raises(StudyError, match="unknown launch mode 'mpi'"):
-        load_study({**study.raw, "machines": [{"topology": "dgx1", "launch": "mpi"}]})
-    with pytest.raises(StudyError, match="not as graphs"):
-        resolved_model_dict(
-            load_study({**study.raw, "machines": [{"topology": "dgx1", "launch": "graphs"}]}).machines[0]
-        )
+        load_study({**raw, "machines": [{"topology": "dgx1", "launch": "mpi"}]})
+    graphs = load_study({**raw, "machines": [{"topology": "dgx1", "launch": "graphs"}]}).machines[0]
+    assert resolved_model_dict(graphs)["call"]["launch"] == "graphs"

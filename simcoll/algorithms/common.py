@@ -17,7 +17,7 @@ from ..arrays import ragged_indices
 from ..collectives import Collective
 from ..errors import NotApplicableError, OptionError
 from ..limits import uncharged
-from ..routes import Routes, bandwidth_relation
+from ..routes import Routes, bandwidth_relation, check_relation_size
 from ..topology import Topology
 
 
@@ -49,6 +49,7 @@ def implements(
         @functools.wraps(function)
         def checked(topology: Topology, collective: Collective, *args: Any, **kwargs: Any) -> Algorithm:
             require(collective, topology, supported, algorithm)
+            check_relation_size(topology)  # its rounds need the relation: refused before building anything
             return function(topology, collective, *args, **kwargs)
 
         checked.collectives = supported  # type: ignore[attr-defined]

@@ -111,7 +111,9 @@ def pivot_lines(df, busbw_factor: float) -> list[str]:
     for r in df.drop_duplicates("size_bytes").sort_values("size_bytes").itertuples():
         row = [size_label(r.size_bytes), *(cells.get((r.size_bytes, c), "- ") for c in columns)]
         row += [choice.get(r.size_bytes, "-")] if nccl else []
-        table.append([*row, f"{r.algbw_bound_GBps * busbw_factor:.2f}"])
+        table.append(
+            [*row, "-" if r.algbw_bound_GBps != r.algbw_bound_GBps else f"{r.algbw_bound_GBps * busbw_factor:.2f}"]
+        )
     flat = sum(max(len(row[i]) for row in table) + 2 for i in range(len(table[0])))
     heads = [[name] if flat <= TABLE_WIDTH else _stacked(name) for name in table[0]]  # stacked where too wide
     depth = max(map(len, heads))

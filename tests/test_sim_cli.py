@@ -105,3 +105,23 @@ def test_simulate_program_mode_lowers_an_algorithm(ring_file, capsys):
     assert out["mode"] == "program" and out["transfers"] >= len(algorithm.transfers)
     # the DGX-1 model's runtime (thread-block cap below a link, kernel launch) only adds time
     assert out["time_s"] > critical_path_time_s(algorithm, machine, 1 << 20)
+
+
+def test_simulate_runs_a_generator_in_one_process(capsys):
+    """Issue 51: ``simulate ring -t ring:N -c allreduce --size S`` generates and simulates in one
+    process, the schedule checked once, the same time as the file path gives."""
+    from simcoll.algorithms import generate
+    from simcoll.cli import main
+    from simcoll.machines import load_machine
+    from simcoll.simulator import simulate
+
+    assert main(["simulate", "ring", "-t", "ring:16", "-c", "allreduce", "--size", "1MB", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    machine = load_machine("ring:16")
+    assert out["time_s"] == pytest.approx(simulate(generate("ring", machine, "allreduce"), machine, 1 << 20).time_s)
+    assert out["name"] == "ring" and out["collective"] == "allreduce"
+    assert main(["simulate", "ring", "-t", "ring:16", "--size", "1MB"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "a generator needs --collective" in err
+    assert main(["simulate", "hiccl", "-t", "ring:16", "-c", "allreduce", "--option", "nope=1", "--size", "1MB"]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1

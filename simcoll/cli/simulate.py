@@ -1,7 +1,10 @@
 """``simcoll simulate``: simulate an Algorithm or Program file on a machine, or
-print its analytic α-β time (``--analytic``).
+print its analytic α-β time (``--analytic``). Instead of a file, a generator's
+name (``simcoll algo list``) with ``--collective`` runs it and simulates what
+it builds in one process, its schedule checked once (by the simulation).
 
     simcoll simulate FILE --topology T [--model M] [--launch MODE] --size SIZE
+    simcoll simulate GENERATOR -c COLLECTIVE [--chunks C] [--option K=V] --topology T --size SIZE
                      [--mode algorithm|program] [--analytic] [--no-contention]
                      [--time-limit S] [--json] [--trace OUT.json] [--engine fast|reference]
 
@@ -14,9 +17,12 @@ from __future__ import annotations
 import argparse
 
 from .options import (
+    add_chunks_option,
+    add_collective_option,
     add_command,
     add_launch_option,
     add_model_option,
+    add_root_option,
     add_size_option,
     add_time_limit_option,
     add_topology_option,
@@ -35,8 +41,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from ..simulator import simulate
     from ..units import format_size, parse_size
 
-    schedule = load_schedule(args.file)
     machine = launched(load_machine(args.topology, args.model), args)
+    schedule = _generated(args, machine) if _is_generator(args.file) else load_schedule(args.file)
     size = parse_size(args.size)
     if args.analytic:
         if not isinstance(schedule, Algorithm):
@@ -98,8 +104,38 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _is_generator(name: str) -> bool:
+    """Whether ``simulate``'s first argument names a generator (an existing file of that name wins)."""
+    from pathlib import Path
+
+    from ..algorithms import REGISTRY
+
+    return name in REGISTRY and not Path(name).exists()
+
+
+def _generated(args: argparse.Namespace, machine):
+    """The Algorithm generator ``args.file`` builds on ``machine`` (unchecked:
+    the simulation checks it, unless ``--no-verify``)."""
+    from ..algorithms import REGISTRY, generate, parse_options
+    from ..errors import OptionError
+    from .algo import parse_key_values
+
+    if not args.collective:
+        raise OptionError(f"simulate {args.file}: a generator needs --collective (e.g. -c allreduce)")
+    options = parse_options(REGISTRY[args.file], parse_key_values(args.option))
+    return generate(args.file, machine, args.collective, args.chunks, args.root, **options)
+
+
 def _arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("file", help="Algorithm or Program JSON (or MSCCL XML where the importer supports it)")
+    p.add_argument(
+        "file",
+        help="Algorithm or Program JSON (or MSCCL XML where the importer supports it), or a generator's name "
+        "(simcoll algo list) with --collective",
+    )
+    add_collective_option(p, required=False, help="with a generator: the collective it builds")
+    add_chunks_option(p, "with a generator: chunk factor C (default: the generator's)")
+    add_root_option(p, "with a generator: root rank of broadcast, reduce, gather, scatter (default 0)")
+    p.add_argument("--option", action="append", metavar="K=V", help="with a generator: its option, repeatable")
     add_topology_option(p)
     add_model_option(p, help="cost model (default: the topology's)")
     add_launch_option(p)

@@ -8,18 +8,22 @@ and :class:`SimulationResult` turns them into DataFrames.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from ..analytic import algbw_GBps
 from ..files import write_atomic
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: Columns of :attr:`SimulationResult.timeline`, one row per transfer or executor op.
 TIMELINE_COLUMNS = ["kind", "track", "src", "dst", "chunk", "bytes", "start_s", "end_s", "label"]
@@ -127,6 +131,8 @@ class Timeline:
         self.label.append(lb)
 
     def to_frame(self) -> pd.DataFrame:
+        import pandas as pd
+
         categories = pd.Index(self._strings.values, dtype=object)  # unique: _Strings interns
 
         def decode(column: array):
@@ -185,6 +191,8 @@ class Utilisation:
             column.frombytes(merged.tobytes())
 
     def to_frame(self, names: list[str]) -> pd.DataFrame:
+        import pandas as pd
+
         return pd.DataFrame(
             {
                 "resource": pd.Categorical.from_codes(
@@ -219,10 +227,26 @@ class SimulationResult:
     mode: str
     time_s: float
     busbw_factor: float
-    timeline: pd.DataFrame
-    utilisation: pd.DataFrame
+    #: The timeline and utilisation DataFrames, or what builds them on first use (so that a run
+    #: whose caller reads only its time does not import pandas: issue 51's start-up).
+    timeline_frame: pd.DataFrame | Callable[[], pd.DataFrame] = field(repr=False)
+    utilisation_frame: pd.DataFrame | Callable[[], pd.DataFrame] = field(repr=False)
     contention: bool = True
     stats: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def timeline(self) -> pd.DataFrame:
+        """One row per transfer or op (:data:`TIMELINE_COLUMNS`)."""
+        if callable(self.timeline_frame):
+            self.timeline_frame = self.timeline_frame()
+        return self.timeline_frame
+
+    @property
+    def utilisation(self) -> pd.DataFrame:
+        """One row per resource interval of constant rate (:data:`UTILISATION_COLUMNS`)."""
+        if callable(self.utilisation_frame):
+            self.utilisation_frame = self.utilisation_frame()
+        return self.utilisation_frame
 
     @property
     def transfers(self) -> int:
@@ -477,8 +501,8 @@ def make_result(
         mode=mode,
         time_s=time_s,
         busbw_factor=collective.busbw_factor,
-        timeline=network.timeline.to_frame() if timeline is None else timeline,
-        utilisation=network.utilisation.to_frame(network.resource_names()),
+        timeline_frame=network.timeline.to_frame if timeline is None else timeline,
+        utilisation_frame=functools.partial(network.utilisation.to_frame, network.resource_names()),
         contention=network.contention,
         stats={**base, **(stats or {})},
     )

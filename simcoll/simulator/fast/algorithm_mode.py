@@ -95,10 +95,13 @@ import time
 import weakref
 from array import array
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 import simpy
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 from ...algorithm import Algorithm, protocol_of
 from ...analytic import chunk_bytes
@@ -1089,6 +1092,8 @@ def _timeline_frame(plan: Plan, start, arrival, done, size) -> pd.DataFrame:
     (ties in schedule order): one row per message (kind = its op, track
     ``"src->dst"``, label its step), then a ``compute`` row on ``"rank d"``
     where a reduction took time."""
+    import pandas as pd  # (here: a run that records no timeline does not import it)
+
     m = np.argsort(done, kind="stable")
     n = len(m)
     src = np.frombuffer(plan.src, dtype=np.int32)[m]

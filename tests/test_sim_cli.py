@@ -125,3 +125,35 @@ def test_simulate_runs_a_generator_in_one_process(capsys):
     assert len(err.splitlines()) == 1 and "a generator needs --collective" in err
     assert main(["simulate", "hiccl", "-t", "ring:16", "-c", "allreduce", "--option", "nope=1", "--size", "1MB"]) == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_a_schedule_algo_generate_checked_is_not_checked_again(tmp_path, monkeypatch, capsys):
+    """Issue 51 item 3: ``algo generate -o`` writes the record of its check beside the schedule
+    (content digest, topology digest, simcoll version); ``simulate`` of that file does not check
+    it again, unless the schedule, the topology or the version differ."""
+    import simcoll.verify as verify_module
+    from simcoll.algorithm import Algorithm
+    from simcoll.verify.record import record_holds
+
+    path = tmp_path / "ring.npz"
+    assert main(["algo", "generate", "ring", "-t", "ring:8", "-c", "allreduce", "-o", str(path)]) == 0
+    algo = Algorithm.load(path)
+    assert record_holds(algo, load_machine("ring:8"))
+    assert not record_holds(algo, load_machine("fully-connected:8"))  # another topology: checked again
+    calls = []
+    real_check = verify_module.check
+    monkeypatch.setattr(verify_module, "check", lambda *a, **k: calls.append(1) or real_check(*a, **k))
+    assert main(["simulate", str(path), "-t", "ring:8", "--size", "1MB"]) == 0
+    assert calls == []
+    assert main(["simulate", str(path), "-t", "fully-connected:8", "--size", "1MB"]) == 0
+    assert calls == [1]
+    # the same transfers but one: the digest no longer matches, and the check finds the fault
+    edited = algo.with_changes(transfers=list(algo.transfers)[1:])
+    assert edited.metadata["checked"] == algo.metadata["checked"] and not record_holds(edited, load_machine("ring:8"))
+    edited.save(tmp_path / "edited.json")
+    capsys.readouterr()
+    assert main(["simulate", str(tmp_path / "edited.json"), "-t", "ring:8", "--size", "1MB"]) != 0
+    assert calls == [1, 1]
+    # metadata is not content: a record survives relabelling the metadata, not the name
+    assert algo.relabelled(metadata={**algo.metadata, "note": "x"}).content_digest() == algo.content_digest()
+    assert algo.relabelled(name="other").content_digest() != algo.content_digest()

@@ -44,6 +44,13 @@ def write_npz_columns(
     (:meth:`~simcoll.algorithm.Algorithm.write_npz`): ``header`` is its JSON
     without the transfers, and without ``reductions`` where they are a
     :class:`SwitchReductionTable` (written as columns)."""
+    np.savez(handle, **npz_arrays(header, transfers, reductions))
+
+
+def npz_arrays(
+    header: dict[str, Any], transfers: TransferTable | OrbitTable, reductions: Sequence[SwitchReduction]
+) -> dict[str, np.ndarray]:
+    """The named arrays of the ``.npz`` form (:func:`write_npz_columns`), the JSON header last."""
     as_columns = isinstance(reductions, SwitchReductionTable)
     orbit = transfers if isinstance(transfers, OrbitTable) else None
     table = orbit.representatives if orbit is not None else transfers
@@ -58,8 +65,8 @@ def write_npz_columns(
             "rank_sets": [list(ranks) for ranks in reductions.rank_sets],
         }
         arrays.update({f"r_{k}": getattr(reductions, k) for k in _REDUCTION_COLUMNS})
-    arrays["header"] = np.frombuffer(json.dumps(header).encode(), dtype=np.uint8)
-    np.savez(handle, **arrays)
+    arrays["header"] = np.frombuffer(json.dumps(header, sort_keys=True).encode(), dtype=np.uint8)
+    return arrays
 
 
 def read_npz_columns(

@@ -22,7 +22,7 @@ from ..collectives import Collective, collective_from_dict, collective_to_dict
 from ..errors import AlgorithmError, ScheduleTooLargeError
 from ..files import atomic_output, parse_json, read_text, write_atomic
 from ..limits import MAX_TRANSFERS
-from .npz import NPZ_MAGIC, NPZ_SUFFIX, read_npz_columns, write_npz_columns
+from .npz import NPZ_MAGIC, NPZ_SUFFIX, npz_arrays, read_npz_columns, write_npz_columns
 from .operations import TRANSFER_OPS, SwitchReduction, Transfer
 from .orbit import OrbitTable, layouts_rotate
 from .relation import BandwidthConstraint
@@ -562,6 +562,23 @@ class Algorithm:
         reductions = self.switch_reductions
         header = self._header_dict(with_reductions=not isinstance(reductions, SwitchReductionTable))
         write_npz_columns(handle, header, self.orbit if self.orbit is not None else self.table, reductions)
+
+    def content_digest(self) -> str:
+        """SHA-256 of what the schedule is, its metadata aside: collective,
+        transfers, rounds and reductions as its ``.npz`` form holds them, so
+        that a check of it (:func:`simcoll.verify.check_record`) can be
+        recognised later without repeating it."""
+        import hashlib
+
+        reductions = self.switch_reductions
+        header = self._header_dict(with_reductions=not isinstance(reductions, SwitchReductionTable))
+        header.pop("metadata", None)
+        digest = hashlib.sha256()
+        for name, array in npz_arrays(header, self.orbit if self.orbit is not None else self.table, reductions).items():
+            digest.update(name.encode())
+            digest.update(str(array.dtype).encode())
+            digest.update(np.ascontiguousarray(array).tobytes())
+        return digest.hexdigest()
 
     def to_npz_bytes(self) -> bytes:
         """The ``.npz`` form (:meth:`write_npz`) as bytes."""

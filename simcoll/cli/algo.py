@@ -69,6 +69,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from ..errors import OptionError, VerificationError
     from ..machines import load_machine
     from ..verify import check
+    from ..verify.record import with_check_record
 
     if args.name not in REGISTRY:
         raise OptionError(f"unknown algorithm {args.name!r}; known: {', '.join(REGISTRY)}")
@@ -85,6 +86,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     problems = check(algo, machine)
     if problems:  # a generator bug, never the user's fault
         raise VerificationError([f"generated {args.name} failed verification: {p}" for p in problems])
+    algo = with_check_record(algo, machine)  # simulate need not check it again (simcoll.verify.record)
     if args.output == STDOUT:  # the Algorithm JSON alone on stdout (with --json too: one JSON document)
         print(algo.to_json())
         return 0

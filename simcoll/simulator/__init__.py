@@ -91,6 +91,9 @@ def simulate(
     verify : bool, optional
         Refuse a schedule that does not implement its collective on this
         machine (:func:`simcoll.verify.check`) instead of timing it (default).
+        An Algorithm that carries the record of a check it passed on this
+        topology (:mod:`simcoll.verify.record`; ``algo generate -o`` writes
+        one) is not checked again.
     record_timeline, record_utilisation : bool, optional
         Record the per-message timeline and the per-resource utilisation
         (default); off saves time and memory on large schedules and leaves
@@ -179,7 +182,7 @@ def simulate(
             "without --trace)"
         )
     started_s = time.perf_counter()  # the limit covers the check and the run together
-    if verify:
+    if verify and not _checked_before(schedule, machine):
         from ..verify import check
 
         # (a limit that is not a positive number is refused by the back end below, as ever)
@@ -224,3 +227,14 @@ def lower_for(algorithm: Algorithm, machine: Machine, lower_algorithm) -> Progra
     executor = machine.model.executor
     options = {"fifo_slots": executor.fifo_slots} if executor is not None else {}
     return lower_algorithm(algorithm, machine=machine, **options)
+
+
+def _checked_before(schedule: Algorithm | Program, machine: Machine) -> bool:
+    """Whether ``schedule`` carries the record of a check it passed on this
+    topology that still describes it (:mod:`simcoll.verify.record`: ``algo
+    generate`` writes one), so that it is not checked again."""
+    if not isinstance(schedule, Algorithm) or "checked" not in (schedule.metadata or {}):
+        return False
+    from ..verify.record import record_holds
+
+    return record_holds(schedule, machine)

@@ -224,6 +224,43 @@ def _wait_for_port(port: int, deadline: float) -> None:
     raise AssertionError(f"dask scheduler did not listen on port {port}")
 
 
+def test_a_sweep_killed_alone_leaves_no_leaked_semaphore_warning(tmp_path):
+    """Issue 52: ``kill -9`` of a sweep's own process (not its group) left the resource tracker of
+    multiprocessing to free the local cluster's semaphores, which it did, warning "There appear to be
+    12 leaked semaphore objects" on the terminal once the workers had gone. That one warning is
+    silenced in the processes the sweep starts; the cleanup still happens."""
+    study = tmp_path / "slow.yaml"
+    study.write_text(yaml.safe_dump(SLOW_STUDY))
+    out, err = tmp_path / "killed", tmp_path / "stderr.txt"
+    with err.open("w") as stderr:
+        proc = subprocess.Popen(
+            [PYTHON, "-m", "simcoll.sweeps", str(study), "-o", str(out), "--workers", "2", "--no-progress"],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while not list(out.glob("part-*.parquet")) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        os.kill(proc.pid, signal.SIGKILL)  # the driver alone: its workers and tracker see it gone
+        proc.wait()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # until the group (workers, tracker) has ended
+            try:
+                os.killpg(proc.pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.1)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert "leaked" not in err.read_text()
+
+
 def test_sweep_on_a_separately_started_dask_scheduler_and_worker(smoke_serial, tmp_path):
     _, _, serial = smoke_serial
     port = _free_port()

@@ -27,6 +27,7 @@ import logging
 import math
 import os
 import signal
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -381,6 +382,20 @@ def _workers_ignore_ctrl_c():
         signal.signal(signal.SIGINT, previous)
 
 
+#: The warning filter the resource tracker of multiprocessing gets (its command line takes this
+#: process's ``sys.warnoptions``): when a sweep's process is killed (SIGKILL), the tracker frees
+#: the local cluster's semaphores itself, as it should, and then warns that "12 leaked semaphore
+#: objects" were cleaned up (issue 52). Only that message is silenced, and only in the processes
+#: multiprocessing starts from here.
+_RESOURCE_TRACKER_FILTER = "ignore:resource_tracker:UserWarning"
+
+
+def _quiet_resource_tracker() -> None:
+    """Give the processes multiprocessing starts from now on :data:`_RESOURCE_TRACKER_FILTER`."""
+    if _RESOURCE_TRACKER_FILTER not in sys.warnoptions:
+        sys.warnoptions.append(_RESOURCE_TRACKER_FILTER)
+
+
 def _execute(batches: list[Batch], study: str, workers: int | None, scheduler: str | None, client: Any, serial: bool):
     """Rows of each batch, in completion order."""
     if not batches:
@@ -399,6 +414,7 @@ def _execute(batches: list[Batch], study: str, workers: int | None, scheduler: s
                 client = Client(scheduler, timeout="30s")
             else:
                 n = workers or min(os.cpu_count() or 1, 8)
+                _quiet_resource_tracker()
                 with _workers_ignore_ctrl_c():
                     cluster = LocalCluster(
                         n_workers=n,

@@ -181,7 +181,7 @@ def test_validation_prices_a_log_as_it_was_launched(tmp_path):
     per_process.write_text(_synthetic(machine.with_launch("processes"), PER_PROCESS))
     assert validate(per_process, machine).ratio.sub(1).abs().max() < 1e-3
     frame = validate(per_process, machine.with_launch("processes"))
-    assert frame.ratio.sub(1).abs().max() < 1e-3
+    assert frame.ratio.sub(1).abs().max() < 1e-3 and (frame.launch == "processes").all()
     small = frame.iloc[0]
     threads = tmp_path / "all_reduce_perf_threads.log"
     threads.write_text(per_process.read_text().replace("nGpus 1", "nGpus 4"))  # same times, read as -g 4

@@ -625,9 +625,10 @@ def validate(
     GPUs than the machine's is refused unless ``force`` (:func:`check_gpus`).
 
     Returns a DataFrame with ``size_bytes``, ``choice`` (NCCL's choice
-    simulated), ``measured_busbw_GBps``, ``simulated_busbw_GBps`` and
-    ``ratio`` (simulated / measured); :func:`error_summary` gives the
-    acceptance figures.
+    simulated), ``measured_busbw_GBps``, ``simulated_busbw_GBps``,
+    ``ratio`` (simulated / measured) and ``launch`` (the launch mode whose
+    call cost priced it: the log's, else the model's); :func:`error_summary`
+    gives the acceptance figures.
     """
     from ..machines import load_model
 
@@ -651,6 +652,7 @@ def validate(
                 "measured_busbw_GBps": measured,
                 "simulated_busbw_GBps": sim,
                 "ratio": sim / measured,
+                "launch": s.launch or machine.model.launch,  # how the calls were priced (the log's, else the model's)
             }
         )
     return pd.DataFrame(rows)

@@ -73,10 +73,13 @@ def cmd_validate(args: argparse.Namespace) -> int:
         write_csv(frame, args.csv)
     if args.plot:
         plot_validation(frame, args.plot, title=f"{args.nccl_tests} on {machine.name} (model {machine.model.name})")
+    launch = frame.launch.iloc[0] if len(frame) else None
     if args.json:
-        print_json({"rows": json.loads(frame.to_json(orient="records")), "errors": errors, "model": machine.model.name})
+        rows = json.loads(frame.to_json(orient="records"))
+        print_json({"rows": rows, "errors": errors, "model": machine.model.name, "launch": launch})
         return 0
-    print(f"{args.nccl_tests} on {machine.name} (model {machine.model.name}): busbw, GB/s")
+    how = f", calls launched as {launch}" if launch else ""
+    print(f"{args.nccl_tests} on {machine.name} (model {machine.model.name}{how}): busbw, GB/s")
     print(f"{'size':>8} {'nccl choice':<18} {'measured':>10} {'simulated':>10} {'ratio':>7}")
     for row in frame.itertuples():
         print(

@@ -133,3 +133,43 @@ def test_every_schedule_runs_under_the_baselines_protocol():
     }
     batch = next(b for b in expand(load_study(study)) if b.algorithm.label == "ring")
     assert run_batch(batch)[0]["time_s"] == pytest.approx(simple)
+
+
+def test_nccl_buffsize_sets_the_pieces_nccls_pipelines_move():
+    """Issue 50: NCCL_BUFFSIZE (Simple's buffer per connection, moved in NCCL_STEPS = 8 steps) sets
+    the piece NCCL's tree pipelines a channel's share in: a 2-node tree at 64 MB moves 24 channels'
+    shares in 512 KiB steps by default; 128 KiB steps take more pieces, 2 MiB steps fewer."""
+    from simcoll.errors import OptionError
+    from simcoll.machines import load_machine
+    from simcoll.nccl.baseline import nccl_algorithm, pipeline_pieces
+    from simcoll.nccl.versions import NcclSetup
+
+    assert NcclSetup.parse(None, {"NCCL_BUFFSIZE": "0x400000"}).buffer_bytes() == 4 << 20
+    for bad in ("lots", "4", "-1"):
+        with pytest.raises(OptionError, match="NCCL_BUFFSIZE"):
+            NcclSetup.parse(None, {"NCCL_BUFFSIZE": bad})
+    machine = load_machine("dgx-a100*2")
+    default = nccl_algorithm(machine, "allreduce", 64 << 20, algorithms=["tree"], protocols=["simple"])
+    assert default.metadata["nccl_choice"].startswith("tree/Simple/")
+    pieces = {}
+    for buffer in (1 << 20, 4 << 20, 16 << 20):
+        setup = NcclSetup.parse(None, {"NCCL_BUFFSIZE": str(buffer)})
+        algo = nccl_algorithm(machine, "allreduce", 64 << 20, algorithms=["tree"], protocols=["simple"], nccl=setup)
+        assert algo.metadata["nccl_setup"] == f"NCCL 2.30.7, NCCL_BUFFSIZE={buffer}"
+        pieces[buffer] = algo.chunks
+    assert pieces[4 << 20] == default.chunks  # NCCL's default buffer: the model's own 512 KiB slot
+    assert pieces[1 << 20] > pieces[4 << 20] > pieces[16 << 20]
+    assert pipeline_pieces(machine, "allreduce", 64 << 20, 24, "tree") == 6
+    with pytest.raises(OptionError, match="has no executor section"):
+        nccl_algorithm("ring:4", "allreduce", 1 << 20, nccl={"env": {"NCCL_BUFFSIZE": "1048576"}})
+
+
+def test_a_logs_nccl_buffsize_is_read():
+    from simcoll.calibration import parse_nccl_tests
+
+    text = (
+        "# NCCL INFO NCCL_BUFFSIZE set by environment to 1048576.\n"
+        "#       size         count    type   redop     time   algbw   busbw  error     time   algbw   busbw  error\n"
+        "        1024           256   float     sum    10.00    0.10    0.18  0e+00    10.00    0.10    0.18  0e+00\n"
+    )
+    assert parse_nccl_tests(text, path="all_reduce_perf.log", num_ranks=8).buffsize == 1 << 20

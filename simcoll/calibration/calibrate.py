@@ -65,6 +65,7 @@ from ..cost_model import NCCL_ALGORITHMS, CostModel, model_from_dict, model_to_d
 from ..errors import CalibrationError, SimcollError
 from ..files import save_figure
 from ..machines import Machine, as_machine
+from ..nccl.versions import NcclSetup
 from ..topology import FABRIC_LINK_TYPES
 from .fit import fit_model
 from .nccl_tests import NcclTestsLog, bus_factor, read_nccl_tests
@@ -232,6 +233,8 @@ def samples_of(log: NcclTestsLog, machine: Machine) -> list[Sample]:
     # CollNet is off unless the log enables it (NCCL_COLLNET_ENABLE=1) or forces it with NCCL_ALGO
     restrict["collnet"] = log.collnet or any(a.startswith("collnet") for a in restrict["algorithms"] or ())
     restrict["limits"] = log.channel_limits  # NCCL_MIN_CTAS and its kin
+    if log.buffsize is not None:  # the pieces NCCL's pipelines move (NcclSetup.buffer_bytes)
+        restrict["nccl"] = NcclSetup.parse(None, {"NCCL_BUFFSIZE": str(log.buffsize)})
     out = []
     why = ""
     for row in measured_times(log).itertuples():

@@ -164,6 +164,8 @@ class NcclTestsLog:
     launch : str or None
         How the run launched its calls: ``threads``, ``processes`` or
         ``graphs`` (module docstring); None where the log does not say.
+    buffsize : int or None
+        NCCL_BUFFSIZE (bytes) where the log shows it set, as NCCL_ALGO is read.
     """
 
     path: str
@@ -183,6 +185,7 @@ class NcclTestsLog:
     channel_limits: ChannelLimits | None = None
     machine: str | None = None
     launch: str | None = None
+    buffsize: int | None = None
 
     def within(self, min_bytes: int | None = None, max_bytes: int | None = None) -> NcclTestsLog:
         """The same log with only the rows of sizes in ``[min_bytes, max_bytes]``
@@ -259,7 +262,7 @@ _TESTS_VERSION = re.compile(r"nccl-library=(\d+)")
 _STARTING = re.compile(r"Collective test starting:\s*(\w+?)(?:_perf\w*)?\s*$")
 _AVG = re.compile(r"Avg bus bandwidth\s*:\s*(\S+)")
 _ENV = re.compile(
-    r"\b(NCCL_ALGO|NCCL_PROTO|NCCL_COLLNET_ENABLE|NCCL_(?:MIN|MAX)_(?:CTAS|NCHANNELS|NRINGS))"
+    r"\b(NCCL_ALGO|NCCL_PROTO|NCCL_COLLNET_ENABLE|NCCL_BUFFSIZE|NCCL_(?:MIN|MAX)_(?:CTAS|NCHANNELS|NRINGS))"
     r"\s*(?:=|\s+set by environment to\s+)\s*([A-Za-z0-9_,^:;]+)"
 )
 #: Channel-count variables -> ChannelLimits fields, in increasing precedence: NCCL_MIN_NRINGS /
@@ -320,6 +323,7 @@ def parse_nccl_tests(
     machine_text: str | None = None
     ranks: dict[int, tuple[str, str]] = {}
     library = version = algo = proto = None
+    buffsize: int | None = None
     collnet = False
     channel_counts: dict[str, int] = {}
     started: str | None = None
@@ -381,6 +385,8 @@ def parse_nccl_tests(
                     proto = value
                 elif key == "NCCL_COLLNET_ENABLE":
                     collnet = value.strip(",;:") == "1"
+                elif key == "NCCL_BUFFSIZE":
+                    buffsize = int(value.strip(",;:")) if value.strip(",;:").isdigit() else buffsize
                 elif (count := value.strip(",;:")).isdigit():
                     channel_counts[key] = int(count)
         if stripped.startswith("#"):
@@ -419,6 +425,7 @@ def parse_nccl_tests(
         channel_limits=_channel_limits(channel_counts),
         machine=machine_text,
         launch=_launch(launch_hints, pids, len(ranks)),
+        buffsize=buffsize,
     )
 
 

@@ -50,14 +50,14 @@ from typing import Any
 import yaml
 
 from ..algorithm import Algorithm
-from ..errors import ModelError, NotApplicableError, SimcollError
+from ..errors import ModelError, NotApplicableError, OptionError, SimcollError
 from ..machines import Machine, as_machine
 from ..topology import FABRIC_LINK_TYPES, Topology
 from .cache import cached_schedule
 from .p2p import P2P_COLLECTIVES, nccl_p2p_algorithm, nccl_p2p_protocol
 from .pipeline import PIPELINED_ALGORITHMS, pipeline, tree_pipeline
 from .tuner import PROTOCOL_NAMES, TUNED_COLLECTIVES, ChannelLimits, Choice, Comm, Graph, choose
-from .versions import NcclSetup, as_setup
+from .versions import NCCL_STEPS, NcclSetup, as_setup
 
 MACHINES_FILE = Path(__file__).with_name("machines.yaml")
 
@@ -454,6 +454,23 @@ def _buildable(collective: str) -> list[str]:
     return [a for a, g in GENERATOR_OF.items() if g in REGISTRY and collective in REGISTRY[g].collectives]
 
 
+def _with_buffer(machine: Machine, setup: NcclSetup) -> Machine:
+    """``machine`` with NCCL_BUFFSIZE applied: its executor's FIFO slot (the
+    piece NCCL's chains, trees and step pipelines move) becomes one of NCCL's
+    8 steps of that buffer (NCCL_STEPS)."""
+    buffer = setup.buffer_bytes()
+    if buffer is None:
+        return machine
+    executor = machine.model.executor
+    if executor is None:
+        raise OptionError(
+            f"NCCL_BUFFSIZE: model {machine.model.name!r} has no executor section, whose slot_bytes it would set"
+        )
+    slot = buffer // NCCL_STEPS
+    model = replace(machine.model, executor=replace(executor, slot_bytes=slot))
+    return Machine(machine.topology, model)
+
+
 def nccl_algorithm(
     machine: Machine | str,
     collective: str,
@@ -492,8 +509,8 @@ def nccl_algorithm(
     """
     from ..collectives import canonical_name
 
-    machine = as_machine(machine)
     setup = as_setup(nccl)
+    machine = _with_buffer(as_machine(machine), setup)
     collective = canonical_name(collective)
     if collective in P2P_COLLECTIVES:  # no tuner choice: NCCL's restrictions of it do not apply
         algorithm = nccl_p2p_algorithm(machine, collective, size_bytes, setup)

@@ -36,8 +36,12 @@ VERSIONS = {
 }
 #: The release used where none is named.
 DEFAULT_VERSION = "2.30"
-#: The environment variables of NCCL's tuner a baseline may set.
-ENV_KEYS = ("NCCL_PROTO", "NCCL_ALGO")
+#: The environment variables a baseline may set: the tuner's (``NCCL_PROTO``, ``NCCL_ALGO``) and the
+#: Simple protocol's buffer per connection (``NCCL_BUFFSIZE``, bytes; NCCL moves it in 8 steps,
+#: ``NCCL_STEPS``, which set the size of the pieces NCCL's pipelines move: :meth:`NcclSetup.buffer_bytes`).
+ENV_KEYS = ("NCCL_PROTO", "NCCL_ALGO", "NCCL_BUFFSIZE")
+#: Steps per connection buffer (NCCL_STEPS, src/include/device.h; 8 in every modelled release).
+NCCL_STEPS = 8
 #: NCCL's spellings (any case) -> simcoll's; ``CollNet`` is the older releases' single CollNet algorithm.
 _PROTOCOL_NAMES = {"ll": "ll", "ll128": "ll128", "simple": "simple"}
 _ALGORITHM_NAMES = {
@@ -115,7 +119,7 @@ class NcclSetup:
                 raise OptionError(f"NCCL environment: {key!r} is not one simcoll models ({', '.join(ENV_KEYS)})")
             pairs[key] = str(value).strip()
         setup = cls(release(version), tuple(sorted(pairs.items())))
-        setup.protocols(), setup.algorithms()  # refuse unknown names now
+        setup.protocols(), setup.algorithms(), setup.buffer_bytes()  # refuse unknown names and bad sizes now
         return setup
 
     @property
@@ -138,6 +142,23 @@ class NcclSetup:
         """The algorithms ``NCCL_ALGO`` leaves (None: not set)."""
         text = self._get("NCCL_ALGO")
         return None if text is None else _parse_list(text, _ALGORITHM_NAMES, ALGORITHMS, "NCCL_ALGO")
+
+    def buffer_bytes(self) -> int | None:
+        """``NCCL_BUFFSIZE``: the Simple buffer of a connection, in bytes (None: not set, NCCL's 4 MiB).
+
+        >>> NcclSetup.parse(None, {"NCCL_BUFFSIZE": "8388608"}).buffer_bytes()
+        8388608
+        """
+        text = self._get("NCCL_BUFFSIZE")
+        if text is None:
+            return None
+        try:
+            value = int(text, 0)
+        except ValueError:
+            value = 0
+        if value < NCCL_STEPS:
+            raise OptionError(f"NCCL_BUFFSIZE={text!r}: expected a buffer size in bytes, at least {NCCL_STEPS}")
+        return value
 
     @property
     def is_default(self) -> bool:
@@ -165,4 +186,4 @@ def as_setup(nccl: NcclSetup | str | Mapping | None) -> NcclSetup:
     raise OptionError(f"NCCL baseline: expected a version, a mapping or an NcclSetup, got {nccl!r}")
 
 
-__all__ = ["DEFAULT_VERSION", "ENV_KEYS", "VERSIONS", "NcclSetup", "as_setup", "constants_for", "release"]
+__all__ = ["DEFAULT_VERSION", "ENV_KEYS", "NCCL_STEPS", "VERSIONS", "NcclSetup", "as_setup", "constants_for", "release"]

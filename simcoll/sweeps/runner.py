@@ -439,10 +439,29 @@ def _execute(batches: list[Batch], study: str, workers: int | None, scheduler: s
     except OSError as exc:
         raise SweepError(f"cannot reach the Dask scheduler {scheduler or ''}: {exc}".replace("  ", " ")) from None
     finally:
-        if own_client and client is not None:
-            client.close()
-        if cluster is not None:
-            cluster.close()
+        with _dask_logs_off():  # a Ctrl-C races the scheduler's gathers, which it would log as errors
+            if own_client and client is not None:
+                client.close()
+            if cluster is not None:
+                cluster.close()
+
+
+@contextlib.contextmanager
+def _dask_logs_off():
+    """Dask's loggers silenced while the sweep closes its client and cluster:
+    an interrupted sweep (Ctrl-C) closes them with gathers in flight, which the
+    scheduler logs as "Couldn't gather keys" errors (issue 52: one line). Their
+    levels are restored afterwards."""
+    names = [n for n in logging.root.manager.loggerDict if n == "distributed" or n.startswith("distributed.")]
+    loggers = [logging.getLogger(n) for n in names]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.CRITICAL + 1)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels, strict=True):
+            lg.setLevel(level)
 
 
 def _failed_rows(batch: Batch, study: str, exc: BaseException) -> list[dict[str, Any]]:

@@ -119,8 +119,10 @@ def compare(
     contention : bool, optional
         Passed to :func:`simcoll.simulator.simulate`.
     time_limit_s : float, optional
-        Wall-clock limit of each simulation (seconds); a simulation that
-        reaches it leaves its row out, with the reason in ``skipped`` under
+        Wall-clock limit of building each schedule and of each simulation
+        (seconds); a schedule whose building reaches it is left out (the
+        reason in ``skipped`` under its name), a simulation that reaches it
+        leaves its row out, with the reason in ``skipped`` under
         ``"<name> at <size>"``, and the other rows still come. The same
         schedule is then not simulated at the sizes after that one (its
         simulation runs the same messages at every size, so it would take
@@ -614,10 +616,12 @@ def _generate_and_time(
     byte per chunk for (under the protocol the baseline ``nccl`` picks), or
     why its simulation stopped."""
     from .algorithms import generate
+    from .limits import build_deadline
 
     try:
-        algorithm = generate(name, machine, collective)
-    except (NotApplicableError, TooLargeError) as exc:  # a row left out, and why: the other rows still come
+        with build_deadline(time_limit_s, name):  # building it counts against the limit too
+            algorithm = generate(name, machine, collective)
+    except (NotApplicableError, TooLargeError, TimeLimitError) as exc:  # a row left out, and why
         return str(exc), {}
     times: dict[int, float | str] = {}
     stopped_at = None  # the size whose simulation reached the wall-clock limit

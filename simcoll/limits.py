@@ -34,10 +34,11 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from .errors import ScheduleTooLargeError, TooLargeError, TopologyError
+from .errors import ScheduleTooLargeError, TimeLimitError, TooLargeError, TopologyError
 
 #: Most components (GPUs, switches, NICs, CPUs...) :func:`simcoll.draw.draw_topology` lays out: its
 #: force-directed layout costs the square of the count per iteration; ``dgx-h100*64`` (1,665
@@ -181,7 +182,10 @@ def charge_transfers(count: int) -> None:
     ------
     ScheduleTooLargeError
         When the count passes :data:`MAX_TRANSFERS`.
+    TimeLimitError
+        When the schedule being built has passed its :func:`build_deadline`.
     """
+    check_build_time("building its transfer tables")
     budget = _BUDGET.get()
     if budget is None:
         return
@@ -200,4 +204,35 @@ def check_rank_pair_bytes(estimate_bytes: float, what: str) -> None:
         raise TooLargeError(
             f"{what} would need about {estimate_bytes / 2**30:,.0f} GiB, more than simcoll builds "
             f"(simcoll.limits.MAX_RANK_PAIR_BYTES, {MAX_RANK_PAIR_BYTES / 2**30:.0f} GiB): a smaller machine has one"
+        )
+
+
+#: (deadline, limit, what) of the schedule being built under :func:`build_deadline`, or None.
+_BUILD_DEADLINE: contextvars.ContextVar[tuple[float, float, str] | None] = contextvars.ContextVar(
+    "simcoll_build_deadline", default=None
+)
+
+
+@contextlib.contextmanager
+def build_deadline(time_limit_s: float, what: str) -> Iterator[None]:
+    """Give building ``what`` (a generator's schedule) ``time_limit_s`` seconds of
+    wall clock: :func:`check_build_time`, called in the long loops of building
+    one (ring searches, transfer tables, SCCL's bandwidth relation), raises
+    past it. ``simcoll compare`` builds each schedule under its ``--time-limit``
+    (issue 52: a multi-ring on 8,192 GPUs searched for its rings for 85 s
+    under a limit of 10)."""
+    token = _BUILD_DEADLINE.set((time.perf_counter() + time_limit_s, time_limit_s, what))
+    try:
+        yield
+    finally:
+        _BUILD_DEADLINE.reset(token)
+
+
+def check_build_time(doing: str) -> None:
+    """Raise :class:`~simcoll.errors.TimeLimitError` when the schedule being
+    built has passed its :func:`build_deadline` (nothing outside one)."""
+    deadline = _BUILD_DEADLINE.get()
+    if deadline is not None and time.perf_counter() > deadline[0]:
+        raise TimeLimitError(
+            f"{deadline[2]}: wall-clock limit of {deadline[1]:g} s reached {doing} (raise the time limit)"
         )

@@ -24,7 +24,7 @@ import networkx as nx
 import numpy as np
 
 from .algorithm import BandwidthConstraint, PairSet
-from .limits import check_rank_pair_bytes
+from .limits import check_build_time, check_rank_pair_bytes
 from .topology import FABRIC_LINK_TYPES, SHARED_ROUTES, Topology, directed_pairs
 
 
@@ -501,6 +501,8 @@ def _bandwidth_relation(topology: Topology, routes: Routes) -> tuple[BandwidthCo
     reach = np.zeros((p, p), dtype=bool)
     direct = np.zeros((p, p), dtype=bool)
     for s in range(p):
+        if s % 64 == 0:
+            check_build_time("working out SCCL's bandwidth relation")
         reach[s] = routes.reachable_mask(s)
         neighbours = routes.direct_neighbours(s)
         for d in sorted(neighbours):

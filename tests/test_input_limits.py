@@ -210,3 +210,24 @@ def test_work_over_rank_pairs_is_estimated_and_refused_before_it_is_built(monkey
     assert main(["bounds", "-t", "dgx-a100*4", "-c", "allreduce"]) == 2
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert len(err) == 1 and "more than simcoll builds" in err[0], err
+
+
+def test_building_a_schedule_counts_against_compares_time_limit():
+    """Issue 52: compare's --time-limit bounded each simulation but not the building of a schedule
+    (a multi-ring on 8,192 GPUs searched for its rings for 85 s under a limit of 10). Ring searches,
+    transfer tables and SCCL's bandwidth relation check a deadline as they build; compare leaves the
+    row out as stopped, naming what it was doing."""
+    from simcoll.compare import _generate_and_time, left_out_line
+    from simcoll.errors import TimeLimitError
+    from simcoll.limits import build_deadline
+
+    with (
+        pytest.raises(TimeLimitError, match=r"multi-ring: wall-clock limit of 0 s reached"),
+        build_deadline(0.0, "multi-ring"),
+    ):
+        generate("multi-ring", "dgx1", "allgather")
+    generate("multi-ring", "dgx1", "allgather")  # no deadline outside one
+    reason, times = _generate_and_time(
+        load_machine("dgx1"), "allgather", "multi-ring", [1 << 20], "simulate", True, 1e-9
+    )
+    assert times == {} and left_out_line("multi-ring", reason).startswith("stopped: multi-ring: wall-clock limit")

@@ -16,7 +16,7 @@ from ..algorithm import Algorithm, OrbitTable, RelationIndex, Transfer, Transfer
 from ..arrays import ragged_indices
 from ..collectives import Collective
 from ..errors import NotApplicableError, OptionError
-from ..limits import uncharged
+from ..limits import check_build_time, uncharged
 from ..routes import Routes, bandwidth_relation, check_relation_size
 from ..topology import Topology
 
@@ -182,6 +182,7 @@ def depth_first(
     untried = [iter(first)]
     done = object()
     while untried:
+        check_build_time("searching its path")
         candidate = next(untried[-1], done)
         if candidate is done:  # every candidate failed: back up one step
             untried.pop()

@@ -163,7 +163,11 @@ def _arguments(p: argparse.ArgumentParser) -> None:
         help="only these rows, e.g. nccl,ring,nccl-ring (default: every applicable algorithm and nccl)",
     )
     add_jobs_option(p, "worker processes that generate and time algorithms (default 1)")
-    add_time_limit_option(p, "wall-clock limit of each simulation in seconds; a row past it is left out (default 60)")
+    add_time_limit_option(
+        p,
+        "wall-clock limit of building each schedule and of each simulation, in seconds; a row past it is left "
+        "out (default 60)",
+    )
     p.add_argument("--csv", help="write the table as CSV")
     p.add_argument("--plot", help="write algbw vs size as an image")
     p.add_argument("--analytic", action="store_true", help="closed-form alpha-beta times instead of simulating")

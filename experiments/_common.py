@@ -98,6 +98,13 @@ class Comparison:
     paper_value: float | None = None
 
 
+def claim_comparison(what: str, claim: str, value: float | None, source: str, missing: str = "not run") -> Comparison:
+    """The :class:`Comparison` of headline claim ``claim`` (``paper_claims.yaml``)
+    with our speed-up ``value``, shown as ``1.23x`` (``missing`` where None)."""
+    ours = missing if value is None else f"{value:.2f}x"
+    return Comparison(what, paper(claim), ours, source, claim=claim, value=value)
+
+
 def parse_args(doc: str, argv: list[str] | None = None) -> argparse.Namespace:
     """The command line every study script takes."""
     parser = argparse.ArgumentParser(description=doc.strip().splitlines()[0])

@@ -18,9 +18,9 @@ from _common import (
     Comparison,
     baseline,
     baseline_label,
+    claim_comparison,
     generate,
     ok,
-    paper,
     parse_args,
     print_comparisons,
     run_as_papers_ran,
@@ -164,9 +164,7 @@ def main(argv: list[str] | None = None) -> dict:
     )
 
     def claimed(claim: str, what: str, rows, low: int, high: float, prefix: str, source: str) -> Comparison:
-        value = speedup_in(rows, low, high, prefix=prefix)
-        text = "not run" if value is None else f"{value:.2f}x"
-        return Comparison(what, paper(claim), text, source, claim=claim, value=value)
+        return claim_comparison(what, claim, speedup_in(rows, low, high, prefix=prefix), source)
 
     one = df[(df.machine == "dgx-a100") & df.algorithm.isin([*top, "nccl"])]
     two = df[df.machine == "dgx-a100*2"]
@@ -235,13 +233,11 @@ def main(argv: list[str] | None = None) -> dict:
     nexts = most[most.collective == "alltonext"].pivot_table(index="size_bytes", columns="algorithm", values="time_s")
     alltonext = (nexts["direct"] / nexts["alltonext"]).max() if {"direct", "alltonext"} <= set(nexts) else None
     comparisons.append(
-        Comparison(
+        claim_comparison(
             f"AllToNext over each GPU sending its buffer to the next directly ({widest}), best size",
-            paper("gc3.fig7g.alltonext"),
-            "not run" if alltonext is None else f"{alltonext:.2f}x",
+            "gc3.fig7g.alltonext",
+            None if alltonext is None else float(alltonext),
             "GC3 §7.4, Fig. 7(g) (3 nodes in the paper)",
-            claim="gc3.fig7g.alltonext",
-            value=None if alltonext is None else float(alltonext),
         )
     )
     print_comparisons("GC3 Fig. 7", comparisons, baseline_label(**NCCL))

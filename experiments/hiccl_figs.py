@@ -20,6 +20,7 @@ from _common import (
     baseline,
     baseline_label,
     baseline_rows,
+    claim_comparison,
     ok,
     paper,
     parse_args,
@@ -146,14 +147,12 @@ def main(argv: list[str] | None = None) -> dict:
         machine = ", ".join(sorted(set(ratios.index.get_level_values(0)))) or machine
         value = float(np.exp(np.log(ratios).mean())) if len(ratios) else None
         comparisons.append(
-            Comparison(
+            claim_comparison(
                 f"{machine}: HiCCL (all optimizations) over NCCL's model, geomean over {len(ratios)} collectives "
                 f"at {fig8.size_bytes.max() >> 20} MB",
-                paper(claim),
-                "not run" if value is None else f"{value:.2f}x",
+                claim,
+                value,
                 "HiCCL §6.3, Fig. 8 (the paper's vendor library: NCCL / RCCL / oneCCL)",
-                claim=claim,
-                value=value,
             )
         )
     striping = (table["3 +striping"] / table["2 hierarchy"]).dropna()
@@ -172,14 +171,13 @@ def main(argv: list[str] | None = None) -> dict:
     if ring_bars is not None and len(ring_bars):
         piped = float((ring_bars["4 +pipelining (ring)"] / ring_bars["3 +striping"]).max())
     comparisons.append(
-        Comparison(
+        claim_comparison(
             f"pipelining (ring + tree, depth {DEPTH}) over striping alone, Broadcast / Reduce at "
             f"{fig8.size_bytes.max() >> 20} MB",
-            paper("hiccl.fig8.pipelining_ring"),
-            "n/a" if piped is None else f"{piped:.2f}x",
+            "hiccl.fig8.pipelining_ring",
+            piped,
             "HiCCL §6.3-6.4, Figs. 8-9",
-            claim="hiccl.fig8.pipelining_ring",
-            value=piped,
+            missing="n/a",
         )
     )
     comparisons += [

@@ -20,6 +20,7 @@ from _common import (
     baseline,
     baseline_label,
     best_speedup,
+    claim_comparison,
     generate,
     ok,
     paper,
@@ -110,13 +111,12 @@ def main(argv: list[str] | None = None) -> dict:
     dgx2 = table[(table.machine == "dgx2") & (table.algorithm == "nvgroup-ring") & (table.size_bytes < 16 << 20)]
     fig9 = None if dgx2.empty else float(dgx2.speedup.max())
     comparisons = [
-        Comparison(
+        claim_comparison(
             "3 Summit GPUs (one socket), Allreduce 128 MB, NVGroup-Ring over NCCL",
-            paper("nvgroup.fig8.summit3_allreduce_128mb"),
-            "n/a" if fig8 is None else f"{fig8:.2f}x",
+            "nvgroup.fig8.summit3_allreduce_128mb",
+            fig8,
             "NV-Group §5.2.1, Fig. 8",
-            claim="nvgroup.fig8.summit3_allreduce_128mb",
-            value=fig8,
+            missing="n/a",
         ),
         Comparison(
             "Summit node (6 GPUs) Allreduce 128 MB, NVGroup-Ring vs NCCL",
@@ -130,13 +130,12 @@ def main(argv: list[str] | None = None) -> dict:
             f"{at128['ring'] / at128['nvgroup-ring']:.2f}x",
             "simulated",
         ),
-        Comparison(
+        claim_comparison(
             "DGX-2 Allreduce over NCCL, below 16 MB",
-            paper("nvgroup.fig9.dgx2_allreduce_small"),
-            "n/a" if fig9 is None else f"{fig9:.2f}x",
+            "nvgroup.fig9.dgx2_allreduce_small",
+            fig9,
             "NV-Group §5.2.1, Fig. 9",
-            claim="nvgroup.fig9.dgx2_allreduce_small",
-            value=fig9,
+            missing="n/a",
         ),
         Comparison(
             "NVLink throughput of NVGroup-Ring per GPU-CPU brick (mean over busy links, 128 MB)",
@@ -160,13 +159,11 @@ def main(argv: list[str] | None = None) -> dict:
     fig11 = float((latency[NCCL_RING] / latency["nvgroup-ring"]).max()) if len(latency) else None
     where = ", ".join(sorted(set(latency.index.get_level_values(0))))
     comparisons.append(
-        Comparison(
+        claim_comparison(
             f"small-message Allreduce (4-64 KB) on {where}: NVGroup-Ring over NCCL-Ring",
-            paper("nvgroup.fig11.multinode_latency_vs_nccl_ring"),
-            "not run" if fig11 is None else f"{fig11:.2f}x",
+            "nvgroup.fig11.multinode_latency_vs_nccl_ring",
+            fig11,
             "NV-Group §5.2.3, Fig. 11 (up to 1,536 GPUs in the paper)",
-            claim="nvgroup.fig11.multinode_latency_vs_nccl_ring",
-            value=fig11,
         )
     )
     scale = df[df.machine.str.startswith("summit*") & (df.size_bytes == 128 << 20)]

@@ -22,8 +22,8 @@ from _common import (
     Comparison,
     baseline,
     baseline_label,
+    claim_comparison,
     ok,
-    paper,
     parse_args,
     print_comparisons,
     run_as_papers_ran,
@@ -222,13 +222,11 @@ def main(argv: list[str] | None = None) -> dict:
         value = speedup_in(rows, low, high, prefix="taccl ")
         window = f"{format_size(max(low, 1))}-{format_size(high)}"
         comparisons.append(
-            Comparison(
+            claim_comparison(
                 f"{machine} {collective}: best TACCL algorithm over NCCL, {window}",
-                paper(claim),
-                "not run" if value is None else f"{value:.2f}x",
+                claim,
+                value,
                 "TACCL §7.1, Figs. 6-8",
-                claim=claim,
-                value=value,
             )
         )
     big = ag[ag.size_bytes == ag.size_bytes.max()].set_index("algorithm").algbw_GBps

@@ -364,9 +364,8 @@ def simulate_samples(samples: Sequence[Sample], machine: Machine, model: CostMod
     from ..evaluation import schedule_time_s
 
     # each log's calls priced as its run launched them, where its header says (CostModel.with_launch)
-    machines = {
-        s.launch: Machine(machine.topology, model.with_launch(s.launch) if s.launch else model) for s in samples
-    }
+    launches = {s.launch for s in samples}
+    machines = {m: Machine(machine.topology, model.with_launch(m) if m else model) for m in launches}
     return np.array([schedule_time_s(s.algorithm, machines[s.launch], s.size_bytes, protocol=None) for s in samples])
 
 

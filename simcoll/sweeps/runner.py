@@ -181,14 +181,16 @@ def run_batch(batch: Batch, study: str = "") -> list[dict[str, Any]]:
         unit_bound = None
     lowered: dict[str, Any] = {}
     rows = []
+    baseline = _nccl_setup(batch.nccl)  # the study's NCCL, whose protocol choice every point runs with
+    own = _nccl_setup(spec) if spec.kind == "nccl" else None
     for point in batch.points:
         try:
-            if spec.kind == "nccl":  # NCCL's choice depends on the size (simcoll.nccl.baseline)
+            if own is not None:  # NCCL's choice depends on the size (simcoll.nccl.baseline)
                 from ..nccl.baseline import nccl_algorithm
 
                 lowered = {}
-                schedule = nccl_algorithm(machine, batch.collective, point.size_bytes, nccl=_nccl_setup(spec))
-            t = _time_point(schedule, machine, point, batch.time_limit_s, lowered, _nccl_setup(batch.nccl))
+                schedule = nccl_algorithm(machine, batch.collective, point.size_bytes, nccl=own)
+            t = _time_point(schedule, machine, point, batch.time_limit_s, lowered, baseline)
         except NotApplicableError as exc:
             rows.append(_row(base, point, status="not-applicable", error=str(exc)))
             continue

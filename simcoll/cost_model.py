@@ -17,6 +17,7 @@ its numbers come from. YAML schema::
                  reduce_Bps: 15e9, multicast_Bps: 25e9, source: "..."}   # in-switch reduction (optional)
     host_memory: {bandwidth_Bps: 40e9, source: "..."}   # optional
     compute: {reduce_bandwidth_Bps: 400e9, reduce_launch_s: 2e-6, fused: false, source: "..."}
+    gpu: {peak_flops_per_s: 989e12, memory_Bps: 3.35e12, source: "..."}  # optional: workloads' roofline
     executor: {thread_block_bandwidth_Bps: 10e9, kernel_launch_s: 5e-6,     # optional
                fifo_slots: 8, slot_bytes: 524288, host_signal_s: 2e-6,
                signal_latency_s: 2e-6, source: "..."}
@@ -171,6 +172,23 @@ class ComputeParams:
         return self.reduce_launch_s + size_bytes / self.reduce_bandwidth_Bps
 
 
+@dataclass(frozen=True)
+class GpuParams:
+    """The GPU's peak rates, for a workload's compute operations given as
+    work rather than time (:mod:`simcoll.workload`): ``peak_flops_per_s``
+    (dense 16-bit tensor-core rate) and ``memory_Bps`` (HBM bandwidth). An
+    operation of ``F`` FLOPs touching ``M`` bytes takes at least
+    ``max(F / peak_flops_per_s, M / memory_Bps)`` (the roofline; S. Williams
+    et al., "Roofline", CACM 2009)."""
+
+    peak_flops_per_s: float
+    memory_Bps: float
+    source: str
+
+    def roofline_s(self, flops: float, memory_bytes: float) -> float:
+        return max(flops / self.peak_flops_per_s, memory_bytes / self.memory_Bps)
+
+
 #: Connection FIFO depth when a model gives none: NCCL's NCCL_STEPS = 8 slots
 #: per connection (GC3 §6.1: "1 <= s <= 8"), which MSCCL inherits.
 DEFAULT_FIFO_SLOTS = 8
@@ -322,6 +340,7 @@ class CostModel:
     switches: Mapping[str, SwitchParams] = field(default_factory=dict)
     host_memory_bandwidth_Bps: float | None = None
     compute: ComputeParams | None = None
+    gpu: GpuParams | None = None
     executor: ExecutorParams | None = None
     network: NetworkParams | None = None
     protocol_efficiency: Mapping[str, float] = field(default_factory=dict)
@@ -471,6 +490,7 @@ _TOP = {
     "switches",
     "host_memory",
     "compute",
+    "gpu",
     "executor",
     "network",
     "protocols",
@@ -550,6 +570,7 @@ def model_from_dict(data: Any, where: str = "<model>") -> CostModel:
         switches=_parse_switches(data.get("switches"), where),
         host_memory_bandwidth_Bps=host_bw,
         compute=_parse_compute(data.get("compute"), where),
+        gpu=_parse_gpu(data.get("gpu"), where),
         executor=_parse_executor(data.get("executor"), where),
         network=_parse_network(data.get("network"), where),
         protocol_efficiency=protocols,
@@ -651,6 +672,19 @@ def _parse_compute(raw: Any, where: str) -> ComputeParams | None:
         reduce_launch_s=_number(entry, "reduce_launch_s", here),
         source=entry["source"],
         fused=fused,
+    )
+
+
+def _parse_gpu(raw: Any, where: str) -> GpuParams | None:
+    """``gpu``: peak compute and memory rates (the workloads' roofline)."""
+    if raw is None:
+        return None
+    here = f"{where}: gpu"
+    entry = _entry(raw, {"peak_flops_per_s", "memory_Bps"}, here)
+    return GpuParams(
+        peak_flops_per_s=_number(entry, "peak_flops_per_s", here, positive=True),
+        memory_Bps=_number(entry, "memory_Bps", here, positive=True),
+        source=entry["source"],
     )
 
 
@@ -836,6 +870,8 @@ def model_to_dict(model: CostModel) -> dict[str, Any]:
         if not model.compute.fused:
             del compute["fused"]  # the default: written only when set
         out["compute"] = compute
+    if model.gpu is not None:
+        out["gpu"] = _fields(model.gpu)
     if model.executor is not None:
         out["executor"] = _fields(model.executor)
     if model.network is not None:

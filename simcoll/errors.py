@@ -36,6 +36,7 @@ raised. The classes and what they are::
     ├── SolverError (also a RuntimeError)
     ├── VerificationError
     ├── CalibrationError
+    ├── WorkloadError                      a workload (its operations, groups, file)
     ├── SweepError
     │   └── StudyError
     ├── BuildError
@@ -238,6 +239,13 @@ class CalibrationError(SimcollError):
     """An nccl-tests log cannot be used with a machine (rank count, collective,
     sizes), or a model has no field to fit
     (:mod:`simcoll.calibration.calibrate`)."""
+
+
+class WorkloadError(SimcollError):
+    """A workload that cannot run: an operation that names no group or rank
+    of it, a dependency on nothing or in a cycle, a group whose ranks
+    disagree on a collective, an unmatched send or receive, a bad file
+    (:mod:`simcoll.workload`)."""
 
 
 class SweepError(SimcollError):

@@ -7,7 +7,7 @@ written...); 130 interrupted (Ctrl-C).
 
 One module per command group (:mod:`.topo`, :mod:`.bounds`, :mod:`.algo`,
 :mod:`.verify`, :mod:`.compare`, :mod:`.synth`, :mod:`.simulate`,
-:mod:`.interop`, and :mod:`.gpu` and :mod:`.sweep` where present), each with
+:mod:`.workload`, :mod:`.interop`, and :mod:`.gpu` and :mod:`.sweep` where present), each with
 ``register(subparsers)``; shared options in :mod:`.options`. Building the
 parser imports no solver, pandas, matplotlib or simulator, so
 ``simcoll --help`` starts about as fast as Python with NumPy
@@ -26,13 +26,13 @@ from pathlib import Path
 from .. import __version__
 from ..ctrl_c import caused_by_ctrl_c, report_interrupt
 from ..errors import SimcollError
-from . import algo, bounds, compare, interop, simulate, synth, topo, verify
+from . import algo, bounds, compare, interop, simulate, synth, topo, verify, workload
 from .options import Parser, add_command
 
 __all__ = ["build_parser", "main"]
 
 # always there, in the order `simcoll --help` lists them
-GROUPS = (topo, bounds, verify, algo, synth, compare, simulate, interop)
+GROUPS = (topo, bounds, verify, algo, synth, compare, simulate, workload, interop)
 SWEEP_HELP = "run a study (a YAML file) of many simulations on Dask; 'sweep status DIR' reports on it"
 
 

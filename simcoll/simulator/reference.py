@@ -102,7 +102,14 @@ from .results import TIMELINE_COLUMNS, SimulationResult, Timeline, Utilisation, 
 from .routing import Resource, Routing, SwitchPath
 from .step_pipeline import pipelined_time
 
-__all__ = ["Message", "ReferenceNetwork", "max_min_fair_rates", "schedule_messages", "simulate_reference"]
+__all__ = [
+    "Message",
+    "ReferenceNetwork",
+    "max_min_fair_rates",
+    "schedule_messages",
+    "simulate_reference",
+    "stream_time_s",
+]
 
 #: Flows whose fair share lies within this relative distance of the level freeze together (ties).
 TIE_TOLERANCE = 1e-12
@@ -251,6 +258,32 @@ class ReferenceNetwork:
         arrived = self.env.event()
         self.env.process(self._transfer(src, dst, size_bytes, cap_Bps, efficiency, track, label, chunk, kind, arrived))
         return arrived
+
+    def start_flow(
+        self,
+        src,
+        dst,
+        size_bytes: float,
+        *,
+        cap_Bps: float = math.inf,
+        efficiency: float = 1.0,
+        on_sent=None,
+        on_arrival=None,
+        after_s: float = 0.0,
+    ) -> None:
+        """Callback form of :meth:`transfer`, as :meth:`.network.FluidNetwork.start_flow`:
+        ``on_sent(None)`` when the last byte has left the wire (R4, R5),
+        ``on_arrival(None)`` ``α + after_s`` later (R6). No timeline row."""
+        self.env.process(self._flow(self.route(src, dst), size_bytes / efficiency, cap_Bps, after_s, on_sent,
+                                    on_arrival))  # fmt: skip
+
+    def _flow(self, route, wire_bytes, cap_Bps, after_s, on_sent, on_arrival):
+        yield self.send(route, wire_bytes, cap_Bps)
+        if on_sent is not None:
+            on_sent(None)
+        yield self.env.timeout(route[0] + after_s)
+        if on_arrival is not None:
+            on_arrival(None)
 
     def _transfer(self, src, dst, size_bytes, cap_Bps, efficiency, track, label, chunk, kind, arrived):
         route = self.route(src, dst)
@@ -506,7 +539,7 @@ def simulate_reference(
         time_s, call_s, stats["step_pipeline"] = pipelined_time(
             table,
             size_bytes,
-            stream_s=_stream_s(msgs, routes, n, proto.efficiency, model.fused_reduce_rate_Bps, contention),
+            stream_s=stream_time_s(msgs, routes, n, proto.efficiency, model.fused_reduce_rate_Bps, contention),
             latency_s=max((route[0] for route in routes.values()), default=0.0) + proto.hop_latency_s,
             call_s=call_s,
             call_overhead_s=model.call_overhead_s,
@@ -533,7 +566,7 @@ def simulate_reference(
     )
 
 
-def _stream_s(msgs, routes, n: float, efficiency: float, fused_rate_Bps: float, contention: bool) -> float:
+def stream_time_s(msgs, routes, n: float, efficiency: float, fused_rate_Bps: float, contention: bool) -> float:
     """R7: how long the schedule's busiest connection or resource is busy
     when the whole buffer streams through it, every connection's flow on its
     resources at once (the steady state of a pipeline)."""

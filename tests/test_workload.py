@@ -1,0 +1,251 @@
+"""Workloads (simcoll.workload): checking, running a step, generating the papers' jobs, files and CLI.
+
+What a user expects: a collective alone in a step takes what `simulate`
+gives it; communication that overlaps compute is not exposed; ranks that
+issue their calls in different orders stop with a sentence, not a hang;
+the generators' networks have their published sizes; bad workloads are
+refused in one line.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from simcoll import load_machine
+from simcoll.cli import main
+from simcoll.errors import SimulationError, WorkloadError
+from simcoll.nccl.baseline import nccl_algorithm
+from simcoll.simulator import simulate
+from simcoll.workload import (
+    CollectiveOp,
+    Compute,
+    Recv,
+    Send,
+    Workload,
+    check_workload,
+    data_parallel,
+    load_workload,
+    network_layers,
+    run_workload,
+    save_workload,
+    transformer,
+    workload_from_dict,
+)
+from simcoll.workload.generators import DDP_BUCKET_BYTES, DDP_FIRST_BUCKET_BYTES, _buckets
+from simcoll.workload.run import group_topology
+
+
+def _same_on_every_rank(ranks: int, *ops, groups=None) -> Workload:
+    return Workload("w", tuple(tuple(ops) for _ in range(ranks)), groups or {"all": tuple(range(ranks))})
+
+
+# -- checking -------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "programs,groups,message",
+    [
+        (((Compute("a", 1e-3, deps=("b",)), Compute("b", 1e-3, deps=("a",))),), {}, "in a cycle"),
+        (((Compute("a", 1e-3, deps=("zz",)),),), {}, "depends on 'zz', which is no operation"),
+        (((Compute("a", 1e-3), Compute("a", 1e-3)),), {}, "used twice"),
+        (((Compute("a"),),), {}, "give duration_s, or flops"),
+        (((Compute("a", 1e-3, efficiency=1.5),),), {}, "efficiency is a fraction"),
+        (((CollectiveOp("c", "allreduce", "g", 8),), ()), {"g": (0, 5)}, "rank 5 is outside"),
+        (((CollectiveOp("c", "allreduce", "nope", 8),), ()), {"g": (0, 1)}, "unknown group 'nope'"),
+        (
+            ((CollectiveOp("c", "allreduce", "g", 8),), (CollectiveOp("c", "allreduce", "g", 8),)),
+            {"g": (0,)},
+            "rank 1 is not in group 'g'",
+        ),
+        (
+            ((CollectiveOp("c", "allreduce", "g", 8),), (CollectiveOp("c", "allreduce", "g", 16),)),
+            {"g": (0, 1)},
+            "has size_bytes 8 but rank 1",
+        ),
+        (
+            ((CollectiveOp("c", "allreduce", "g", 8),), ()),
+            {"g": (0, 1)},
+            "rank 0 issues 1 collectives on it but rank 1 issues 0",
+        ),
+        (((Send("s", 1, 8),), ()), {}, "sends 1 messages to rank 1 but rank 1 receives 0"),
+        (((Send("s", 1, 8),), (Recv("r", 0, 16),)), {}, "expects 16"),
+        (((Send("s", 0, 8),), ()), {}, "peer must be another rank"),
+    ],
+)
+def test_bad_workloads_are_refused_naming_the_fault(programs, groups, message):
+    with pytest.raises(WorkloadError, match=message):
+        check_workload(Workload("bad", programs, groups))
+
+
+def test_a_workload_larger_than_the_machine_is_refused():
+    with pytest.raises(WorkloadError, match="has 16 ranks but the machine has 8"):
+        run_workload(_same_on_every_rank(16, Compute("a", 1e-3)), "dgx1")
+
+
+def test_calls_are_matched_in_issue_order_per_group():
+    ops = (CollectiveOp("x", "allreduce", "all", 8), CollectiveOp("y", "allgather", "all", 16))
+    matching = check_workload(_same_on_every_rank(2, *ops))
+    assert matching.calls == {("all", 0): ((0, 0), (1, 0)), ("all", 1): ((0, 1), (1, 1))}
+
+
+# -- running a step ---------------------------------------------------------------------------------------
+def test_a_collective_after_compute_takes_its_solo_time():
+    size = 64 << 20
+    workload = _same_on_every_rank(8, Compute("fwd", 1e-3), CollectiveOp("ar", "allreduce", "all", size, deps=("fwd",)))
+    result = run_workload(workload, "dgx-h100")
+    machine = load_machine("dgx-h100").with_launch("processes")
+    alone = simulate(nccl_algorithm(machine, "allreduce", size), machine, size, verify=False).time_s
+    assert result.step_time_s == pytest.approx(1e-3 + alone, rel=1e-9)
+    assert result.stats["launch"] == "processes"
+    (row,) = result.communication()
+    assert row["busy_s"] == pytest.approx(alone, rel=1e-9) and row["exposed_s"] == pytest.approx(alone, rel=1e-9)
+
+
+def test_groups_on_different_nodes_run_side_by_side_at_their_solo_times():
+    # the same 8 GPUs of each node: one schedule built once, its NVLink SHARP switches moved to each node
+    size = 256 << 20
+    machine = load_machine("dgx-h100*2")
+    groups = {"node0": tuple(range(8)), "node1": tuple(range(8, 16))}
+    programs = tuple((CollectiveOp("ar", "allreduce", f"node{r // 8}", size),) for r in range(16))
+    result = run_workload(Workload("tp", programs, groups), machine)
+    group_machine = load_machine(group_topology(machine.topology, groups["node1"]), machine.model.name)
+    group_machine = group_machine.with_launch("processes")
+    algorithm = nccl_algorithm(group_machine, "allreduce", size)
+    assert algorithm.switch_reductions  # NVLS: reduced in the node's switches
+    alone = simulate(algorithm, group_machine, size, verify=False).time_s
+    ends = result.timeline.groupby("group")["end_s"].max()
+    assert ends.to_list() == pytest.approx([alone, alone], rel=1e-9)
+
+
+def test_communication_under_compute_is_not_exposed():
+    size = 64 << 20
+    base = (Compute("fwd", 1e-3), CollectiveOp("ar", "allreduce", "all", size, deps=("fwd",)))
+    hidden = run_workload(_same_on_every_rank(8, *base, Compute("more", 5e-3)), "dgx-h100")
+    (row,) = hidden.communication()
+    assert row["exposed_s"] == pytest.approx(0.0, abs=1e-12) and row["busy_s"] > 0
+    assert hidden.step_time_s == pytest.approx(6e-3, rel=1e-12)
+    # on the compute stream the collective would wait for it: all of it exposed after 6 ms
+    exposed = run_workload(_same_on_every_rank(8, base[0], Compute("more", 5e-3), CollectiveOp(
+        "ar", "allreduce", "all", size, deps=("more",))), "dgx-h100")  # fmt: skip
+    assert exposed.step_time_s == pytest.approx(6e-3 + row["busy_s"], rel=1e-9)
+    assert exposed.exposed_communication_s() == pytest.approx(row["busy_s"], rel=1e-9)
+
+
+def test_ranks_that_disagree_on_the_order_of_their_calls_stop_with_a_sentence():
+    groups = {"a": (0, 1), "b": (0, 1)}
+    first = (CollectiveOp("x", "allreduce", "a", 1 << 20), CollectiveOp("y", "allreduce", "b", 1 << 20))
+    workload = Workload("crossed", (first, first[::-1]), groups)
+    with pytest.raises(SimulationError, match="stalled .* rank 0 waits in collective 'x' on group 'a' for rank"):
+        run_workload(workload, "dgx-h100")
+
+
+def test_a_send_joins_two_ranks_compute():
+    size = 25e6
+    programs = (
+        (Compute("fwd", 1e-3), Send("act", 1, size, deps=("fwd",))),
+        (Recv("act", 0, size), Compute("fwd", 1e-3, deps=("act",))),
+    )
+    result = run_workload(Workload("pipe", programs), "ring:4")
+    # the generic model has no protocol costs: α + 25 MB / 25 GB/s between the two kernels
+    assert result.step_time_s == pytest.approx(2e-3 + 0.7e-6 + size / 25e9, rel=1e-12)
+
+
+def test_compute_by_work_takes_its_roofline_time():
+    flops = 2e12
+    result = run_workload(_same_on_every_rank(1, Compute("mm", flops=flops, memory_bytes=1e9, efficiency=0.5)),
+                          "dgx-h100")  # fmt: skip
+    assert result.step_time_s == pytest.approx(max(flops / 989e12, 1e9 / 3.35e12) / 0.5, rel=1e-12)
+    with pytest.raises(WorkloadError, match="has no 'gpu' section"):
+        run_workload(_same_on_every_rank(1, Compute("mm", flops=flops)), "ring:4")
+
+
+def test_both_engines_give_one_step_time():
+    workload = transformer("bert-large", tp=2, pp=2, dp=2, micro_batches=2)
+    fast = run_workload(workload, "dgx1", time_limit_s=120)
+    reference = run_workload(workload, "dgx1", engine="reference", time_limit_s=120)
+    assert fast.step_time_s == pytest.approx(reference.step_time_s, rel=1e-9)
+
+
+# -- generators -------------------------------------------------------------------------------------------
+def test_networks_have_their_published_sizes():
+    resnet = network_layers("resnet50")
+    assert sum(layer.params for layer in resnet) == pytest.approx(25.56e6, rel=1e-3)  # He et al. 2016 (torchvision)
+    assert sum(layer.forward_flops for layer in resnet) / 2 == pytest.approx(4.1e9, rel=0.02)  # Table 1: 3.8-4.1 G
+    gpt3 = network_layers("gpt3-175b")
+    assert sum(layer.params for layer in gpt3) == pytest.approx(175e9, rel=0.01)  # Brown et al. 2020, Table 2.1
+    bert = network_layers("bert-large")
+    assert sum(layer.params for layer in bert) == pytest.approx(335e6, rel=0.03)  # Devlin et al.: 340 M
+
+
+def test_ddp_buckets_follow_pytorch():
+    layers = network_layers("resnet50")
+    buckets = _buckets(layers, 4, DDP_BUCKET_BYTES, DDP_FIRST_BUCKET_BYTES)
+    sizes = [size for _, size in buckets]
+    assert sum(sizes) == pytest.approx(4 * sum(layer.params for layer in layers))
+    assert sizes[0] >= DDP_FIRST_BUCKET_BYTES and all(s >= DDP_BUCKET_BYTES for s in sizes[1:-1])
+    assert buckets[0][0] == "fc"  # the first bucket closes on the last layer's gradients
+
+
+def test_data_parallel_overlaps_gradient_reduction_with_the_backward_pass():
+    result = run_workload(data_parallel("resnet50", ranks=8, batch_per_gpu=64, compute_efficiency=0.3), "dgx1")
+    (row,) = result.communication()
+    assert row["group"] == "dp" and row["calls"] == 5
+    assert 0 < row["exposed_s"] < row["busy_s"]  # all but the last bucket hide behind the backward pass
+    assert result.throughput_per_s == pytest.approx(8 * 64 / result.step_time_s)
+
+
+def test_megatron_layout_and_counts():
+    tp, pp, dp, micro = 2, 2, 2, 3
+    workload = transformer("bert-large", tp=tp, pp=pp, dp=dp, micro_batches=micro)
+    matching = check_workload(workload)
+    assert workload.groups["tp.d1.p1"] == (6, 7) and workload.groups["dp.t0.p1"] == (4, 6)
+    layers = 24 // pp
+    tp_calls = sum(1 for (group, _) in matching.calls if group.startswith("tp."))
+    assert tp_calls == pp * dp * micro * layers * 4  # two Allreduces forward, two backward (Shoeybi et al. §3)
+    assert len(matching.sends) == tp * dp * (pp - 1) * micro * 2  # activations forward, gradients back
+    result = run_workload(workload, "dgx-h100")
+    assert math.isfinite(result.step_time_s) and result.samples_per_step == dp * micro
+
+
+def test_stages_must_split_the_layers_evenly():
+    with pytest.raises(WorkloadError, match="do not split into 5 equal stages"):
+        transformer("bert-large", tp=1, pp=5)
+
+
+# -- files and the command line ---------------------------------------------------------------------------
+def test_a_saved_workload_reads_back_the_same(tmp_path):
+    workload = transformer("bert-large", tp=2, pp=2, dp=1, micro_batches=2)
+    for name in ("w.yaml", "w.json"):
+        save_workload(workload, tmp_path / name)
+        assert load_workload(tmp_path / name) == workload
+
+
+def test_a_file_may_name_a_generator_and_sizes_in_units():
+    generated = workload_from_dict({"generate": "data-parallel", "options": {"ranks": 4}})
+    assert generated == data_parallel(ranks=4)
+    listed = workload_from_dict({"groups": {"g": [0, 1]}, "ranks": [
+        [{"op": "collective", "name": "c", "collective": "allreduce", "group": "g", "size_bytes": "1MiB"}]] * 2})  # fmt: skip
+    assert listed.programs[0][0].size_bytes == 1 << 20
+    with pytest.raises(WorkloadError, match="unknown op 'kernel'"):
+        workload_from_dict({"ranks": [[{"op": "kernel", "name": "k"}]]})
+
+
+def test_cli_generates_and_runs_a_workload(tmp_path, capsys):
+    path = tmp_path / "w.yaml"
+    assert main(["workload", "generate", "data-parallel", "--option", "ranks=8", "--option", "batch_per_gpu=32",
+                 "-o", str(path)]) == 0  # fmt: skip
+    capsys.readouterr()
+    trace = tmp_path / "t.json"
+    assert main(["workload", "run", str(path), "-t", "dgx1", "--json", "--trace", str(trace)]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["launch"] == "processes" and summary["step_time_s"] > 0 and summary["ranks"] == 8
+    assert {e["pid"] for e in json.loads(trace.read_text())["traceEvents"]} == set(range(8))
+
+
+def test_cli_refuses_a_bad_workload_in_one_line(tmp_path, capsys):
+    path = tmp_path / "bad.yaml"
+    path.write_text("ranks:\n  - - {op: compute, name: a, deps: [b]}\n")
+    assert main(["workload", "run", str(path), "-t", "dgx1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "give duration_s" in err

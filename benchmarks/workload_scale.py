@@ -27,7 +27,11 @@ CASES = {
     "resnet50-dgx-h100x2": ("data-parallel", "dgx-h100*2", {"model": "resnet50", "ranks": 16, "batch_per_gpu": 64}),
     "gpt3-32": ("transformer", "dgx-h100*4", {"model": "gpt3-175b", "tp": 8, "pp": 2, "dp": 2, "micro_batches": 4}),
     "gpt3-128": ("transformer", "dgx-h100*16", {"model": "gpt3-175b", "tp": 8, "pp": 8, "dp": 2, "micro_batches": 8}),
-    "gpt3-1024": ("transformer", "dgx-h100*128", {"model": "gpt3-175b", "tp": 8, "pp": 8, "dp": 16, "micro_batches": 8}),
+    "gpt3-1024": (
+        "transformer",
+        "dgx-h100*128",
+        {"model": "gpt3-175b", "tp": 8, "pp": 8, "dp": 16, "micro_batches": 8},
+    ),
 }
 DEFAULT = ["resnet50-dgx2", "resnet50-dgx-h100x2", "gpt3-32", "gpt3-128"]
 

@@ -65,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 #: Arguments that name a file a command writes; ``plot`` is an image.
-OUTPUT_ARGUMENTS = ("output", "csv", "plot", "trace", "model_output")
+OUTPUT_ARGUMENTS = ("output", "csv", "plot", "trace", "timeline", "model_output")
 
 
 def _inputs(args: argparse.Namespace) -> tuple[str, ...]:
@@ -88,8 +88,10 @@ def check_outputs(args: argparse.Namespace) -> None:
     inputs = _inputs(args)
     for key in OUTPUT_ARGUMENTS:
         path = getattr(args, key, None)
-        if not isinstance(path, str) or not path or (key == "output" and args.command == "sweep"):
-            continue  # a sweep's output is a directory, checked by the runner
+        if not isinstance(path, str) or not path or (key == "output" and getattr(args, "output_is_directory", False)):
+            continue  # a directory (a sweep's, a Chakra trace's), checked by what writes it
+        if key == "output" and args.command == "sweep":
+            continue
         check_output_path(path, inputs=inputs)
         if key == "plot" or (key == "output" and getattr(args, "draws_image", False)):
             check_image_path(path)

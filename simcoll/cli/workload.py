@@ -2,11 +2,14 @@
 
     simcoll workload list
     simcoll workload generate KIND [--option K=V ...] -o FILE.yaml
+    simcoll workload export-chakra FILE|TRACE|KIND [--option K=V ...] -o DIR [--prefix trace]
     simcoll workload run FILE|KIND [--option K=V ...] --topology T [--model M] [--launch MODE]
                          [--nccl VERSION] [--engine fast|reference] [--no-contention]
                          [--time-limit S] [--trace OUT.json] [--timeline OUT.csv] [--json]
 
-``run`` takes a workload file or a generator's name with its options (a
+``run`` takes a workload file, a Chakra execution trace (per-rank ``.et``
+files, :mod:`simcoll.workload.chakra`; ``--groups`` gives its process
+groups) or a generator's name with its options (a
 1,024-GPU step is millions of operations: generated in the same process,
 no file is written). Calls are priced as launched one process per GPU, as
 frameworks launch them, unless ``--launch`` says otherwise. JSON output keys: ``step_time_s``,
@@ -55,17 +58,29 @@ def _generator_options(args: argparse.Namespace) -> dict:
     return {key: option_value(value) for key, value in parse_key_values(args.option).items()}
 
 
+def _is_chakra(spec: str) -> bool:
+    """Whether ``spec`` names a Chakra trace: a directory, or a prefix of ``<prefix>.<rank>.et`` files."""
+    path = Path(spec)
+    return path.is_dir() or any(path.parent.glob(f"{path.name}.*.et"))
+
+
 def _workload(args: argparse.Namespace):
-    """The workload ``args.workload`` names: a file, else a generator with ``--option``s."""
+    """The workload ``args.workload`` names: a file, a Chakra trace, else a generator with ``--option``s."""
     from ..errors import OptionError
     from ..workload import GENERATORS, generate_workload, load_workload
 
     if args.workload in GENERATORS and not Path(args.workload).exists():
         return generate_workload(args.workload, **_generator_options(args))
     if args.option:
-        raise OptionError(f"--option is for a generator ({', '.join(GENERATORS)}), not the file {args.workload}")
+        raise OptionError(f"--option is for a generator ({', '.join(GENERATORS)}), not {args.workload}")
+    if getattr(args, "groups", None) and not _is_chakra(args.workload):
+        raise OptionError(f"--groups is for a Chakra trace, and {args.workload} is not one")
+    if _is_chakra(args.workload):
+        from ..workload.chakra import load_chakra
+
+        return load_chakra(args.workload, getattr(args, "groups", None))
     if not Path(args.workload).exists():
-        raise OptionError(f"{args.workload}: no such file, and not a generator ({', '.join(GENERATORS)})")
+        raise OptionError(f"{args.workload}: no such file or trace, and not a generator ({', '.join(GENERATORS)})")
     return load_workload(args.workload)
 
 
@@ -101,6 +116,21 @@ def cmd_generate(args: argparse.Namespace) -> int:
     else:
         print(f"{workload.name}: {workload.num_ranks} ranks, {workload.num_ops:,} operations, "
               f"{len(matching.calls):,} collective calls, {len(matching.sends):,} sends -> {args.output}")  # fmt: skip
+    return 0
+
+
+def cmd_export_chakra(args: argparse.Namespace) -> int:
+    from ..workload import check_workload
+    from ..workload.chakra import save_chakra
+
+    workload = _workload(args)
+    check_workload(workload)
+    files = save_chakra(workload, args.output, args.prefix)
+    if args.json:
+        print_json({"workload": workload.name, "ranks": len(files), "files": [str(f) for f in files]})
+    else:
+        print(f"{workload.name}: {len(files)} rank files {args.output}/{args.prefix}.<rank>.et and "
+              f"{args.prefix}.groups.json (ASTRA-sim's communicator groups)")  # fmt: skip
     return 0
 
 
@@ -161,9 +191,23 @@ def _generate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", required=True, help="the workload file to write (.yaml or .json)")
 
 
-def _run_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("workload", help="a workload file (.yaml/.json), or a generator's name with --option")
+def _source_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("workload", help="a workload file (.yaml/.json), a Chakra trace (a directory of <prefix>.<rank>.et "
+                   "files, or the prefix), or a generator's name with --option")  # fmt: skip
     _options(p)
+    p.add_argument("--groups", help="a Chakra trace's process groups: ASTRA-sim's communicator-group JSON "
+                   "(default: <prefix>.groups.json beside it, if there)")  # fmt: skip
+
+
+def _export_arguments(p: argparse.ArgumentParser) -> None:
+    _source_arguments(p)
+    p.add_argument("-o", "--output", required=True, help="the directory to write the rank files into")
+    p.add_argument("--prefix", default="trace", help="file name prefix (default trace: trace.0.et, ...)")
+    p.set_defaults(output_is_directory=True)
+
+
+def _run_arguments(p: argparse.ArgumentParser) -> None:
+    _source_arguments(p)
     add_topology_option(p)
     add_model_option(p, help="cost model (default: the topology's)")
     from ..cost_model import LAUNCH_MODES
@@ -187,3 +231,5 @@ def register(subparsers) -> None:
     add_command(group, "list", cmd_list, "list workload generators and the networks they know")
     add_command(group, "generate", cmd_generate, "generate a workload and write it", _generate_arguments)
     add_command(group, "run", cmd_run, "simulate one step of a workload on a machine", _run_arguments)
+    add_command(group, "export-chakra", cmd_export_chakra, "write a workload as a Chakra execution trace (ASTRA-sim)",
+                _export_arguments)  # fmt: skip

@@ -2,7 +2,8 @@
 
 A workload gives each rank its operations - compute, collectives on process
 groups, point-to-point sends - with dependencies and streams (:mod:`.ops`);
-it is written as YAML/JSON (:mod:`.files`) or generated for the jobs
+it is written as YAML/JSON (:mod:`.files`), read from or written as a
+Chakra execution trace (:mod:`.chakra`), or generated for the jobs
 frameworks run (:mod:`.generators`: data, tensor and pipeline parallelism),
 and one step of it is simulated on a machine (:mod:`.run`), every
 collective on the shared network of :mod:`simcoll.simulator.concurrent`,
@@ -15,6 +16,7 @@ giving the step time, exposed communication, a timeline and throughput
 (True, 1)
 """
 
+from .chakra import load_chakra, save_chakra
 from .files import load_workload, save_workload, workload_from_dict, workload_to_dict
 from .generators import GENERATORS, data_parallel, generate_workload, network_layers, transformer
 from .ops import CollectiveOp, Compute, Recv, Send, Workload, check_workload
@@ -32,9 +34,11 @@ __all__ = [
     "check_workload",
     "data_parallel",
     "generate_workload",
+    "load_chakra",
     "load_workload",
     "network_layers",
     "run_workload",
+    "save_chakra",
     "save_workload",
     "transformer",
     "workload_from_dict",

@@ -37,7 +37,7 @@ from _common import WITHIN, claim_text, paper_claims, verdict
 from simcoll.files import write_atomic
 
 #: The study scripts, in the order of the table.
-STUDIES = ("sccl_dgx1", "gc3_fig7", "taccl_figs", "hiccl_figs", "nvgroup_figs")
+STUDIES = ("sccl_dgx1", "gc3_fig7", "taccl_figs", "hiccl_figs", "nvgroup_figs", "nvgroup_training")
 #: Studies that raised in this run, with the error (their claims are then not computed).
 FAILED: dict[str, str] = {}
 START, END = "<!-- claims:start -->", "<!-- claims:end -->"

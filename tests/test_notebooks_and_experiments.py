@@ -16,7 +16,14 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 # claims.py runs the five seed scripts and tabulates them (tests/test_claims.py), it is not a study
 SCRIPTS = sorted(p for p in (ROOT / "experiments").glob("*.py") if not p.name.startswith("_") and p.stem != "claims")
-SEED_SCRIPTS = {"sccl_dgx1.py", "gc3_fig7.py", "taccl_figs.py", "hiccl_figs.py", "nvgroup_figs.py"}
+SEED_SCRIPTS = {
+    "sccl_dgx1.py",
+    "gc3_fig7.py",
+    "taccl_figs.py",
+    "hiccl_figs.py",
+    "nvgroup_figs.py",
+    "nvgroup_training.py",
+}
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)

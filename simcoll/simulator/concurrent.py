@@ -147,7 +147,7 @@ class Call:
         self._landed_count: dict[int, int] = {}
         self._cursor: dict[int, int] = {}
         self._last_s = 0.0  # the last landing (C4), or the last flow drained (C5)
-        self._connections = [self._connection(m.connection) for m in plan.msgs]
+        self._connections = run.connections(self)
         self._left = len(plan.msgs) if self.pipeline is None else len(set(self._connections))
 
     def _connection(self, connection: tuple) -> tuple:
@@ -230,10 +230,13 @@ class Call:
     def stream_loads(self) -> dict[tuple, tuple[float, bool]]:
         """Per connection (machine ranks): the payload bytes it carries over
         the whole buffer, and whether any of it is reduced on the way."""
-        loads: dict[tuple, tuple[float, bool]] = {}
-        for connection, m in zip(self._connections, self.plan.msgs, strict=True):
-            size, reduce = loads.get(connection, (0.0, False))
-            loads[connection] = (size + m.chunks * self.chunk_bytes, reduce or m.reduce)
+        key = (id(self._connections), self.chunk_bytes)
+        loads = self.run._loads.get(key)
+        if loads is None:
+            loads = self.run._loads[key] = {}
+            for connection, m in zip(self._connections, self.plan.msgs, strict=True):
+                size, reduce = loads.get(connection, (0.0, False))
+                loads[connection] = (size + m.chunks * self.chunk_bytes, reduce or m.reduce)
         return loads
 
     def _stream(self) -> None:
@@ -290,7 +293,19 @@ class SharedRun:
         self.calls: list[Call] = []
         self._plans: dict[int, _Plan] = {}
         self._alone: dict[tuple, tuple[float, float]] = {}
+        self._connections: dict[tuple, list[tuple]] = {}
+        self._loads: dict[tuple, dict] = {}  # Call.stream_loads, by connections and chunk size
         self._p2p: dict[str | None, Algorithm] = {}
+
+    def connections(self, call: Call) -> list[tuple]:
+        """The connections of ``call``'s messages in machine ranks (C1), worked
+        out once per schedule, group and switch mapping (a tensor-parallel
+        group calls the same schedule hundreds of times a step)."""
+        key = (id(call.plan), call.ranks, tuple(sorted(call.switches.items())))
+        found = self._connections.get(key)
+        if found is None:
+            found = self._connections[key] = [call._connection(m.connection) for m in call.plan.msgs]
+        return found
 
     def plan(self, algorithm: Algorithm) -> _Plan:
         plan = self._plans.get(id(algorithm))

@@ -134,7 +134,8 @@ def run_workload(
     for key, (s, r) in matching.sends.items():
         member_of[s] = (("send", key), 0)
         member_of[r] = (("send", key), 1)
-    needed = {(rank, j) for rank, program in enumerate(programs) for op in program for j in _dep_indices(program, op)}
+    names_of = [{op.name: i for i, op in enumerate(program)} for program in programs]
+    needed = {(rank, names_of[rank][d]) for rank, program in enumerate(programs) for op in program for d in op.deps}
     done = {ri: env.event() for ri in needed}
     calls: dict[tuple, object] = {}  # in flight
     waiting: dict[tuple[int, int], tuple] = {}  # (rank, op) -> the call it waits in
@@ -161,7 +162,7 @@ def run_workload(
 
     def stream(rank: int, indices: Sequence[int]):
         program = programs[rank]
-        names = {op.name: i for i, op in enumerate(program)}
+        names = names_of[rank]
         base = int(offsets[rank])
         for i in indices:
             op = program[i]
@@ -220,13 +221,6 @@ class _Nothing:
 
     def arrive(self, member: int) -> None:
         self.done.succeed()
-
-
-def _dep_indices(program, op) -> list[int]:
-    if not op.deps:
-        return []
-    names = {o.name: i for i, o in enumerate(program)}
-    return [names[d] for d in op.deps]
 
 
 def _durations(workload: Workload, machine: Machine) -> dict[tuple[int, int], float]:

@@ -143,6 +143,10 @@ def run_batch(batch: Batch, study: str = "") -> list[dict[str, Any]]:
     """
     from .. import __version__
 
+    if not isinstance(batch, Batch):  # a training step (simcoll.sweeps.workloads)
+        from .workloads import run_workload_batch
+
+        return run_workload_batch(batch, study)
     spec = batch.algorithm
     base = {
         "study": study,
@@ -469,6 +473,11 @@ def _dask_logs_off():
 def _failed_rows(batch: Batch, study: str, exc: BaseException) -> list[dict[str, Any]]:
     from .. import __version__
 
+    if not isinstance(batch, Batch):  # a training step's batch
+        return [{"key": p.key, "study": study, "machine": p.machine.label, "topology": p.machine.topology,
+                 "workload": p.workload.label, "algorithm": p.schedule or "own", "algorithm_kind": "workload",
+                 "mode": "workload", "status": "error", "error": f"task failed: {_message(exc)}",
+                 "simcoll_version": __version__} for p in batch.points]  # fmt: skip
     base = {
         "study": study,
         "machine": batch.machine.label,

@@ -60,6 +60,12 @@ COLUMNS = {
     "algbw_bound_GBps": pa.float64(),
     "busbw_bound_GBps": pa.float64(),
     "simcoll_version": pa.string(),
+    # a workload study's points (simcoll.sweeps.workloads): time_s is the step time
+    "workload": pa.string(),
+    "nccl": pa.string(),
+    "throughput_per_s": pa.float64(),
+    "compute_s": pa.float64(),
+    "exposed_communication_s": pa.float64(),
 }
 SCHEMA = pa.schema(list(COLUMNS.items()))
 

@@ -34,6 +34,10 @@ listed overrides gives the machine's variants, as a what-if grid). ``launch``
 says how the calls are launched, which prices each call
 (:meth:`simcoll.cost_model.CostModel.with_launch`; default: the model's).
 
+A study of training steps takes ``workloads`` (with ``schedules`` and
+``nccl``) in place of ``collectives``, ``algorithms`` and ``sizes``
+(:mod:`simcoll.sweeps.workloads`).
+
 Every point is keyed by a hash of its parameters, the simcoll version and the
 content of its (overridden) model and of any file it reads, so results of a
 changed model or file are never mistaken for old ones; this is what resume
@@ -56,7 +60,19 @@ from ..files import load_yaml
 from ..units import parse_size, parse_size_range
 
 MODES = ("algorithm", "program", "analytic")
-_TOP = {"name", "description", "machines", "collectives", "algorithms", "sizes", "size_factor", "simulator"}
+_TOP = {
+    "name",
+    "description",
+    "machines",
+    "collectives",
+    "algorithms",
+    "sizes",
+    "size_factor",
+    "simulator",
+    "workloads",
+    "schedules",
+    "nccl",
+}  # (the last three: a study of training steps, simcoll.sweeps.workloads)
 _MACHINE_KEYS = {"topology", "model", "name", "overrides", "launch"}
 _ALGO_KINDS = ("generator", "nccl", "sccl", "file")
 _SCCL_KEYS = {"chunks", "steps", "rounds", "backend", "time_limit_s", "root"}
@@ -155,9 +171,17 @@ class Study:
     verify: bool = True
     description: str = ""
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    #: A study of training steps (:mod:`simcoll.sweeps.workloads`): its workloads, schedules and NCCL releases.
+    workloads: tuple = ()
+    schedules: tuple[str, ...] = ()
+    nccl: tuple[str, ...] = ()
 
-    def batches(self) -> list[Batch]:
+    def batches(self) -> list:
         """Every batch of the study, in a deterministic order."""
+        if self.workloads:
+            from .workloads import expand_workloads
+
+            return expand_workloads(self)
         return expand(self)
 
     def points(self) -> list[Point]:
@@ -210,13 +234,25 @@ def study_from_dict(data: Any, where: str = "<study>", *, base: Path | None = No
     duplicate = next((label for label in labels if labels.count(label) > 1), None)
     if duplicate is not None:
         raise StudyError(f"{where}: machines: label {duplicate!r} used twice (give each a distinct name)")
-    collectives = tuple(
-        _collective(c, f"{where}: collectives[{i}]") for i, c in enumerate(_list(data, "collectives", where))
-    )
-    algorithms = tuple(
-        _algorithm(a, f"{where}: algorithms[{i}]", base) for i, a in enumerate(_list(data, "algorithms", where))
-    )
-    sizes = _sizes(data.get("sizes"), data.get("size_factor", 2), where)
+    workloads: tuple = ()
+    schedules: tuple[str, ...] = ()
+    releases: tuple[str, ...] = ()
+    if "workloads" in data:
+        from .workloads import parse_workloads
+
+        workloads, schedules, releases = parse_workloads(data, where, base)
+        collectives, algorithms, sizes = (), (), ()
+    else:
+        stray = sorted({"schedules", "nccl"} & set(data))
+        if stray:
+            raise StudyError(f"{where}: {stray[0]!r} belongs to a study of workloads (with 'workloads')")
+        collectives = tuple(
+            _collective(c, f"{where}: collectives[{i}]") for i, c in enumerate(_list(data, "collectives", where))
+        )
+        algorithms = tuple(
+            _algorithm(a, f"{where}: algorithms[{i}]", base) for i, a in enumerate(_list(data, "algorithms", where))
+        )
+        sizes = _sizes(data.get("sizes"), data.get("size_factor", 2), where)
     modes, contention, time_limit_s, verify = _simulator(data.get("simulator"), where)
     for machine in machines:  # load every model now, so a bad spec or override is reported with the file
         try:
@@ -235,6 +271,9 @@ def study_from_dict(data: Any, where: str = "<study>", *, base: Path | None = No
         verify=verify,
         description=str(data.get("description") or ""),
         raw=copy.deepcopy(dict(data)),
+        workloads=workloads,
+        schedules=schedules,
+        nccl=releases,
     )
 
 

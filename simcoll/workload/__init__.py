@@ -19,7 +19,7 @@ giving the step time, exposed communication, a timeline and throughput
 from .chakra import load_chakra, save_chakra
 from .files import load_workload, save_workload, workload_from_dict, workload_to_dict
 from .generators import GENERATORS, data_parallel, generate_workload, network_layers, transformer
-from .ops import CollectiveOp, Compute, Recv, Send, Workload, check_workload
+from .ops import CollectiveOp, Compute, Recv, Send, Workload, check_workload, with_schedule
 from .results import WorkloadResult
 from .run import run_workload
 
@@ -41,6 +41,7 @@ __all__ = [
     "save_chakra",
     "save_workload",
     "transformer",
+    "with_schedule",
     "workload_from_dict",
     "workload_to_dict",
 ]

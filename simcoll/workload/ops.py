@@ -37,6 +37,7 @@ the collective, its size and its schedule; the ``k``-th send from ``a`` to
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -44,7 +45,7 @@ from typing import ClassVar
 
 from ..errors import WorkloadError
 
-__all__ = ["CollectiveOp", "Compute", "Matching", "Op", "Recv", "Send", "Workload", "check_workload"]
+__all__ = ["CollectiveOp", "Compute", "Matching", "Op", "Recv", "Send", "Workload", "check_workload", "with_schedule"]
 
 
 @dataclass(frozen=True)
@@ -128,6 +129,21 @@ class Workload:
     @property
     def num_ops(self) -> int:
         return sum(len(p) for p in self.programs)
+
+
+def with_schedule(workload: Workload, schedule: str) -> Workload:
+    """``workload`` with every collective run by ``schedule`` (a what-if:
+    ``"nccl"``, a generator's name or a schedule file).
+
+    >>> w = Workload("w", ((CollectiveOp("ar", "allreduce", "g", 8),),), {"g": (0,)})
+    >>> with_schedule(w, "ring").programs[0][0].schedule
+    'ring'
+    """
+    programs = tuple(
+        tuple(dataclasses.replace(op, schedule=schedule) if isinstance(op, CollectiveOp) else op for op in program)
+        for program in workload.programs
+    )
+    return dataclasses.replace(workload, programs=programs)
 
 
 @dataclass(frozen=True)

@@ -77,6 +77,12 @@ MAX_COLLECTIVE_SLOTS = 50_000_000
 #: million. On 4,096 GPUs a flat ring Allreduce has 33.5 million (2(P-1)
 #: steps of P chunks) and the 2D ring 63 million.
 MAX_TRANSFERS = 25_000_000
+#: Most operations a workload holds, over all its ranks (simcoll.workload):
+#: each is a Python object of ~150-250 bytes and the run keeps its start and
+#: end and, for the calls, their state, so 20 million stay within a few GB.
+#: A GPT-3-shaped step on 1,024 GPUs (tensor 8 x pipeline 8 x data 16, 8
+#: micro-batches) has 0.83 million.
+MAX_WORKLOAD_OPERATIONS = 20_000_000
 #: Largest buffer size, in bytes, that :func:`simcoll.units.parse_size` reads
 #: (1 PiB, ``1024TB``). No library function has a limit of its own, but the
 #: largest buffer an evaluated collective moves is a few GiB per GPU (the

@@ -337,3 +337,47 @@ def test_a_program_executor_channel_that_is_not_an_integer_is_refused_naming_fil
     doc["ranks"][1]["executors"][1]["channel"] = []
     with pytest.raises(SimcollError, match=r"^p\.json: .*rank 1 executor \d+: channel must be a non-negative integer"):
         parse_schedules(json.dumps(doc), "p.json")
+
+
+def _workload_docs() -> list[dict]:
+    """A small listed workload that checks (compute, a collective, a send, streams, deps) and a generated one."""
+
+    def rank(me: int, peer: int) -> list[dict]:
+        move = {"op": "send" if me == 0 else "recv", "name": "act", "peer": peer, "size_bytes": "1MiB"}
+        return [
+            {"op": "compute", "name": "fwd", "duration_s": 1.0e-3},
+            {**move, "deps": ["fwd"], "stream": "p2p"},
+            {"op": "compute", "name": "bwd", "flops": 2.0e12, "efficiency": 0.5, "deps": ["act"]},
+            {"op": "collective", "name": "grads", "collective": "allreduce", "group": "all", "size_bytes": 25e6,
+             "deps": ["bwd"], "stream": "dp", "schedule": "ring"},
+        ]  # fmt: skip
+
+    listed = {"name": "toy", "samples_per_step": 64, "nccl": "2.18", "groups": {"all": [0, 1]},
+              "ranks": [rank(0, 1), rank(1, 0)]}  # fmt: skip
+    generated = {"generate": "transformer", "options": {"model": "bert-large", "tp": 1, "pp": 2, "micro_batches": 1}}
+    return [listed, generated]
+
+
+WORKLOADS = _workload_docs()
+
+
+def test_the_workloads_the_fuzzer_mutates_check_as_they_are():
+    from simcoll.workload import check_workload, workload_from_dict
+
+    for doc in WORKLOADS:
+        check_workload(workload_from_dict(doc, "base.yaml"))
+
+
+@FUZZ
+@given(data=st.data())
+def test_mutated_workload_loads_or_is_refused(data):
+    from simcoll.workload import check_workload, workload_from_dict
+
+    doc = _mutate(data.draw(st.sampled_from(WORKLOADS), label="workload"), data)
+
+    def load(text):
+        workload = workload_from_dict(yaml.safe_load(text), "fuzz-workload.yaml")
+        check_workload(workload, 64)
+        return workload
+
+    _loads_or_refuses(load, yaml.safe_dump(doc), "workload")

@@ -328,3 +328,26 @@ def test_bad_chakra_traces_are_refused(tmp_path):
     (tmp_path / "job.1.et").write_bytes(b"\xff\xff\xff")
     with pytest.raises(WorkloadError, match="truncated or corrupt"):
         load_chakra(tmp_path / "job", tmp_path / "groups.json")
+
+
+def test_expert_layers_move_their_tokens_by_alltoall_and_keep_their_gradients():
+    tp, pp, dp, micro = 2, 2, 4, 2
+    dense = transformer("bert-large", tp=tp, pp=pp, dp=dp, micro_batches=micro)
+    moe = transformer("bert-large", tp=tp, pp=pp, dp=dp, micro_batches=micro, experts=dp, capacity_factor=1.25)
+    matching = check_workload(moe)
+    layers_per_stage = 24 // pp
+    alltoalls = [k for k in matching.calls if moe.programs[matching.calls[k][0][0]][matching.calls[k][0][1]].collective == "alltoall"]  # fmt: skip
+    # every other layer an expert layer: two Alltoalls forward, two backward (GShard §2.2), per micro-batch
+    assert len(alltoalls) == tp * pp * micro * (layers_per_stage // 2) * 4
+    first = next(op for op in moe.programs[0] if op.kind == "collective" and op.collective == "alltoall")
+    assert first.size_bytes == 1 * 512 * 1024 * 2 * 1.25 and first.group == "dp.t0.p0"
+
+    def reduced(workload):
+        return sum(op.size_bytes for op in workload.programs[0] if op.kind == "collective" and ".grads" in op.name)
+
+    bert = network_layers("bert-large")[1]
+    expert_grads = (layers_per_stage // 2) * bert.mlp_params / tp * 4  # FP32 gradients no other rank holds
+    assert reduced(dense) - reduced(moe) == pytest.approx(expert_grads)
+    with pytest.raises(WorkloadError, match="experts must be 1"):
+        transformer("bert-large", tp=1, pp=1, dp=4, experts=2)
+    assert run_workload(moe, "dgx-h100*2").step_time_s > 0

@@ -38,6 +38,7 @@ from typing import Any
 from ..errors import NotApplicableError, OptionError, SimcollError, SolverError, SweepError
 from .store import done_keys, part_files, write_manifest, write_part
 from .study import AlgorithmSpec, Batch, MachineSpec, Point, Study, load_study, resolved_model_dict
+from .workloads import WorkloadBatch
 
 
 @dataclass(frozen=True)
@@ -143,9 +144,7 @@ def run_batch(batch: Batch, study: str = "") -> list[dict[str, Any]]:
     """
     from .. import __version__
 
-    if not isinstance(batch, Batch):  # a training step (simcoll.sweeps.workloads)
-        from .workloads import run_workload_batch
-
+    if isinstance(batch, WorkloadBatch):
         return run_workload_batch(batch, study)
     spec = batch.algorithm
     base = {
@@ -202,6 +201,40 @@ def run_batch(batch: Batch, study: str = "") -> list[dict[str, Any]]:
             rows.append(_row(base, point, status="error", error=_message(exc)))
             continue
         rows.append(_row(base, point, status="ok", time_s=t, schedule=schedule, unit_bound=unit_bound))
+    return rows
+
+
+def run_workload_batch(batch: WorkloadBatch, study: str = "") -> list[dict[str, Any]]:
+    """The result row of each point of a study of training steps
+    (:mod:`.workloads`; never raises for a bad point)."""
+    from .. import __version__
+    from ..workload import run_workload, with_schedule
+
+    rows = []
+    for point in batch.points:
+        row: dict[str, Any] = {
+            "key": point.key, "study": study, "machine": point.machine.label, "topology": point.machine.topology,
+            "overrides": point.machine.overrides_text(), "workload": point.workload.label,
+            "algorithm": point.schedule or "own", "algorithm_kind": "workload",
+            "algorithm_spec": json.dumps(point.workload.to_dict(), sort_keys=True, default=str),
+            "nccl": point.nccl, "mode": "workload", "contention": point.contention, "simcoll_version": __version__,
+        }  # fmt: skip
+        try:
+            machine = _machine(point.machine)
+            row.update(model=machine.model.name, num_ranks=machine.num_ranks)
+            workload = point.workload.load()
+            if point.schedule is not None:
+                workload = with_schedule(workload, point.schedule)
+            launch = None if point.machine.launch is not None else "processes"  # a study's launch: keep it
+            result = run_workload(workload, machine, contention=point.contention, time_limit_s=batch.time_limit_s,
+                                  nccl=point.nccl, launch=launch)  # fmt: skip
+        except Exception as exc:  # noqa: BLE001 - a bad point is recorded, never stops the sweep
+            rows.append({**row, "status": "error", "error": _message(exc)})
+            continue
+        rows.append({
+            **row, "status": "ok", "time_s": result.step_time_s, "throughput_per_s": result.throughput_per_s,
+            "compute_s": result.compute_s(), "exposed_communication_s": result.exposed_communication_s(),
+        })  # fmt: skip
     return rows
 
 
@@ -473,7 +506,7 @@ def _dask_logs_off():
 def _failed_rows(batch: Batch, study: str, exc: BaseException) -> list[dict[str, Any]]:
     from .. import __version__
 
-    if not isinstance(batch, Batch):  # a training step's batch
+    if isinstance(batch, WorkloadBatch):
         return [{"key": p.key, "study": study, "machine": p.machine.label, "topology": p.machine.topology,
                  "workload": p.workload.label, "algorithm": p.schedule or "own", "algorithm_kind": "workload",
                  "mode": "workload", "status": "error", "error": f"task failed: {_message(exc)}",

@@ -58,6 +58,7 @@ from typing import Any
 from ..errors import SimcollError, StudyError
 from ..files import load_yaml
 from ..units import parse_size, parse_size_range
+from .keys import point_key
 
 MODES = ("algorithm", "program", "analytic")
 _TOP = {
@@ -181,7 +182,7 @@ class Study:
         if self.workloads:
             from .workloads import expand_workloads
 
-            return expand_workloads(self)
+            return expand_workloads(self, _model_digest)
         return expand(self)
 
     def points(self) -> list[Point]:
@@ -623,12 +624,6 @@ def expand(study: Study) -> list[Batch]:
                     Batch(machine, collective, algorithm, tuple(points), study.time_limit_s, study.verify, nccl)
                 )
     return batches
-
-
-def point_key(params: Mapping[str, Any]) -> str:
-    """The hex key of a point: SHA-256 of its parameters as canonical JSON (24 hex digits)."""
-    text = json.dumps(params, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
 def _model_digest(machine: MachineSpec) -> str:

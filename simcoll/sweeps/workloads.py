@@ -16,7 +16,8 @@ collectives::
     simulator: {contention: true, time_limit_s: 600}
 
 Each point (machine variant x workload x schedule x NCCL release x
-contention) is one simulated step, run in its own batch; its row has the
+contention) is one simulated step, run in its own batch
+(:func:`simcoll.sweeps.runner.run_workload_batch`); its row has the
 study columns it shares with collective studies (``machine``,
 ``overrides``, ``status``, ``time_s`` = the step time...) and
 ``workload``, ``algorithm`` (the schedule), ``nccl``,
@@ -26,8 +27,7 @@ study columns it shares with collective studies (``machine``,
 from __future__ import annotations
 
 import hashlib
-import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,7 +40,6 @@ __all__ = [
     "WorkloadSpec",
     "expand_workloads",
     "parse_workloads",
-    "run_workload_batch",
 ]
 
 WORKLOAD_KEYS = {"workloads", "schedules", "nccl"}
@@ -164,14 +163,16 @@ def _names(raw: Any, where: str) -> tuple[str, ...]:
     return tuple(str(x) for x in raw)
 
 
-def expand_workloads(study) -> list[WorkloadBatch]:
-    """One batch per (machine variant, workload, schedule, NCCL release, contention)."""
+def expand_workloads(study, model_digest: Callable[[Any], str]) -> list[WorkloadBatch]:
+    """One batch per (machine variant, workload, schedule, NCCL release,
+    contention) of ``study``; ``model_digest(machine)`` hashes a machine
+    variant's model (what a changed model must change in the keys)."""
     from .. import __version__
-    from .study import _model_digest, point_key
+    from .keys import point_key
 
     batches = []
     for machine in study.machines:
-        digest = _model_digest(machine)
+        digest = model_digest(machine)
         for spec in study.workloads:
             content = _content_digest(spec)
             for schedule in study.schedules or (None,):
@@ -203,37 +204,3 @@ def _content_digest(spec: WorkloadSpec) -> str | None:
     for path in paths:
         digest.update(path.read_bytes())
     return digest.hexdigest()
-
-
-def run_workload_batch(batch: WorkloadBatch, study: str = "") -> list[dict[str, Any]]:
-    """The result row of each point (never raises for a bad point)."""
-    from .. import __version__
-    from ..workload import run_workload, with_schedule
-    from .runner import _machine, _message
-
-    rows = []
-    for point in batch.points:
-        row: dict[str, Any] = {
-            "key": point.key, "study": study, "machine": point.machine.label, "topology": point.machine.topology,
-            "overrides": point.machine.overrides_text(), "workload": point.workload.label,
-            "algorithm": point.schedule or "own", "algorithm_kind": "workload",
-            "algorithm_spec": json.dumps(point.workload.to_dict(), sort_keys=True, default=str),
-            "nccl": point.nccl, "mode": "workload", "contention": point.contention, "simcoll_version": __version__,
-        }  # fmt: skip
-        try:
-            machine = _machine(point.machine)
-            row.update(model=machine.model.name, num_ranks=machine.num_ranks)
-            workload = point.workload.load()
-            if point.schedule is not None:
-                workload = with_schedule(workload, point.schedule)
-            launch = None if point.machine.launch is not None else "processes"  # a study's launch: keep it
-            result = run_workload(workload, machine, contention=point.contention, time_limit_s=batch.time_limit_s,
-                                  nccl=point.nccl, launch=launch)  # fmt: skip
-        except Exception as exc:  # noqa: BLE001 - a bad point is recorded, never stops the sweep
-            rows.append({**row, "status": "error", "error": _message(exc)})
-            continue
-        rows.append({
-            **row, "status": "ok", "time_s": result.step_time_s, "throughput_per_s": result.throughput_per_s,
-            "compute_s": result.compute_s(), "exposed_communication_s": result.exposed_communication_s(),
-        })  # fmt: skip
-    return rows

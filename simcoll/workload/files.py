@@ -111,7 +111,7 @@ def _op(raw: Any, where: str) -> Op:
     if not isinstance(raw, Mapping) or "op" not in raw:
         raise WorkloadError(f"{where}: expected a mapping with 'op' (one of {', '.join(OP_TYPES)})")
     kind = raw["op"]
-    if kind not in OP_TYPES:
+    if not isinstance(kind, str) or kind not in OP_TYPES:
         raise WorkloadError(f"{where}: unknown op {kind!r} (one of {', '.join(OP_TYPES)})")
     fields = dict(raw)
     del fields["op"]

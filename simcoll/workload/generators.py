@@ -59,10 +59,15 @@ class Layer:
     params: float
     forward_flops: float
     attention_flops: float = 0.0  # of forward_flops, a transformer layer's attention block
+    attention_params: float = 0.0  # of params, the attention block's (and its layer norm's)
 
     @property
     def mlp_flops(self) -> float:
         return self.forward_flops - self.attention_flops
+
+    @property
+    def mlp_params(self) -> float:
+        return self.params - self.attention_params
 
 
 @functools.cache
@@ -90,9 +95,9 @@ def network_layers(name: str) -> list[Layer]:
     for i in range(spec["layers"]):
         # 12 h^2 + 13 h parameters; forward 24 s h^2 + 4 s^2 h FLOPs, of which the attention block
         # (QKV, scores, values, projection) 8 s h^2 + 4 s^2 h and the MLP 16 s h^2 (Narayanan et al. 2021, §5.1)
-        layers.append(
-            Layer(f"layer{i}", 12 * h * h + 13 * h, 24 * s * h * h + 4 * s * s * h, 8 * s * h * h + 4 * s * s * h)
-        )
+        # (of the parameters, attention 4 h^2 + 4 h and its layer norm 2 h; the MLP 8 h^2 + 5 h and its 2 h)
+        layers.append(Layer(f"layer{i}", 12 * h * h + 13 * h, 24 * s * h * h + 4 * s * s * h,
+                            8 * s * h * h + 4 * s * s * h, 4 * h * h + 6 * h))  # fmt: skip
     layers.append(Layer("logits", 0.0, 2 * s * h * v))  # weights tied to the embedding
     return layers
 
@@ -157,6 +162,7 @@ def data_parallel(
     it on stream ``"dp"``, all on group ``"dp"`` (module docstring)."""
     _check_positive_ints(ranks=ranks, batch_per_gpu=batch_per_gpu)
     layers = network_layers(model)
+    _check_scale(f"data-parallel {model}", ranks, ranks * 3 * len(layers))
     ops: list[Op] = []
     for layer in layers:
         ops.append(
@@ -197,21 +203,41 @@ def transformer(
     compute_efficiency: float = 1.0,
     schedule: str | Mapping[str, str] = "nccl",
     nccl: str | None = None,
+    experts: int = 1,
+    moe_every: int = 2,
+    top_k: int = 1,
+    capacity_factor: float = 1.0,
 ) -> Workload:
     """One Megatron-LM step of transformer ``model`` on ``tp x pp x dp``
     GPUs (module docstring): ``micro_batches`` micro-batches of
     ``micro_batch`` sequences per replica (default ``pp``) through the 1F1B
     pipeline; activations of ``bytes_per_value`` bytes (2: BF16).
     ``schedule`` is one schedule for every collective, or one per role
-    (``{"tp": "nccl", "dp": "ring"}``). Groups are ``tp.d<d>.p<p>`` and
-    ``dp.t<t>.p<p>``; rank ``t + tp (d + dp p)`` is tensor rank ``t`` of
-    replica ``d`` in stage ``p``.
+    (``{"tp": "nccl", "dp": "ring", "ep": "direct"}``). Groups are
+    ``tp.d<d>.p<p>`` and ``dp.t<t>.p<p>``; rank ``t + tp (d + dp p)`` is
+    tensor rank ``t`` of replica ``d`` in stage ``p``.
+
+    Mixture of experts: with ``experts`` = ``dp`` (expert parallelism over
+    the data-parallel ranks, one expert each, as GShard and DeepSpeed-MoE
+    place them), every ``moe_every``-th layer's MLP is an expert layer: its
+    tokens go to their experts by an Alltoall over the replica's
+    data-parallel group and come back by another (two forward, two
+    backward: D. Lepikhin et al., GShard, 2020, §2.2), each expert computing
+    ``top_k x capacity_factor`` times a dense MLP's tokens (W. Fedus et al.,
+    Switch Transformer, 2021: top-1, capacity factor 1-1.25), and its
+    gradients, which no other rank holds, are not reduced across replicas.
 
     >>> w = transformer("bert-large", tp=2, pp=2, dp=2, micro_batches=2)
     >>> w.num_ranks, sorted(w.groups)[:2], w.samples_per_step
     (8, ['dp.t0.p0', 'dp.t0.p1'], 4)
     """
-    _check_positive_ints(tp=tp, pp=pp, dp=dp, micro_batch=micro_batch)
+    _check_positive_ints(tp=tp, pp=pp, dp=dp, micro_batch=micro_batch, experts=experts, moe_every=moe_every,
+                         top_k=top_k)  # fmt: skip
+    if experts not in (1, dp):
+        raise WorkloadError(f"transformer: experts must be 1 (dense) or dp = {dp} (one expert per data-parallel rank), "
+                            f"got {experts}")  # fmt: skip
+    if isinstance(capacity_factor, bool) or not isinstance(capacity_factor, (int, float)) or not capacity_factor > 0:
+        raise WorkloadError(f"transformer: capacity_factor must be positive, got {capacity_factor!r}")
     micro_batches = pp if micro_batches is None else micro_batches
     _check_positive_ints(micro_batches=micro_batches)
     spec = _networks().get(model)
@@ -222,12 +248,13 @@ def transformer(
     blocks = layers[1:-1]
     if len(blocks) % pp:
         raise WorkloadError(f"transformer: {len(blocks)} layers of {model} do not split into {pp} equal stages")
-    roles = {"tp": schedule, "dp": schedule} if isinstance(schedule, str) else dict(schedule)
-    unknown = sorted(set(roles) - {"tp", "dp"})
+    per_rank = micro_batches * (len(blocks) // pp + 2) * (8 if tp > 1 or experts > 1 else 2)
+    _check_scale(f"transformer {model}", tp * pp * dp, tp * pp * dp * per_rank)
+    roles = {"tp": schedule, "dp": schedule, "ep": schedule} if isinstance(schedule, str) else dict(schedule)
+    unknown = sorted(set(roles) - {"tp", "dp", "ep"})
     if unknown or not all(isinstance(v, str) for v in roles.values()):
-        raise WorkloadError(
-            f"transformer: schedule is one name or a mapping of roles tp and dp to names, got {schedule!r}"
-        )
+        raise WorkloadError(f"transformer: schedule is one name or a mapping of roles tp, dp and ep to names, "
+                            f"got {schedule!r}")  # fmt: skip
     per_stage = len(blocks) // pp
     activation_bytes = micro_batch * spec["sequence"] * spec["hidden"] * bytes_per_value
     groups = {}
@@ -236,8 +263,10 @@ def transformer(
             groups[f"tp.d{d}.p{p}"] = tuple(t + tp * (d + dp * p) for t in range(tp))
         for t in range(tp):
             groups[f"dp.t{t}.p{p}"] = tuple(t + tp * (d + dp * p) for d in range(dp))
+    moe = frozenset(layer.name for i, layer in enumerate(blocks) if experts > 1 and (i + 1) % moe_every == 0)
     job = _Megatron(tp, pp, dp, micro_batches, micro_batch, activation_bytes, grad_bytes_per_param, bucket_bytes,
-                    compute_efficiency, roles.get("tp", "nccl"), roles.get("dp", "nccl"))  # fmt: skip
+                    compute_efficiency, roles.get("tp", "nccl"), roles.get("dp", "nccl"), roles.get("ep", "nccl"),
+                    moe, top_k * capacity_factor)  # fmt: skip
     programs = []
     for p in range(pp):
         stage = blocks[p * per_stage : (p + 1) * per_stage]
@@ -248,13 +277,13 @@ def transformer(
                 programs.append((p, d, t, job.rank_program(p, d, t, stage, *extra)))
     programs.sort(key=lambda item: item[2] + tp * (item[1] + dp * item[0]))
     return Workload(
-        name=f"{model}-tp{tp}-pp{pp}-dp{dp}",
+        name=f"{model}-tp{tp}-pp{pp}-dp{dp}" + (f"-ep{experts}" if moe else ""),
         programs=tuple(program for *_, program in programs),
         groups=groups,
         samples_per_step=micro_batch * micro_batches * dp,
         nccl=nccl,
         description=f"{model}, Megatron tensor {tp} x pipeline {pp} (1F1B, {micro_batches} micro-batches of "
-        f"{micro_batch}) x data {dp}",
+        f"{micro_batch}) x data {dp}" + (f", {len(moe)} expert layers over {experts} experts" if moe else ""),
     )
 
 
@@ -271,6 +300,9 @@ class _Megatron:
     efficiency: float
     tp_schedule: str
     dp_schedule: str
+    ep_schedule: str = "nccl"
+    moe: frozenset = frozenset()  # the names of the expert layers
+    expert_load: float = 1.0  # top_k x capacity_factor: an expert's tokens over a dense MLP's
 
     def rank(self, p: int, d: int, t: int) -> int:
         return t + self.tp * (d + self.dp * p)
@@ -301,18 +333,31 @@ class _Megatron:
                                 deps=(after,), stream="tp"))  # fmt: skip
         return name
 
-    def _layer(self, ops, tag: str, p: int, d: int, layer: Layer, before: tuple[str, ...], scale: float):
+    def _layer(self, ops, tag: str, p: int, d: int, t: int, layer: Layer, before: tuple[str, ...], scale: float):
         """A layer's forward (``scale`` 1) or backward (2) pass: what the next one waits for."""
         if not layer.forward_flops:  # the embedding: a lookup, no matrix product
             return before
-        if not layer.attention_flops or self.tp == 1:
+        expert = layer.name in self.moe
+        if not layer.attention_flops or (self.tp == 1 and not expert):
             return (self._compute(ops, f"{tag}.{layer.name}", scale * layer.forward_flops, before),)
         halves = [("attn", layer.attention_flops), ("mlp", layer.mlp_flops)]
         last = before
         for part, flops in halves if scale == 1 else halves[::-1]:
-            done = self._compute(ops, f"{tag}.{layer.name}.{part}", scale * flops, last)
-            last = (self._tp_allreduce(ops, f"{tag}.{layer.name}.{part}.allreduce", p, d, done),)
+            moving = expert and part == "mlp"  # the tokens to their experts and back (GShard §2.2)
+            if moving:
+                last = (self._alltoall(ops, f"{tag}.{layer.name}.dispatch", p, t, last),)
+                flops *= self.expert_load
+            last = (self._compute(ops, f"{tag}.{layer.name}.{part}", scale * flops, last),)
+            if self.tp > 1:
+                last = (self._tp_allreduce(ops, f"{tag}.{layer.name}.{part}.allreduce", p, d, last[0]),)
+            if moving:
+                last = (self._alltoall(ops, f"{tag}.{layer.name}.combine", p, t, last),)
         return last
+
+    def _alltoall(self, ops: list[Op], name: str, p: int, t: int, after: tuple[str, ...]) -> str:
+        ops.append(CollectiveOp(name, "alltoall", f"dp.t{t}.p{p}", self.activation_bytes * self.expert_load,
+                                self.ep_schedule, deps=after, stream="ep"))  # fmt: skip
+        return name
 
     def _forward(self, ops, p, d, t, m, stage, head, tail) -> None:
         last: tuple[str, ...] = ()
@@ -320,7 +365,7 @@ class _Megatron:
             ops.append(Recv(f"recv.F{m}", self.rank(p - 1, d, t), self.activation_bytes, stream="pp-recv"))
             last = (f"recv.F{m}",)
         for layer in head + stage + tail:
-            last = self._layer(ops, f"F{m}", p, d, layer, last, 1.0)
+            last = self._layer(ops, f"F{m}", p, d, t, layer, last, 1.0)
         if p < self.pp - 1:
             ops.append(Send(f"send.F{m}", self.rank(p + 1, d, t), self.activation_bytes, deps=last, stream="pp-send"))
 
@@ -333,10 +378,11 @@ class _Megatron:
         filled, k = 0.0, 0
         layers = list(reversed(head + stage + tail))
         for i, layer in enumerate(layers):
-            last = self._layer(ops, f"B{m}", p, d, layer, last, 2.0)
+            last = self._layer(ops, f"B{m}", p, d, t, layer, last, 2.0)
             if not final:
                 continue
-            filled += layer.params / self.tp * self.grad_bytes_per_param
+            shared = layer.attention_params if layer.name in self.moe else layer.params  # (an expert's are its own)
+            filled += shared / self.tp * self.grad_bytes_per_param
             if filled and (filled >= self.bucket_bytes or i == len(layers) - 1):
                 ops.append(CollectiveOp(f"B{m}.grads{k}", "allreduce", f"dp.t{t}.p{p}", filled, self.dp_schedule,
                                         deps=last, stream="dp"))  # fmt: skip
@@ -357,6 +403,19 @@ def generate_workload(kind: str, **options: Any) -> Workload:
         return GENERATORS[kind](**options)
     except TypeError as exc:
         raise WorkloadError(f"{kind}: {exc}") from None
+
+
+def _check_scale(what: str, ranks: int, operations: int) -> None:
+    """Refuse a job larger than simcoll builds, before building it."""
+    from ..limits import MAX_GPUS, MAX_WORKLOAD_OPERATIONS
+
+    if ranks > MAX_GPUS:
+        raise WorkloadError(
+            f"{what}: {ranks:,} ranks, more than simcoll takes (simcoll.limits.MAX_GPUS = {MAX_GPUS:,})"
+        )
+    if operations > MAX_WORKLOAD_OPERATIONS:
+        raise WorkloadError(f"{what}: about {operations:,} operations, more than simcoll holds "
+                            f"(simcoll.limits.MAX_WORKLOAD_OPERATIONS = {MAX_WORKLOAD_OPERATIONS:,})")  # fmt: skip
 
 
 def _check_positive_ints(**values: Any) -> None:

@@ -168,12 +168,17 @@ def check_workload(workload: Workload, num_ranks: int | None = None) -> Matching
     order, a group with a rank outside the workload or the machine, a
     collective at a rank outside its group, members that disagree on a
     call, an unmatched send or receive."""
-    where = f"workload {workload.name!r}"
     if not isinstance(workload, Workload):
         raise WorkloadError(f"expected a Workload, got a {type(workload).__name__}")
+    where = f"workload {workload.name!r}"
     p = workload.num_ranks
     if p == 0:
         raise WorkloadError(f"{where}: no ranks")
+    from ..limits import MAX_WORKLOAD_OPERATIONS
+
+    if workload.num_ops > MAX_WORKLOAD_OPERATIONS:
+        raise WorkloadError(f"{where}: {workload.num_ops:,} operations, more than simcoll holds "
+                            f"(simcoll.limits.MAX_WORKLOAD_OPERATIONS = {MAX_WORKLOAD_OPERATIONS:,})")  # fmt: skip
     if num_ranks is not None and p > num_ranks:
         raise WorkloadError(f"{where}: has {p} ranks but the machine has {num_ranks} GPUs")
     if workload.samples_per_step is not None and not _positive(workload.samples_per_step):

@@ -351,3 +351,12 @@ def test_expert_layers_move_their_tokens_by_alltoall_and_keep_their_gradients():
     with pytest.raises(WorkloadError, match="experts must be 1"):
         transformer("bert-large", tp=1, pp=1, dp=4, experts=2)
     assert run_workload(moe, "dgx-h100*2").step_time_s > 0
+
+
+def test_cli_options_keep_text_where_the_generator_takes_text(tmp_path):
+    path = tmp_path / "w.yaml"
+    assert main(["workload", "generate", "data-parallel", "--option", "nccl=2.30", "--option", "ranks=2",
+                 "--option", "bucket_bytes=25MiB", "-o", str(path)]) == 0  # fmt: skip
+    workload = load_workload(path)
+    assert workload.nccl == "2.30" and workload.num_ranks == 2  # a release, not the number 2.3
+    assert main(["workload", "generate", "nope", "-o", str(path)]) == 2

@@ -52,10 +52,21 @@ def option_value(text: str):
         return text
 
 
-def _generator_options(args: argparse.Namespace) -> dict:
+def _generator_options(args: argparse.Namespace, kind: str) -> dict:
+    """``--option`` values for generator ``kind``: kept as text where its
+    parameter takes text (``nccl=2.30`` stays ``"2.30"``), else read as
+    numbers or sizes (:func:`option_value`)."""
+    import inspect
+
+    from ..workload import GENERATORS
     from .algo import parse_key_values
 
-    return {key: option_value(value) for key, value in parse_key_values(args.option).items()}
+    parameters = inspect.signature(GENERATORS[kind]).parameters
+    options = {}
+    for key, value in parse_key_values(args.option).items():
+        annotation = str(parameters[key].annotation) if key in parameters else ""
+        options[key] = value if annotation.startswith("str") else option_value(value)
+    return options
 
 
 def _is_chakra(spec: str) -> bool:
@@ -70,7 +81,7 @@ def _workload(args: argparse.Namespace):
     from ..workload import GENERATORS, generate_workload, load_workload
 
     if args.workload in GENERATORS and not Path(args.workload).exists():
-        return generate_workload(args.workload, **_generator_options(args))
+        return generate_workload(args.workload, **_generator_options(args, args.workload))
     if args.option:
         raise OptionError(f"--option is for a generator ({', '.join(GENERATORS)}), not {args.workload}")
     if getattr(args, "groups", None) and not _is_chakra(args.workload):
@@ -97,10 +108,19 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_generate(args: argparse.Namespace) -> int:
-    from ..workload import check_workload, generate_workload, save_workload
+def _generated(args: argparse.Namespace):
+    from ..errors import OptionError
+    from ..workload import GENERATORS, generate_workload
 
-    workload = generate_workload(args.kind, **_generator_options(args))
+    if args.kind not in GENERATORS:
+        raise OptionError(f"unknown workload generator {args.kind!r}; known: {', '.join(GENERATORS)}")
+    return generate_workload(args.kind, **_generator_options(args, args.kind))
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from ..workload import check_workload, save_workload
+
+    workload = _generated(args)
     matching = check_workload(workload)
     save_workload(workload, args.output)
     summary = {

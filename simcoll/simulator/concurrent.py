@@ -187,37 +187,43 @@ class Call:
 
     # -- R2, R3 and the network ---------------------------------------------------------------------
     def _release(self, i: int) -> None:
-        self._pending[i] -= 1
-        if self._pending[i] == 0:
+        pending = self._pending
+        pending[i] -= 1
+        if pending[i] == 0:
             self._launch(i)
 
     def _launch(self, i: int) -> None:
         m = self.plan.msgs[i]
-        proto, model = self.protocol, self.run.machine.model
+        proto = self.protocol
         payload = m.chunks * self.chunk_bytes
-        cap = model.fused_reduce_rate_Bps / proto.efficiency if m.reduce else math.inf
-        after = proto.hop_latency_s + (model.reduce_after_s(payload) if m.reduce else 0.0)
+        if m.reduce:
+            model = self.run.machine.model
+            cap = model.fused_reduce_rate_Bps / proto.efficiency
+            after = proto.hop_latency_s + model.reduce_after_s(payload)
+        else:
+            cap, after = math.inf, proto.hop_latency_s
         src, dst = self._connections[i]
-        self.run.start_flow(src, dst, payload, cap, proto.efficiency, after, lambda _f: self._sent(i),
-                            lambda _f: self._landed(i))  # fmt: skip
+        # the message's index rides on its flow (the network's tag): no closure per message
+        self.run.network.launch(src, dst, payload, cap, proto.efficiency, self._sent, self._landed, after, None,
+                                None, None, None, i)  # fmt: skip
 
-    def _sent(self, i: int) -> None:
-        following = self.plan.next_on[i]
+    def _sent(self, flow) -> None:
+        following = self.plan.next_on[flow.tag]
         if following >= 0:
             self._release(following)
 
-    def _landed(self, i: int) -> None:
-        waiters = self.plan.waiters
-        for slot in self.plan.msgs[i].writes:
-            count = self._landed_count[slot] = self._landed_count.get(slot, 0) + 1
+    def _landed(self, flow) -> None:
+        waiters, landed, cursor = self.plan.waiters, self._landed_count, self._cursor
+        for slot in self.plan.msgs[flow.tag].writes:
+            count = landed[slot] = landed.get(slot, 0) + 1
             queue = waiters.get(slot)
             if queue is None:
                 continue
-            at = self._cursor.get(slot, 0)
+            at = cursor.get(slot, 0)
             while at < len(queue) and queue[at][0] <= count:
                 self._release(queue[at][1])
                 at += 1
-            self._cursor[slot] = at
+            cursor[slot] = at
         self._finished_one()
 
     def _finished_one(self) -> None:
@@ -243,7 +249,11 @@ class Call:
         proto, model = self.protocol, self.run.machine.model
         for (src, dst), (size, reduce) in self.stream_loads().items():
             cap = model.fused_reduce_rate_Bps / proto.efficiency if reduce else math.inf
-            self.run.start_flow(src, dst, size, cap, proto.efficiency, 0.0, None, lambda _f: self._finished_one())
+            self.run.network.launch(src, dst, size, cap, proto.efficiency, None, self._drained, 0.0, None, None, None,
+                                    None, None)  # fmt: skip
+
+    def _drained(self, _flow) -> None:
+        self._finished_one()
 
     # -- C4, C5: the end -------------------------------------------------------------------------------
     def _end(self) -> None:
@@ -357,11 +367,6 @@ class SharedRun:
             algorithm = Algorithm("send", make_collective("sendrecv", 2), (Transfer(0, 0, 1, step=0),), metadata=meta)
             self._p2p[key] = algorithm
         return self.start(algorithm, size_bytes, (src, dst), protocol=protocol, name=name or f"send {src}->{dst}")
-
-    def start_flow(self, src, dst, payload: float, cap_Bps: float, efficiency: float, after_s: float, on_sent,
-                   on_arrival) -> None:  # fmt: skip
-        self.network.start_flow(src, dst, payload, cap_Bps=cap_Bps, efficiency=efficiency, after_s=after_s,
-                                on_sent=on_sent, on_arrival=on_arrival)  # fmt: skip
 
     def alone(self, call: Call) -> tuple[float, float]:
         """(drain time of its streams, time by R7) of a pipelined ``call``

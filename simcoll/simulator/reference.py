@@ -259,31 +259,23 @@ class ReferenceNetwork:
         self.env.process(self._transfer(src, dst, size_bytes, cap_Bps, efficiency, track, label, chunk, kind, arrived))
         return arrived
 
-    def start_flow(
-        self,
-        src,
-        dst,
-        size_bytes: float,
-        *,
-        cap_Bps: float = math.inf,
-        efficiency: float = 1.0,
-        on_sent=None,
-        on_arrival=None,
-        after_s: float = 0.0,
-    ) -> None:
-        """Callback form of :meth:`transfer`, as :meth:`.network.FluidNetwork.start_flow`:
-        ``on_sent(None)`` when the last byte has left the wire (R4, R5),
-        ``on_arrival(None)`` ``α + after_s`` later (R6). No timeline row."""
+    def launch(self, src, dst, size_bytes: float, cap_Bps: float, efficiency: float, on_sent, on_arrival,
+               after_s: float, kind, track, label, chunk, tag) -> None:  # fmt: skip
+        """:meth:`.network.FluidNetwork.launch`'s form (no timeline row): a
+        flow of ``size_bytes / efficiency`` wire bytes on the pair's route at
+        most at ``cap_Bps``; ``on_sent(flow)`` when its last byte has left the
+        wire (R4, R5), ``on_arrival(flow)`` ``α + after_s`` later (R6); the
+        flow object they get carries ``tag``."""
         self.env.process(self._flow(self.route(src, dst), size_bytes / efficiency, cap_Bps, after_s, on_sent,
-                                    on_arrival))  # fmt: skip
+                                    on_arrival, _Tagged(tag)))  # fmt: skip
 
-    def _flow(self, route, wire_bytes, cap_Bps, after_s, on_sent, on_arrival):
+    def _flow(self, route, wire_bytes, cap_Bps, after_s, on_sent, on_arrival, flow):
         yield self.send(route, wire_bytes, cap_Bps)
         if on_sent is not None:
-            on_sent(None)
+            on_sent(flow)
         yield self.env.timeout(route[0] + after_s)
         if on_arrival is not None:
-            on_arrival(None)
+            on_arrival(flow)
 
     def _transfer(self, src, dst, size_bytes, cap_Bps, efficiency, track, label, chunk, kind, arrived):
         route = self.route(src, dst)
@@ -371,6 +363,13 @@ class ReferenceNetwork:
         for rid, (since, rate, flows) in self._segments.items():
             self._close(rid, since, self.env.now, rate, flows)
         self._segments = {}
+
+
+@dataclass(frozen=True)
+class _Tagged:
+    """What :meth:`ReferenceNetwork.launch` hands its callbacks: the caller's tag."""
+
+    tag: object
 
 
 # -- R1-R3: the schedule's messages -------------------------------------------------------------------

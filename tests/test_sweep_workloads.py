@@ -63,6 +63,7 @@ def test_the_example_study_loads():
         ({"workloads": [{"generate": "data-parallel", "options": {"ranks": 0}}]}, "ranks must be a positive"),
         ({"workloads": [STEP, STEP]}, "name 'resnet' used twice"),
         ({"nccl": ["9.9"]}, "nccl:"),
+        ({"simulator": {"mode": "program"}}, "simulator.mode: a study of workloads"),
     ],
 )
 def test_bad_workload_studies_are_refused(change, message):

@@ -105,6 +105,10 @@ def parse_workloads(data: Mapping[str, Any], where: str, base: Path) -> tuple[tu
     clash = sorted({"collectives", "algorithms", "sizes", "size_factor"} & set(data))
     if clash:
         raise StudyError(f"{where}: a study of workloads takes no {clash[0]!r} (its workloads name their collectives)")
+    simulator = data.get("simulator")
+    if isinstance(simulator, Mapping) and "mode" in simulator:
+        raise StudyError(f"{where}: simulator.mode: a study of workloads runs each step in the workload engine "
+                         "(contention and time_limit_s apply)")  # fmt: skip
     raw = data.get("workloads")
     if isinstance(raw, Mapping):
         raw = [raw]

@@ -53,7 +53,7 @@ def run_case(name: str, time_limit_s: float) -> str:
     return (
         f"{name} ({kind} on {topology}, {summary['ranks']} ranks): {wall:.2f} s, peak {peak_mib:.0f} MiB "
         f"(largest child so far); {summary['operations']:,} operations, {stats['calls']:,} calls, "
-        f"{stats['transfers']:,} transfers; step {summary['step_time_s'] * 1e3:.3f} ms"
+        f"{stats['transfers']:,} transfers simulated; step {summary['step_time_s'] * 1e3:.3f} ms; {stats['path']}"
     )
 
 

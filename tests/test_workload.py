@@ -360,3 +360,24 @@ def test_cli_options_keep_text_where_the_generator_takes_text(tmp_path):
     workload = load_workload(path)
     assert workload.nccl == "2.30" and workload.num_ranks == 2  # a release, not the number 2.3
     assert main(["workload", "generate", "nope", "-o", str(path)]) == 2
+
+
+# -- W5: calls that never meet ------------------------------------------------------------------------------
+@pytest.mark.parametrize("spec,ranks", [("dgx1", 8), ("dgx-h100*2", 16), ("dgx-h100*2", 8)])
+def test_a_step_whose_calls_never_meet_is_timed_from_their_times_alone(spec, ranks):
+    step = data_parallel("resnet50", ranks=ranks, batch_per_gpu=64, compute_efficiency=0.3)
+    quick, shared = run_workload(step, spec), run_workload(step, spec, alone_first=False)
+    assert (quick.stats["path"], shared.stats["path"]) == ("calls alone", "shared network")
+    assert quick.end_s == pytest.approx(shared.end_s, rel=1e-9, abs=1e-15)
+
+
+def test_calls_that_meet_run_on_the_shared_network():
+    # two rings at once on the same four GPUs' links: they share every link
+    programs = tuple((CollectiveOp("a", "allreduce", "x", 64 << 20, "ring"),
+                      CollectiveOp("b", "allreduce", "y", 64 << 20, "ring", stream="other")) for _ in range(4))  # fmt: skip
+    result = run_workload(Workload("meet", programs, {"x": (0, 1, 2, 3), "y": (0, 1, 2, 3)}), "ring:4")
+    assert result.stats["path"] == "shared network" and "share a resource" in result.stats["not_alone"]
+    alone = run_workload(Workload("one", tuple(p[:1] for p in programs), {"x": (0, 1, 2, 3)}), "ring:4")
+    assert result.step_time_s > 1.9 * alone.step_time_s  # each got half the links
+    staggered = run_workload(transformer("bert-large", tp=2, pp=2, dp=1, micro_batches=2), "dgx-h100")
+    assert "arrive at different times" in staggered.stats["not_alone"]  # a pipeline's sends

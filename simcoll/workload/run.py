@@ -24,6 +24,15 @@ W3. **Collectives.** A member's operation arrives at its call when it
 W4. **Sends.** A send and its receive are one point-to-point call (C6):
     both have to have started before the data moves, and both end when it
     has landed.
+W5. **Calls that never meet.** A call whose members arrive together and
+    that shares no resource with any call in flight beside it takes exactly
+    its time alone (C3). The fast engine first plays the step so, each call
+    timed alone once (by :func:`~simcoll.simulator.simulate`'s fastest path
+    where the group is the whole machine); at the first call whose members
+    arrive apart, or that meets another on a resource, it plays the step
+    again on the shared network. ``stats["path"]`` says which stood
+    (``"calls alone"`` or ``"shared network"``, with ``stats["not_alone"]``
+    saying why).
 
 The step ends when the last operation ends. A workload whose ranks wait on
 one another for ever (members issuing their calls in different orders on
@@ -33,16 +42,19 @@ one stream) stops with an error naming who waits for whom.
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+import simpy
 
 from ..algorithm import Algorithm
 from ..errors import SimcollError, SimulationError, WorkloadError
 from ..machines import Machine, as_machine
 from ..simulator.concurrent import SharedRun
+from ..simulator.engine import run_with_limit
 from .ops import CollectiveOp, Compute, Workload, check_workload
 from .results import WorkloadResult
 
@@ -58,6 +70,7 @@ def run_workload(
     time_limit_s: float = 600.0,
     nccl=None,
     launch: str | None = "processes",
+    alone_first: bool = True,
 ) -> WorkloadResult:
     """Simulate one step of ``workload`` on ``machine`` (rules W1-W4).
 
@@ -83,6 +96,10 @@ def run_workload(
         (default: frameworks run one process per GPU, torchrun and MPI
         alike), ``"threads"``, ``"graphs"`` (CUDA graphs); None keeps the
         machine's.
+    alone_first : bool
+        With the fast engine, first play the step with every call at its
+        time alone, which stands where no two calls meet (W5); False plays
+        it on the shared network at once (the same result, slower).
 
     Returns
     -------
@@ -122,9 +139,56 @@ def run_workload(
         call_plans[key] = (schedules.algorithm(programs[rank][i], tuple(int(r) for r in group)), group)
     durations = _durations(workload, machine)
 
-    run = SharedRun(machine, engine=engine, contention=contention)
-    env = run.env
     offsets = np.cumsum([0] + [len(p) for p in programs])
+    what = f"workload {workload.name!r} on {machine.name}"
+    solo = _SoloCalls(machine, engine, contention, schedules, call_plans, workload, matching)
+    path, why = "shared network", None
+    if engine == "fast" and alone_first:  # W5: calls that never meet take their times alone
+        env = simpy.Environment()
+        played = _play(env, workload, matching, durations, offsets, lambda key: solo.timed(env, key))
+        try:
+            events = run_with_limit(env, time_limit_s, what=what, started_s=wall0)
+            path = "calls alone" if not np.isnan(played[1]).any() else path
+        except _NotAlone as exc:
+            why = str(exc)
+    if path == "shared network":
+        run = SharedRun(machine, engine=engine, contention=contention)
+        env = run.env
+        played = _play(env, workload, matching, durations, offsets, lambda key: solo.start(run, key))
+        events = run.run(time_limit_s, started_s=wall0, what=what)
+    start_s, end_s, waiting, calls = played
+    if np.isnan(end_s).any():
+        raise SimulationError(_stall(workload, matching, offsets, start_s, end_s, waiting, calls, env.now))
+    transfers = run.network.transfers if path == "shared network" else solo.transfers
+    return WorkloadResult.from_run(
+        workload,
+        machine,
+        offsets=offsets,
+        start_s=start_s,
+        end_s=end_s,
+        stats={
+            "engine": engine,
+            "path": path,
+            "not_alone": why,
+            "launch": machine.model.launch,
+            "contention": contention,
+            "calls": len(matching.calls),
+            "sends": len(matching.sends),
+            "transfers": transfers,
+            "events": events,
+            "schedules": schedules.labels,
+            "wall_s": time.perf_counter() - wall0,
+        },
+    )
+
+
+def _play(env, workload: Workload, matching, durations, offsets, call_for):
+    """Every rank's streams as SimPy processes (W1-W4) over the calls
+    ``call_for(key)`` gives (``("call", (group, k))`` or ``("send", (src,
+    dst, k))``): each has ``arrive(member)`` and a ``done`` event. Returns
+    the operations' start and end arrays (filled as the run goes), the
+    operations waiting in a call, and the calls."""
+    programs = workload.programs
     start_s = np.full(int(offsets[-1]), np.nan)
     end_s = np.full(int(offsets[-1]), np.nan)
     member_of: dict[tuple[int, int], tuple[tuple, int]] = {}
@@ -137,28 +201,8 @@ def run_workload(
     names_of = [{op.name: i for i, op in enumerate(program)} for program in programs]
     needed = {(rank, names_of[rank][d]) for rank, program in enumerate(programs) for op in program for d in op.deps}
     done = {ri: env.event() for ri in needed}
-    calls: dict[tuple, object] = {}  # in flight
+    calls: dict[tuple, object] = {}  # started
     waiting: dict[tuple[int, int], tuple] = {}  # (rank, op) -> the call it waits in
-
-    def call_for(key: tuple):
-        call = calls.get(key)
-        if call is None:
-            if key[0] == "call":
-                algorithm, group = call_plans[key[1]]
-                op = programs[group[0]][matching.calls[key[1]][0][1]]
-                if algorithm is None:  # a group of one: nothing to move
-                    call = _Nothing(env)
-                else:
-                    call = run.start(algorithm, op.size_bytes, group, protocol=schedules.protocol(algorithm, op, group),
-                                     name=f"{op.collective} {op.name!r} on {key[1][0]}",
-                                     switches=schedules.switches(algorithm, group))  # fmt: skip
-            else:
-                src, dst, _ = key[1]
-                (s_rank, s_index), _ = matching.sends[key[1]]
-                op = programs[s_rank][s_index]
-                call = run.send(src, dst, op.size_bytes, name=f"send {op.name!r} {src}->{dst}")
-            calls[key] = call
-        return call
 
     def stream(rank: int, indices: Sequence[int]):
         program = programs[rank]
@@ -173,7 +217,9 @@ def run_workload(
                 yield env.timeout(durations[(rank, i)])
             else:
                 key, member = member_of[(rank, i)]
-                call = call_for(key)
+                call = calls.get(key)
+                if call is None:
+                    call = calls[key] = call_for(key)
                 waiting[(rank, i)] = key
                 call.arrive(member)
                 yield call.done
@@ -189,28 +235,139 @@ def run_workload(
             by_stream.setdefault(op.stream, []).append(i)
         for indices in by_stream.values():
             env.process(stream(rank, indices))
-    what = f"workload {workload.name!r} on {machine.name}"
-    events = run.run(time_limit_s, started_s=wall0, what=what)
-    if np.isnan(end_s).any():
-        raise SimulationError(_stall(workload, matching, offsets, start_s, end_s, waiting, calls, env.now))
-    return WorkloadResult.from_run(
-        workload,
-        machine,
-        offsets=offsets,
-        start_s=start_s,
-        end_s=end_s,
-        stats={
-            "engine": engine,
-            "launch": machine.model.launch,
-            "contention": contention,
-            "calls": len(matching.calls),
-            "sends": len(matching.sends),
-            "transfers": run.network.transfers,
-            "events": events,
-            "schedules": schedules.labels,
-            "wall_s": time.perf_counter() - wall0,
-        },
+    return start_s, end_s, waiting, calls
+
+
+class _SoloCalls:
+    """The calls of a workload: started on a shared run (W3, W4), or timed
+    as they take alone (W5), with what each occupies of the machine."""
+
+    def __init__(self, machine, engine, contention, schedules, call_plans, workload, matching) -> None:
+        self.machine = machine
+        self.engine = engine
+        self.contention = contention
+        self.schedules = schedules
+        self.call_plans = call_plans
+        self.workload = workload
+        self.matching = matching
+        self.transfers = 0
+        self._times: dict[tuple, float] = {}
+        self._resources: dict[tuple, frozenset] = {}
+        self._mapper = SharedRun(machine, engine=engine, contention=contention)  # routes and connections; never run
+        self.active: list[_Timed] = []  # the calls in flight (W5)
+
+    def _describe(self, key: tuple):
+        """(algorithm, machine ranks, size, protocol, switches) of a
+        collective call, or (None, (src, dst), size, "Simple", None) of a send."""
+        programs = self.workload.programs
+        if key[0] == "call":
+            algorithm, group = self.call_plans[key[1]]
+            op = programs[group[0]][self.matching.calls[key[1]][0][1]]
+            if algorithm is None:
+                return None, tuple(group), op.size_bytes, None, None
+            protocol = self.schedules.protocol(algorithm, op, group)
+            return algorithm, tuple(group), op.size_bytes, protocol, self.schedules.switches(algorithm, group)
+        (s_rank, s_index), _ = self.matching.sends[key[1]]
+        return None, key[1][:2], programs[s_rank][s_index].size_bytes, "Simple", None
+
+    def start(self, run: SharedRun, key: tuple):
+        """The call on the shared run ``run`` (W3, W4)."""
+        algorithm, ranks, size, protocol, switches = self._describe(key)
+        if key[0] == "send":
+            return run.send(ranks[0], ranks[1], size, name=f"send {ranks[0]}->{ranks[1]}")
+        if algorithm is None:  # a group of one: nothing to move
+            return _Nothing(run.env)
+        return run.start(algorithm, size, ranks, protocol=protocol, name=f"{algorithm.name} on {key[1][0]}",
+                         switches=switches)  # fmt: skip
+
+    def alone_s(self, key: tuple) -> float:
+        """How long the call takes alone on the machine, its members arriving at once."""
+        algorithm, ranks, size, protocol, switches = self._describe(key)
+        if key[0] == "call" and algorithm is None:
+            return 0.0
+        cache = (id(algorithm), ranks, size, protocol, tuple(sorted((switches or {}).items())))
+        if cache not in self._times:
+            if algorithm is not None and ranks == tuple(range(self.machine.num_ranks)) and not switches:
+                from ..simulator import simulate
+
+                result = simulate(algorithm, self.machine, size, protocol=protocol, contention=self.contention,
+                                  verify=False, record_timeline=False, record_utilisation=False)  # fmt: skip
+                self._times[cache], transfers = result.time_s, result.transfers
+            else:
+                alone = SharedRun(self.machine, engine=self.engine, contention=self.contention)
+                call = self.start(alone, key)
+                call.arrive_all()
+                alone.env.run()
+                self._times[cache], transfers = call.end_s, alone.network.transfers
+            self.transfers += transfers
+        return self._times[cache]
+
+    def resources(self, key: tuple) -> frozenset:
+        """The ids of every resource the call's messages cross."""
+        if key not in self._resources:
+            algorithm, ranks, size, protocol, switches = self._describe(key)
+            if key[0] == "send":
+                connections = [ranks]
+            elif algorithm is None:
+                connections = []
+            else:
+                connections = self._mapper.connections(self.start(self._mapper, key))
+            network = self._mapper.network
+            self._resources[key] = frozenset(r.id for c in set(connections) for r, _ in network.route(*c)[2])
+        return self._resources[key]
+
+    def timed(self, env, key: tuple) -> _Timed:
+        return _Timed(self, env, key, 2 if key[0] == "send" else len(self._describe(key)[1]))
+
+    def begin(self, call: _Timed) -> None:
+        """``call`` starts (its members all arrived): it stands for the
+        shared run only if no call in flight shares a resource with it (W5);
+        raises :class:`_NotAlone` at the first that does, so that a step
+        whose calls meet stops playing at once."""
+        now = call.env.now
+        self.active = [c for c in self.active if c.end_s > now]
+        mine = self.resources(call.key)
+        for other in self.active:
+            if mine & self.resources(other.key):
+                raise _NotAlone(f"{_label(call.key)} and {_label(other.key)} share a resource while both run")
+        self.active.append(call)
+
+
+class _NotAlone(Exception):
+    """Calls of a step meet (W5): it runs on the shared network instead."""
+
+
+def _label(key: tuple) -> str:
+    return (
+        f"call {key[1][1]} on group {key[1][0]!r}" if key[0] == "call" else f"send {key[1][2]} {key[1][0]}->{key[1][1]}"
     )
+
+
+class _Timed:
+    """A call that takes its time alone from its members' arrival (W5)."""
+
+    def __init__(self, calls: _SoloCalls, env, key: tuple, members: int) -> None:
+        self.calls = calls
+        self.env = env
+        self.key = key
+        self.waiting = members
+        self.arrived: set[int] = set()
+        self.done = env.event()
+        self.first_s: float | None = None
+        self.start_s = self.end_s = math.nan
+
+    def arrive(self, member: int) -> None:
+        self.arrived.add(member)
+        now = self.env.now
+        if self.first_s is None:
+            self.first_s = now
+        elif now != self.first_s:
+            raise _NotAlone(f"the members of {_label(self.key)} arrive at different times")
+        if len(self.arrived) == self.waiting:
+            duration = self.calls.alone_s(self.key)
+            self.start_s, self.end_s = now, now + duration
+            self.calls.begin(self)
+            self.env.timeout(duration).callbacks.append(lambda _e: self.done.succeed(self.end_s))
 
 
 class _Nothing:

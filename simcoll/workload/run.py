@@ -72,7 +72,7 @@ def run_workload(
     launch: str | None = "processes",
     alone_first: bool = True,
 ) -> WorkloadResult:
-    """Simulate one step of ``workload`` on ``machine`` (rules W1-W4).
+    """Simulate one step of ``workload`` on ``machine`` (rules W1-W5).
 
     Parameters
     ----------
@@ -104,7 +104,10 @@ def run_workload(
     Returns
     -------
     WorkloadResult
-        Step time, per-operation timeline, exposed communication, throughput.
+        Step time, per-operation timeline, exposed communication, throughput;
+        ``stats["path"]`` says how it was played (W5) and
+        ``stats["transfers"]`` how many messages were simulated for it
+        (under ``"calls alone"``, those of each distinct call's run alone).
 
     Raises
     ------

@@ -69,6 +69,9 @@ def overlap_s(a: np.ndarray, b: np.ndarray) -> float:
     return float(total)
 
 
+_NONE = np.zeros((0, 2))  # no intervals
+
+
 def _length(intervals: np.ndarray) -> float:
     return float((intervals[:, 1] - intervals[:, 0]).sum()) if len(intervals) else 0.0
 
@@ -150,53 +153,68 @@ class WorkloadResult:
             columns=TIMELINE_COLUMNS,
         )
 
-    def _intervals(self, mask: np.ndarray) -> np.ndarray:
-        return interval_union(self.start_s[mask], self.end_s[mask])
+    def _spans(self, key: np.ndarray) -> dict[tuple[int, int], np.ndarray]:
+        """The union of the operation intervals of each (rank, ``key``) pair
+        present, one sort for all of them (a step has up to millions of
+        operations and thousands of (rank, group) pairs)."""
+        order = np.lexsort((self.start_s, key, self.rank))
+        ranks, keys = self.rank[order], key[order]
+        cuts = np.flatnonzero((np.diff(ranks) != 0) | (np.diff(keys) != 0)) + 1
+        spans = {}
+        for part in np.split(order, cuts) if len(order) else []:
+            first = part[0]
+            spans[(int(self.rank[first]), int(key[first]))] = interval_union(self.start_s[part], self.end_s[part])
+        return spans
+
+    def _codes(self) -> tuple[list[str], np.ndarray, np.ndarray]:
+        """The group names (``""`` first where compute has none), each
+        operation's group code, and whether it is compute."""
+        names, codes = np.unique(np.array(self.group, dtype=object).astype(str), return_inverse=True)
+        return names.tolist(), codes, np.array(self.kind) == "compute"
 
     def communication(self) -> list[dict[str, Any]]:
         """Per group with calls (and ``"p2p"`` for sends and receives), over
         its member ranks: ``calls`` per member, mean ``busy_s`` (the time a
         member spends in the group's calls), mean and max ``exposed_s`` (of
         that, the time the member's compute does not cover)."""
-        kinds = np.array(self.kind)
-        groups = np.array(self.group)
-        compute = {r: self._intervals((self.rank == r) & (kinds == "compute")) for r in np.unique(self.rank).tolist()}
+        names, codes, is_compute = self._codes()
+        compute = self._spans(np.where(is_compute, 0, 1))
+        busy: dict[int, list[float]] = {}
+        exposed: dict[int, list[float]] = {}
+        for (rank, code), spans in self._spans(codes).items():
+            if names[code] == "":
+                continue
+            length = _length(spans)
+            busy.setdefault(code, []).append(length)
+            exposed.setdefault(code, []).append(length - overlap_s(spans, compute.get((rank, 0), _NONE)))
+        counts = np.bincount(codes, minlength=len(names))
         rows = []
-        for g in sorted(set(self.group) - {""}):
-            in_group = groups == g
-            ranks = np.unique(self.rank[in_group]).tolist()
-            busy, exposed = [], []
-            for r in ranks:
-                spans = self._intervals(in_group & (self.rank == r))
-                busy.append(_length(spans))
-                exposed.append(busy[-1] - overlap_s(spans, compute[r]))
+        for code in sorted(busy, key=lambda c: names[c]):
+            members = len(busy[code])
             rows.append({
-                "group": g,
-                "ranks": len(ranks),
-                "calls": int(in_group.sum()) // max(1, len(ranks)),
-                "busy_s": float(np.mean(busy)),
-                "exposed_s": float(np.mean(exposed)),
-                "max_exposed_s": float(np.max(exposed)),
+                "group": names[code],
+                "ranks": members,
+                "calls": int(counts[code]) // members,
+                "busy_s": float(np.mean(busy[code])),
+                "exposed_s": float(np.mean(exposed[code])),
+                "max_exposed_s": float(np.max(exposed[code])),
             })  # fmt: skip
         return rows
 
     def exposed_communication_s(self) -> float:
         """Per rank, the time it spends communicating (any group) with no
         compute of its own under way; the mean over ranks."""
-        kinds = np.array(self.kind)
-        values = []
-        for r in np.unique(self.rank).tolist():
-            mine = self.rank == r
-            comm = self._intervals(mine & (kinds != "compute"))
-            values.append(_length(comm) - overlap_s(comm, self._intervals(mine & (kinds == "compute"))))
+        _, _, is_compute = self._codes()
+        spans = self._spans(np.where(is_compute, 0, 1))
+        values = [_length(spans.get((r, 1), _NONE)) - overlap_s(spans.get((r, 1), _NONE), spans.get((r, 0), _NONE))
+                  for r in np.unique(self.rank).tolist()]  # fmt: skip
         return float(np.mean(values)) if values else 0.0
 
     def compute_s(self) -> float:
         """The mean over ranks of the time a rank's compute is under way."""
-        kinds = np.array(self.kind)
-        values = [
-            _length(self._intervals((self.rank == r) & (kinds == "compute"))) for r in np.unique(self.rank).tolist()
-        ]
+        _, _, is_compute = self._codes()
+        spans = self._spans(np.where(is_compute, 0, 1))
+        values = [_length(spans.get((r, 0), _NONE)) for r in np.unique(self.rank).tolist()]
         return float(np.mean(values)) if values else 0.0
 
     def summary(self) -> dict[str, Any]:

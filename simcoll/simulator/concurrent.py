@@ -95,24 +95,26 @@ class _Plan:
         self.msgs = msgs = schedule_messages(algorithm)
         last_on: dict[tuple, int] = {}
         self.next_on = [-1] * len(msgs)
-        self.pending = [0] * len(msgs)  # updates and predecessor to wait for, before arrivals
+        pending = [0] * len(msgs)  # updates and predecessor to wait for, before arrivals
         self.members: list[tuple[int, ...]] = []
         waiters: dict[int, list[tuple[int, int]]] = {}
         for i, m in enumerate(msgs):
             before = last_on.get(m.connection)
             if before is not None:
                 self.next_on[before] = i
-                self.pending[i] += 1
+                pending[i] += 1
             last_on[m.connection] = i
             for slot, wait in zip(m.reads, m.waits, strict=True):
                 if wait > 0:
                     waiters.setdefault(slot, []).append((wait, i))
-                    self.pending[i] += 1
+                    pending[i] += 1
             src, dst = m.connection
             self.members.append(
                 tuple(sorted({*src.sources, *src.destinations})) if isinstance(src, SwitchPath) else (src, dst)
             )
         self.waiters = {slot: sorted(ws) for slot, ws in waiters.items()}
+        # what each message waits for in all, its ends' arrivals included (C2): a call starts from a copy
+        self.waits = [p + len(members) for p, members in zip(pending, self.members, strict=True)]
         self.by_member: dict[int, list[int]] = {}
         for i, ranks in enumerate(self.members):
             for r in ranks:
@@ -143,7 +145,7 @@ class Call:
         self.arrived: set[int] = set()
         self.last_arrival_s: float | None = None
         self.end_s: float | None = None
-        self._pending = [p + len(members) for p, members in zip(plan.pending, plan.members, strict=True)]
+        self._pending = list(plan.waits)
         self._landed_count: dict[int, int] = {}
         self._cursor: dict[int, int] = {}
         self._last_s = 0.0  # the last landing (C4), or the last flow drained (C5)

@@ -16,6 +16,7 @@ A :class:`WorkloadResult` holds every operation's start and end. From them:
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -166,19 +167,25 @@ class WorkloadResult:
             spans[(int(self.rank[first]), int(key[first]))] = interval_union(self.start_s[part], self.end_s[part])
         return spans
 
-    def _codes(self) -> tuple[list[str], np.ndarray, np.ndarray]:
-        """The group names (``""`` first where compute has none), each
-        operation's group code, and whether it is compute."""
+    @functools.cached_property
+    def _groups(self) -> tuple[list[str], np.ndarray]:
+        """The group names (``""`` first where compute has none) and each operation's group code."""
         names, codes = np.unique(np.array(self.group, dtype=object).astype(str), return_inverse=True)
-        return names.tolist(), codes, np.array(self.kind) == "compute"
+        return names.tolist(), codes
+
+    @functools.cached_property
+    def _busy(self) -> dict[tuple[int, int], np.ndarray]:
+        """Per rank, when its compute is under way (``(rank, 0)``) and when
+        it communicates (``(rank, 1)``): what the figures below share."""
+        return self._spans(np.where(np.array(self.kind) == "compute", 0, 1))
 
     def communication(self) -> list[dict[str, Any]]:
         """Per group with calls (and ``"p2p"`` for sends and receives), over
         its member ranks: ``calls`` per member, mean ``busy_s`` (the time a
         member spends in the group's calls), mean and max ``exposed_s`` (of
         that, the time the member's compute does not cover)."""
-        names, codes, is_compute = self._codes()
-        compute = self._spans(np.where(is_compute, 0, 1))
+        names, codes = self._groups
+        compute = self._busy
         busy: dict[int, list[float]] = {}
         exposed: dict[int, list[float]] = {}
         for (rank, code), spans in self._spans(codes).items():
@@ -204,16 +211,14 @@ class WorkloadResult:
     def exposed_communication_s(self) -> float:
         """Per rank, the time it spends communicating (any group) with no
         compute of its own under way; the mean over ranks."""
-        _, _, is_compute = self._codes()
-        spans = self._spans(np.where(is_compute, 0, 1))
+        spans = self._busy
         values = [_length(spans.get((r, 1), _NONE)) - overlap_s(spans.get((r, 1), _NONE), spans.get((r, 0), _NONE))
                   for r in np.unique(self.rank).tolist()]  # fmt: skip
         return float(np.mean(values)) if values else 0.0
 
     def compute_s(self) -> float:
         """The mean over ranks of the time a rank's compute is under way."""
-        _, _, is_compute = self._codes()
-        spans = self._spans(np.where(is_compute, 0, 1))
+        spans = self._busy
         values = [_length(spans.get((r, 0), _NONE)) for r in np.unique(self.rank).tolist()]
         return float(np.mean(values)) if values else 0.0
 

@@ -31,8 +31,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 from fractions import Fraction
+from itertools import groupby
 
-from .algorithm import Algorithm, Transfer, messages, protocol_of
+import numpy as np
+
+from .algorithm import Algorithm, OrbitTable, Transfer, messages, protocol_of
 from .collectives import Collective
 from .errors import AlgorithmError, TopologyError
 from .machines import Machine, as_machine
@@ -147,18 +150,35 @@ def critical_path_time_s(
     _check_fits(algorithm, machine)
     nbytes = chunk_bytes(algorithm.collective, size_bytes)
     efficiency, reduce_cap, hop_s, call_s = _costs(algorithm, machine, protocol)
-    ready: dict[tuple[int, int], float] = {(r, c): 0.0 for c, r in algorithm.collective.pre}
+    orbit = algorithm.orbit
+    if orbit is not None and _routes_rotate(machine, orbit):
+        # every image of a representative starts and ends when it does (the schedule maps onto
+        # itself, and so do its pairs' routes): replay the representatives, each landing in the slot
+        # of the first ranks it stands for (OrbitTable.landing_slots), as the simulator does
+        slots = orbit.landing_slots()
+        g = len(orbit.chunk_map)
+        reps = list(orbit.representatives)
+        by_step = sorted(range(len(reps)), key=lambda i: reps[i].step)
+        batches = [
+            [[(reps[i], divmod(int(slots[i]), g))] for i in group]
+            for _, group in groupby(by_step, key=lambda i: reps[i].step)
+        ]
+        layout = algorithm.collective.input_layout
+        ready = {(r, c): 0.0 for r in range(orbit.shift_ranks) for c in layout[r]}
+    else:
+        batches = [[[(t, (t.dst, t.chunk)) for t in message] for message in messages(b)] for b in algorithm.batches()]
+        ready = {(r, c): 0.0 for c, r in algorithm.collective.pre}
     pending: dict[tuple[int, int], float] = {}
     pair_free: dict[tuple[int, int], float] = defaultdict(float)
     finish = 0.0
     # A batch is one step (or one start time); its updates land after it has read.
-    for batch in algorithm.batches():
-        for message in messages(batch):
-            first = message[0]
+    for batch in batches:
+        for message in batch:
+            first = message[0][0]
             route = _route(machine, first)
             size = nbytes * len(message)
             starts = []
-            for t in message:
+            for t, _ in message:
                 if (t.src, t.chunk) not in ready:
                     raise AlgorithmError(f"{algorithm.name}: {t.describe()} before rank {t.src} holds the chunk")
                 starts.append(ready[(t.src, t.chunk)])
@@ -171,14 +191,38 @@ def critical_path_time_s(
             end = wire_end + (route.alpha_s + hop_s)
             if first.op == "reduce":
                 end += machine.model.reduce_after_s(size)
-            for t in message:
-                slot = (t.dst, t.chunk)
+            for _, slot in message:
                 pending[slot] = max(pending.get(slot, 0.0), end)
             finish = max(finish, end)
         for slot, t in pending.items():
             ready[slot] = max(ready.get(slot, 0.0), t)
         pending.clear()
     return finish + call_s
+
+
+def _routes_rotate(machine: Machine, orbit: OrbitTable) -> bool:
+    """Whether every rank pair the orbit's schedule uses has the α and
+    bandwidth of the pair its rotation moves back to the first ranks (a
+    cluster's node shift need not map a fabric onto itself: leaves joining
+    two nodes each)."""
+    n, s = orbit.num_ranks, orbit.shift_ranks
+    src, dst = np.divmod(orbit.rank_pairs(n), n)
+    back = src - src % s
+    seen: dict[tuple[int, int], tuple[float, float]] = {}
+    for a, b, a0, b0 in zip(
+        src.tolist(), dst.tolist(), (src - back).tolist(), ((dst - back) % n).tolist(), strict=True
+    ):
+        route, first = machine.route(a, b), seen.get((a0, b0))
+        if route is None:
+            return False  # (the full replay names it)
+        here = (route.alpha_s, route.bandwidth_Bps)
+        if first is None:
+            seen[(a0, b0)] = first = (lambda r: (r.alpha_s, r.bandwidth_Bps) if r is not None else None)(
+                machine.route(a0, b0)
+            )
+        if here != first:
+            return False
+    return True
 
 
 def step_time_s(

@@ -106,7 +106,7 @@ def test_duplicated_reduction_is_named():
     algo = _ring_allreduce()
     first_reduce = next(t for t in algo.transfers if t.op == "reduce")
     again = dataclasses.replace(first_reduce, step=first_reduce.step + 1)
-    problems = check(algo.with_changes(transfers=algo.transfers + (again,)))
+    problems = check(algo.with_changes(transfers=(*algo.transfers, again)))
     assert any("twice" in p and f"chunk {first_reduce.chunk}" in p for p in problems)
 
 

@@ -142,12 +142,15 @@ def test_every_generator_counts_each_of_its_transfers_once(spec):
 
 
 def test_a_schedule_past_the_transfer_limit_is_refused_with_its_name(monkeypatch):
-    transfers = 2 * 63 * 64  # ring Allreduce on 64 ranks (chunk factor P): 2(P-1) steps, each rank one chunk a step
+    # ring Allreduce on 64 ranks (chunk factor P): 2(P-1) steps, each rank one chunk a step; on an
+    # 8x8 torus its ring maps onto itself under no rotation of the machine, so every transfer is built
+    # (on ring:64 only the first rank's are: an OrbitTable, simcoll.topology_symmetry)
+    transfers = 2 * 63 * 64
     monkeypatch.setattr(limits, "MAX_TRANSFERS", transfers)
-    assert len(generate("ring", "ring:64", "allreduce").transfers) == transfers  # the limit is inclusive
+    assert len(generate("ring", "torus2d:8x8", "allreduce").transfers) == transfers  # the limit is inclusive
     monkeypatch.setattr(limits, "MAX_TRANSFERS", transfers - 1)
     with pytest.raises(ScheduleTooLargeError) as refused:
-        generate("ring", "ring:64", "allreduce")
+        generate("ring", "torus2d:8x8", "allreduce")
     message = str(refused.value)
     assert message.startswith("ring: allreduce on 64 ranks, chunk factor 64: more than 8,063 transfers")
     assert "simcoll.limits.MAX_TRANSFERS" in message
@@ -158,7 +161,7 @@ def test_a_schedule_past_the_transfer_limit_is_refused_with_its_name(monkeypatch
 def test_the_cli_refuses_a_schedule_past_the_limit_in_one_line_and_writes_nothing(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(limits, "MAX_TRANSFERS", 1000)
     out = tmp_path / "ring.json"
-    assert main(["algo", "generate", "ring", "-t", "ring:64", "-c", "allreduce", "-o", str(out)]) == 2
+    assert main(["algo", "generate", "ring", "-t", "torus2d:8x8", "-c", "allreduce", "-o", str(out)]) == 2
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert len(err) == 1 and "more than 1,000 transfers" in err[0], err
     assert not out.exists()
@@ -166,7 +169,7 @@ def test_the_cli_refuses_a_schedule_past_the_limit_in_one_line_and_writes_nothin
 
 def test_compare_leaves_out_a_schedule_past_the_limit_and_says_why(monkeypatch, capsys):
     """One algorithm too large for the machine does not cost the user the others' rows."""
-    monkeypatch.setattr(limits, "MAX_TRANSFERS", 100)  # ring on 16 ranks has 480; the binomial tree 30
+    monkeypatch.setattr(limits, "MAX_TRANSFERS", 100)  # direct on 16 ranks has 480; the binomial tree 30
     argv = [
         "compare",
         "-t",
@@ -176,12 +179,12 @@ def test_compare_leaves_out_a_schedule_past_the_limit_and_says_why(monkeypatch, 
         "--sizes",
         "1MB",
         "--algorithms",
-        "ring,binomial-tree",
+        "direct,binomial-tree",
     ]
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "binomial-tree" in out.split("* best")[0]
-    assert "too large: ring: allreduce on 16 ranks, chunk factor 16: more than 100 transfers" in out
+    assert "too large: direct: allreduce on 16 ranks, chunk factor 16: more than 100 transfers" in out
     with pytest.raises(TooLargeError):
         make_collective("allgather", 4096, chunk_factor=24 * 4096)  # a collective's slots are refused alike
 

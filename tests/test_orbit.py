@@ -313,12 +313,36 @@ def test_an_orbit_on_routes_that_do_not_repeat_is_refused_when_too_large_to_list
         simulate(algorithm, machine, 1 << 20, **options)
 
 
+def test_the_closed_form_replays_an_orbit_too_large_to_list(monkeypatch):
+    """Where every pair's route repeats under the orbit's shift, the analytic
+    critical path replays the representatives (every image starts and ends
+    when its representative does): a comparison keeps the row, with the time
+    the listed transfers give."""
+    from simcoll.analytic import critical_path_time_s
+    from simcoll.compare import compare
+
+    machine = load_machine("dgx-h100*4")
+    rings = generate("nccl-ring", machine, "allreduce")
+    listed = rings.with_changes(transfers=rings.orbit.expand())
+    assert critical_path_time_s(rings, machine, 1 << 20) == critical_path_time_s(listed, machine, 1 << 20)
+    options = {"method": "analytic", "algorithms": ["nccl-ring", "direct"]}
+    before, _ = compare(machine, "allreduce", [1 << 20], **options)
+    monkeypatch.setattr("simcoll.algorithm.orbit.MAX_TRANSFERS", 1000)  # nccl-ring's 15,872 transfers: too many to list
+    rows, skipped = compare(machine, "allreduce", [1 << 20], **options)
+    assert sorted(rows.algorithm) == ["direct", "nccl-ring"] and not skipped
+    assert rows.set_index("algorithm").time_s["nccl-ring"] == before.set_index("algorithm").time_s["nccl-ring"]
+
+
 def test_a_comparison_reports_an_orbit_too_large_for_the_closed_form_and_goes_on(monkeypatch):
+    """Where a route does not repeat (a Clos whose leaves join two nodes each),
+    the closed form would list every transfer: past the limit the row is left
+    out, saying why, and the others come."""
     from simcoll.compare import compare, left_out_line
 
-    monkeypatch.setattr("simcoll.algorithm.orbit.MAX_TRANSFERS", 1000)  # nccl-ring's 15,872 transfers: too many to list
-    rows, skipped = compare("dgx-h100*4", "allreduce", [1 << 20], method="analytic", algorithms=["nccl-ring", "direct"])
+    monkeypatch.setattr("simcoll.algorithm.orbit.MAX_TRANSFERS", 1000)  # the rings' 16,128 transfers: too many to list
+    machine = "dgx-h100*8/clos:radix=16,oversub=2"
+    rows, skipped = compare(machine, "allgather", [1 << 20], method="analytic", algorithms=["ring", "direct"])
     assert list(rows.algorithm) == ["direct"]
-    (reason,) = [v for k, v in skipped.items() if k.startswith("nccl-ring")]
+    (reason,) = [v for k, v in skipped.items() if k.startswith("ring")]
     assert "simcoll.limits.MAX_TRANSFERS" in reason
-    assert left_out_line("nccl-ring", reason).startswith("too large: nccl-ring: ")
+    assert left_out_line("ring", reason).startswith("too large: ring: ")

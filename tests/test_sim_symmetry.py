@@ -27,6 +27,12 @@ SYMMETRIC = [
     ("perlmutter*6", "allreduce", "nccl-ring", 3),
     ("perlmutter*6", "allreduce", "hiccl", 6),
     ("dgx2*2", "reducescatter", "direct", 2),  # DGX-2: routes split over six planes (fractional weights)
+    # machines without nodes, or one node, rotated by their own automorphisms (simcoll.topology_symmetry)
+    ("ring:16", "allreduce", "ring", 16),
+    ("hub-and-spoke:8", "allgather", "ring", 8),
+    ("dgx-h100", "allreduce", "ring", 2),  # shift 4: the other half of the board
+    ("fully-connected:6", "reducescatter", "direct", 6),
+    ("dgx2", "allreduce", "direct", 2),  # shift 8: the other baseboard
 ]
 
 
@@ -112,7 +118,7 @@ def test_the_quotient_records_the_utilisation_of_the_full_simulation(monkeypatch
             None,
             "leaves join two nodes each: a spine link every node shares",
         ),
-        ("dgx-h100", "ring", None, "one node"),
+        ("ndv2", "ring", None, "NDv2's PCIe tree and one NIC: no rank shift maps the machine onto itself"),
         ("dgx-h100*4", "multi-ring", 6 * 32, "8 rings share 6 chunks a rank: some blocks are a chunk short"),
     ],
 )

@@ -136,8 +136,9 @@ class RelationIndex:
         ]
         self.num_ranks = p
         self.offsets = np.zeros(p * p + 1, dtype=np.int64)
-        if key_parts:
-            np.cumsum(np.bincount(np.concatenate(key_parts), minlength=p * p), out=self.offsets[1:])
+        per_pair = np.bincount(np.concatenate(key_parts), minlength=p * p) if key_parts else None
+        if per_pair is not None:
+            np.cumsum(per_pair, out=self.offsets[1:])
         if all(isinstance(c.links, PairSet | frozenset | set) for c in relation):
             # each pair's constraints in relation order, placed constraint by constraint (a set lists
             # a pair once): a counting sort, 5x faster than sorting 4 M keys on 1,024 GPUs
@@ -150,7 +151,7 @@ class RelationIndex:
             ids = np.repeat(np.arange(len(key_parts), dtype=np.int64), [len(k) for k in key_parts])
             self.constraints = ids[np.argsort(np.concatenate(key_parts), kind="stable")]
         self.capacity = np.fromiter((c.chunks_per_round for c in relation), dtype=np.int64, count=len(relation))
-        self.most_per_pair = int(np.diff(self.offsets).max()) if p else 0  # constraints of the busiest pair
+        self.most_per_pair = int(per_pair.max()) if per_pair is not None and p else 0  # the busiest pair's constraints
 
     @classmethod
     def of(cls, relation: Sequence[BandwidthConstraint], num_ranks: int) -> RelationIndex:

@@ -33,6 +33,7 @@ from ..collectives import Collective
 from ..errors import NotApplicableError
 from ..routes import Routes, bandwidth_relation, routes_of
 from ..topology import Topology
+from ..topology_symmetry import rank_shifts
 from .common import block_chunks, depth_first, finish, hamiltonian_path, implements, ring_steps
 from .registry import Generator, Option, int_list, positive_int
 
@@ -381,11 +382,12 @@ def _rings_transfers(
 
 
 def rings_rotation(topology: Topology, rings: Sequence[Sequence[int]]) -> int | None:
-    """The smallest shift ``s`` of every rank by whole nodes, ``π(r) = (r +
-    s) mod P``, that maps every ring onto itself (the same cyclic order,
-    any starting point); None on one node, on nodes of different sizes or
-    not numbered node by node, or where no shift of at most half the nodes
-    does. NCCL's rings repeat every node, or every other node where they
+    """The smallest shift ``s`` of every rank that maps the machine onto
+    itself (:func:`~simcoll.topology_symmetry.rank_shifts`: whole nodes on a
+    cluster, the cyclic shift of ``ring:N``, a torus's row shift),
+    ``π(r) = (r + s) mod P``, and maps every ring onto itself (the same
+    cyclic order, any starting point); None where the machine has no such
+    shift or none maps the rings onto themselves. NCCL's rings repeat every node, or every other node where they
     enter alternate nodes at alternate GPUs (:mod:`.nccl`). A shift that
     maps one ring onto another would do for the schedule, but its images
     would list the rings' transfers on a shared rank pair in another order
@@ -394,7 +396,7 @@ def rings_rotation(topology: Topology, rings: Sequence[Sequence[int]]) -> int | 
     if any(len(ring) != p for ring in rings):
         return None
     orders = [np.asarray(ring, dtype=np.int64) for ring in rings]
-    for shift in topology.node_shifts:
+    for shift in rank_shifts(topology):
         if all(
             np.array_equal(np.roll(ring, -int(np.argmax(ring == (ring[0] + shift) % p))), (ring + shift) % p)
             for ring in orders

@@ -971,7 +971,7 @@ def _path(run: _Run, ran: bool, pipelined: bool) -> str:
     """Which fast path timed the run, in words (``stats["path"]``): how its
     messages were run (NumPy in schedule order, the compiled core, NumPy
     batches on events, or per-message events, where every pair was private or
-    not), over a node-rotation quotient or every message, and whether the
+    not), over a rotation quotient or every message, and whether the
     step-pipeline formula gave the time."""
     if not ran:
         how = "not run"
@@ -985,7 +985,9 @@ def _path(run: _Run, ran: bool, pipelined: bool) -> str:
         how = "events"
     parts = [how]
     if run.rotation is not None:
-        parts.append(f"node-rotation quotient of order {run.rotation.order}")
+        # (a cluster's rotations move whole nodes; ring:N's or a torus's move ranks: topology_symmetry)
+        kind = "node" if run.rotation.shift_ranks in run.machine.topology.node_shifts else "rank"
+        parts.append(f"{kind}-rotation quotient of order {run.rotation.order}")
     if pipelined:
         parts.append("step pipeline")
     return ", ".join(parts)

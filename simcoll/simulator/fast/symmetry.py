@@ -39,6 +39,12 @@ the table cannot show it (contiguity groups). A run that records
 utilisation copies each orbit representative's intervals onto every
 resource of its orbit afterwards (:func:`spread_utilisation`).
 
+The shifts tried are :func:`~simcoll.topology_symmetry.rank_shifts`: whole
+nodes on a cluster; on one node or a machine without nodes, the rank
+rotations that map the machine onto itself (the cyclic shift of ``ring:N``,
+a torus's row shift, a DGX board's other half), where "node 0" above reads
+as the first ``shift`` ranks. The route check is the same either way.
+
 The quotient runs ``k`` times fewer messages. Its times equal the full
 simulation's (``tests/test_sim_symmetry.py`` checks them bit for bit on
 small clusters): the max-min arithmetic sums, per resource and filling
@@ -58,6 +64,7 @@ import numpy as np
 
 from ...algorithm import Algorithm
 from ...arrays import flatten, ragged_indices
+from ...topology_symmetry import rank_shifts
 from ..network import FluidNetwork
 from ..routing import Resource, RouteIdTable
 from .plan import Plan, QueueTable, SlotNumbering, holds, landed_counts, plan_of_columns, schedule_order
@@ -100,10 +107,10 @@ def node_rotation(plan: Plan, net: FluidNetwork, num_ranks: int, num_chunks: int
     """The smallest node rotation under which ``plan`` on ``net``'s machine
     is symmetric (module docstring): a shift by one node, else by two
     (NCCL's rings enter alternate nodes at alternate GPUs), and so on up to
-    half the nodes; None where the machine is one node, its nodes differ,
-    or no shift maps the schedule onto itself. Plans with contiguity groups
+    half the nodes (on one node, the machine's rank rotations); None where
+    the machine has no rotation or no shift maps the schedule onto itself. Plans with contiguity groups
     or in-switch reductions are not looked at (None)."""
-    shifts = net.machine.topology.node_shifts
+    shifts = rank_shifts(net.machine.topology)
     if not shifts or plan.groups or plan.fanout or not plan.messages:
         return None
     if not isinstance(plan.queues, QueueTable):  # (rank pairs' queues only: no switch paths)
@@ -197,7 +204,7 @@ def table_rotation(
     :func:`~.plan.schedule_order` (the caller's, to share with the plan it
     builds where this returns None)."""
     table = algorithm.table
-    n, shifts = algorithm.num_ranks, net.machine.topology.node_shifts
+    n, shifts = algorithm.num_ranks, rank_shifts(net.machine.topology)
     if not shifts or algorithm.switch_reductions or table is None or not len(table.src):
         return None
     counts = np.bincount(table.src * n + table.dst, minlength=n * n).reshape(n, n)

@@ -1,0 +1,160 @@
+"""Rank rotations that map a machine onto itself: the shifts ``π(r) = (r + s)
+mod P`` of every GPU's rank that extend to an automorphism of the topology
+(issue 51). A schedule symmetric under such a shift is held by the transfers
+of its first ``s`` ranks (:class:`~simcoll.algorithm.OrbitTable`), and the
+simulator runs those alone (:mod:`simcoll.simulator.fast.symmetry`).
+
+On a cluster of equal nodes ranked node by node the shifts are the whole-node
+ones (:attr:`~simcoll.topology.Topology.node_shifts`: the cluster is built
+node by node, so each is an automorphism by construction). On one node, or a
+machine without nodes (``ring:N``, ``torus2d:RxC``, ``fully-connected:N``), a
+shift ``s`` dividing P is kept when the permutation of the GPUs extends to an
+isomorphism of the machine's graph onto itself that keeps every component's
+kind and attributes and every link's type, count and direction: for a
+machine of GPUs alone the links between GPUs must map onto links of the same
+type and count (one array comparison per shift), and where other components
+(switches, NICs, CPUs) exist networkx's VF2 matcher finds their images
+(:func:`networkx.is_isomorphic` with the GPUs labelled by rank, so the GPUs'
+images are fixed). The cyclic shift of a ring is one (order P), a torus's
+row shift another (``torus2d:64x64``: 64 ranks, order 64); a hypercube's
+rank shifts are not automorphisms but for half the ranks (its translations
+are XOR maps, which no cyclic shift of ranks is).
+
+>>> from simcoll.machines import load_topology
+>>> rank_shifts(load_topology("ring:8")), rank_shifts(load_topology("torus2d:4x4"))
+((1, 2, 4), (4, 8))
+>>> rank_shifts(load_topology("dgx-h100*4")), rank_shifts(load_topology("line:4"))
+((8, 16), ())
+"""
+
+from __future__ import annotations
+
+import networkx as nx
+import numpy as np
+
+from .topology import Component, Topology, directed_pairs
+
+#: The most components other than GPUs a one-node machine may have for its
+#: shifts to be looked for (VF2's search grows fast with many alike switches).
+MAX_MATCHED_COMPONENTS = 2_000
+#: Where a topology keeps the shifts once worked out.
+_CACHE = "_rank_shifts"
+
+
+def rank_shifts(topology: Topology) -> tuple[int, ...]:
+    """The rank shifts ``s`` (``s`` dividing P, at most P / 2, shortest
+    first) under which ``π(r) = (r + s) mod P`` maps ``topology`` onto itself
+    (module docstring); worked out once per topology object. Empty where
+    none does, on a machine of one GPU, and on a one-node machine with more
+    than :data:`MAX_MATCHED_COMPONENTS` components besides its GPUs."""
+    found = topology.__dict__.get(_CACHE)
+    if found is None:
+        found = _rank_shifts(topology)
+        object.__setattr__(topology, _CACHE, found)
+    return found
+
+
+def _rank_shifts(topology: Topology) -> tuple[int, ...]:
+    if len(topology.nodes) >= 2:
+        return topology.node_shifts
+    p = topology.num_ranks
+    others = [c for c in topology.components if c.kind != "gpu"]
+    if p < 2 or len(others) > MAX_MATCHED_COMPONENTS:
+        return ()
+    links = _gpu_links(topology)
+    keys, counts = _shifted_keys(links, p, 0)
+    shifts = []
+    for s in (s for s in range(1, p // 2 + 1) if p % s == 0):
+        shifted, shifted_counts = _shifted_keys(links, p, s)
+        if not (np.array_equal(shifted, keys) and np.array_equal(shifted_counts, counts)):
+            continue
+        if others and not (_neighbourhoods(topology, s) == _neighbourhoods(topology, 0)):
+            continue  # (a component's GPUs do not map onto another's: no need to search)
+        if others and not _extends_to_automorphism(topology, s):
+            continue
+        shifts.append(s)
+    return tuple(shifts)
+
+
+def _gpu_links(topology: Topology) -> np.ndarray:
+    """The links between GPUs, one row per direction: (source rank,
+    destination rank, link type index, count)."""
+    types = topology.link_types
+    by_name = {c.name: c.rank for c in topology.gpus}
+    rows = [
+        (by_name[a], by_name[b], types.index(link.type), link.count)
+        for link in topology.links
+        if link.src in by_name and link.dst in by_name
+        for a, b in directed_pairs(link)
+    ]
+    return np.asarray(rows, dtype=np.int64).reshape(-1, 4)
+
+
+def _shifted_keys(links: np.ndarray, p: int, shift: int) -> tuple[np.ndarray, np.ndarray]:
+    """The GPU links (:func:`_gpu_links`) after shifting every rank by
+    ``shift``: sorted keys (source rank, destination rank, link type) and
+    each key's count."""
+    a, b, kind, count = links.T
+    key = (((a + shift) % p) * p + (b + shift) % p) * (int(kind.max(initial=0)) + 1) + kind
+    unique, inverse = np.unique(key, return_inverse=True)
+    return unique, np.bincount(inverse, weights=count, minlength=len(unique)).astype(np.int64)
+
+
+def _attributes(component: Component) -> tuple:
+    """What a component's image must share with it. Not its ``rail``: on
+    one node a rail is only which rail switch the NIC would join in a
+    cluster, and a shift may permute the rails."""
+    c = component
+    return (c.kind, c.node, c.model, c.gpudirect, c.reduce, c.multicast)
+
+
+def _neighbourhoods(topology: Topology, shift: int) -> list:
+    """Per component other than a GPU, its attributes and the GPUs it links
+    to (shifted ranks, link type, count, direction), sorted: a shift that
+    extends to an automorphism maps this collection onto itself."""
+    p = topology.num_ranks
+    rank = {c.name: c.rank for c in topology.gpus}
+    seen: dict[str, list] = {c.name: [] for c in topology.components if c.kind != "gpu"}
+    for link in topology.links:
+        for a, b in directed_pairs(link):
+            if a in seen and b in rank:
+                seen[a].append(("to", (rank[b] + shift) % p, link.type, link.count))
+            elif b in seen and a in rank:
+                seen[b].append(("from", (rank[a] + shift) % p, link.type, link.count))
+    kinds = {c.name: _attributes(c) for c in topology.components}
+    return sorted((repr(kinds[name]), sorted(gpus)) for name, gpus in seen.items())
+
+
+def _graph(topology: Topology, shift: int) -> nx.DiGraph:
+    """The machine as a directed graph whose GPU ``r`` is labelled ``r -
+    shift`` (mod P) and every other component by its kind and attributes;
+    each edge by its links' (type, count)."""
+    p = topology.num_ranks
+    graph = nx.DiGraph()
+    for c in topology.components:
+        if c.kind == "gpu":
+            label = ("gpu", (c.rank - shift) % p)
+        else:
+            label = _attributes(c)
+        graph.add_node(c.name, label=label)
+    links: dict[tuple[str, str], dict[str, int]] = {}
+    for link in topology.links:
+        for pair in directed_pairs(link):
+            per_type = links.setdefault(pair, {})
+            per_type[link.type] = per_type.get(link.type, 0) + link.count
+    for (a, b), per_type in links.items():
+        graph.add_edge(a, b, links=tuple(sorted(per_type.items())))
+    return graph
+
+
+def _extends_to_automorphism(topology: Topology, shift: int) -> bool:
+    """Whether GPU ``r`` -> GPU ``r + shift`` extends to an automorphism of
+    the whole machine: an isomorphism from the machine labelled as it is onto
+    the machine with its GPUs relabelled by ``-shift`` maps GPU ``r`` (label
+    ``r``) to the GPU labelled ``r`` there, GPU ``r + shift``."""
+    return nx.is_isomorphic(
+        _graph(topology, 0),
+        _graph(topology, shift),
+        node_match=lambda x, y: x["label"] == y["label"],
+        edge_match=lambda x, y: x["links"] == y["links"],
+    )

@@ -53,6 +53,8 @@ NODE_TOPOLOGIES = {
     ("h200", 1): "h100-nic",
     ("mi300x", 8): "mi300x",  # AMD MI300X platform: Infinity Fabric full mesh, a NIC per GPU
     ("mi300x-vf", 8): "mi300x",  # the same platform's GPUs as SR-IOV virtual functions
+    ("mi355x", 8): "mi355x",  # AMD MI355X platform: the MI300X mesh at 153.6 GB/s a link, a Pollara 400 NIC per GPU
+    ("h200", 8): "dgx-h200",  # the DGX H100 fabric with H200 GPUs
     ("l40s", 4): "l40s-pcie",  # PCIe only
     ("l40s", 2): "l40s-pcie[0,1]",  # two of the same node's GPUs (NODE[...] keeps those GPUs)
     ("a100-sxm-64gb", 2): "hgx-a100-4[0,1]",  # two of a 4-GPU A100 board's, 4 NVLink3 links per pair

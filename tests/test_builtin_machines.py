@@ -42,6 +42,8 @@ EXPECTED_TOPOLOGIES = {
     "dgx-b200",
     "h100-nic",
     "mi300x",
+    "mi355x",
+    "dgx-h200",
     "l40s-pcie",
     "l40s-socket",
     "v100-pcie",
@@ -290,6 +292,34 @@ def test_mi300x_is_a_full_infinity_fabric_mesh_with_a_nic_per_gpu():
     assert mi.topology.gpu_link_counts("infinity_fabric") == [[0 if a == b else 1 for b in range(8)] for a in range(8)]
     assert sorted(c.rail for c in mi.topology.components if c.kind == "nic") == list(range(8))
     assert mi.model.link("infinity_fabric").bandwidth_Bps == pytest.approx(64e9 * 0.8)
+
+
+def test_mi355x_is_the_mi300x_mesh_with_faster_links_and_a_pollara_nic_per_gpu():
+    """AMD MI355X platform: the same full mesh, 153.6 GB/s bidirectional per link (AMD's
+    specifications), one 400 Gb/s NIC per GPU (its log's header); the roofline's peaks
+    (2.52 PFLOPS dense FP16, 8 TB/s) and NCCL's ring on 2 nodes at the links' rates."""
+    mi, old = load_machine("mi355x"), load_machine("mi300x")
+    assert mi.topology.gpu_link_counts("infinity_fabric") == old.topology.gpu_link_counts("infinity_fabric")
+    assert mi.model.link("infinity_fabric").bandwidth_Bps == pytest.approx(76.8e9 * 0.8)
+    assert mi.model.link("ethernet").line_rate_Bps == pytest.approx(50e9)
+    assert mi.model.gpu.memory_Bps == 8e12 and mi.model.gpu.peak_flops_per_s == pytest.approx(
+        256 * 4096 * 2.4e9, rel=1e-3
+    )
+    assert sorted(c.rail for c in mi.topology.components if c.kind == "nic") == list(range(8))
+
+
+def test_dgx_h200_is_the_dgx_h100_fabric_with_h200_memory():
+    """DGX H200: the DGX H100's NVLink4 / NVSwitch (NVLS) fabric and NICs, the H200's
+    4.8 TB/s HBM3e; NCCL's tuner reads it as Hopper (SM90)."""
+    from simcoll.nccl.baseline import nccl_machine
+
+    h200, h100 = load_machine("dgx-h200"), load_machine("dgx-h100")
+    assert h200.topology.links == h100.topology.links
+    assert [c for c in h200.topology.components if c.kind != "nic"] == [
+        c for c in h100.topology.components if c.kind != "nic"
+    ]
+    assert h200.model.links == h100.model.links and h200.model.gpu.memory_Bps == 4.8e12
+    assert nccl_machine("dgx-h200").compute_capability == 90
 
 
 @pytest.mark.parametrize(

@@ -508,8 +508,7 @@ def _bandwidth_relation(topology: Topology, routes: Routes) -> tuple[BandwidthCo
         for d in sorted(neighbours):
             constraints.append(BandwidthConstraint(frozenset({(s, d)}), neighbours[d], f"link {s}->{d}"))
             direct[s, d] = True
-    via_fabric = reach & ~direct
-    keys = np.arange(p * p, dtype=np.int64).reshape(p, p)
+    via_fabric = reach & ~direct  # (pair keys s * P + d worked out where used: 134 MB as a table on 4,096 GPUs)
     gpu_names = {g.name: g.rank for g in topology.gpus}
     fabric_out = {r: 0 for r in range(p)}
     fabric_in = {r: 0 for r in range(p)}
@@ -524,10 +523,10 @@ def _bandwidth_relation(topology: Topology, routes: Routes) -> tuple[BandwidthCo
                 fabric_in[gpu_names[b]] += link.count
     for r in range(p):
         if via_fabric[r].any():
-            pairs = PairSet(keys[r][via_fabric[r]], p)
+            pairs = PairSet(r * p + np.flatnonzero(via_fabric[r]), p)
             constraints.append(BandwidthConstraint(pairs, fabric_out[r], f"rank {r} egress"))
         if via_fabric[:, r].any():
-            pairs = PairSet(keys[:, r][via_fabric[:, r]], p)
+            pairs = PairSet(np.flatnonzero(via_fabric[:, r]) * p + r, p)
             constraints.append(BandwidthConstraint(pairs, fabric_in[r], f"rank {r} ingress"))
     if len(topology.nodes) > 1:
         comps = {c.name: c for c in topology.components}
@@ -547,9 +546,11 @@ def _bandwidth_relation(topology: Topology, routes: Routes) -> tuple[BandwidthCo
             outward = reach[ranks] & ~inside[None, :]  # rows: the node's ranks
             inward = reach[:, ranks] & ~inside[:, None]  # columns: the node's ranks
             if outward.any():
-                pairs = PairSet(keys[ranks][outward], p)
+                i, j = np.nonzero(outward)
+                pairs = PairSet(ranks[i] * p + j, p)
                 constraints.append(BandwidthConstraint(pairs, out_links[node], f"node {node} egress"))
             if inward.any():
-                pairs = PairSet(keys[:, ranks][inward], p)
+                i, j = np.nonzero(inward)
+                pairs = PairSet(i * p + ranks[j], p)
                 constraints.append(BandwidthConstraint(pairs, in_links[node], f"node {node} ingress"))
     return tuple(constraints)

@@ -253,6 +253,42 @@ def test_bandwidth_loads_are_the_sends_per_step_and_constraint(monkeypatch, dens
     assert counts.tolist() == [expected[key] for key in sorted(expected)]
 
 
+@pytest.mark.parametrize("spec", ["torus2d:8x8", "ring:64", "dgx-a100*2"])
+def test_a_relation_of_few_pairs_is_indexed_by_them_and_counts_as_the_full_index(monkeypatch, spec):
+    """A bandwidth relation naming few of the P^2 rank pairs (a torus's or a
+    ring's links) is indexed by its own pairs, not a row per pair key (134 MB
+    on ring:4096): the loads per step and constraint, the pairs covered and
+    the ring search's table are the full index's, pair for pair, including
+    pairs it does not name."""
+    import importlib
+
+    import numpy as np
+
+    from simcoll.routes import Routes, bandwidth_relation
+
+    relation_module = importlib.import_module("simcoll.algorithm.relation")
+    m = load_machine(spec)
+    p = m.num_ranks
+    relation = bandwidth_relation(m.topology, Routes(m.topology))
+    compact = relation_module.RelationIndex(relation, p)
+    monkeypatch.setattr(relation_module, "_COMPACT_BELOW", p * p + 1)  # (never compact)
+    full = relation_module.RelationIndex(relation, p)
+    # (on the cluster every rank's egress names every pair leaving its node: not few)
+    assert full.pair_keys is None and (compact.pair_keys is not None) == (spec != "dgx-a100*2")
+    a = applicable(m, "allreduce", names=["ring"])["ring"]
+    table = a.orbit.expand() if a.orbit is not None else a.table
+    pairs = table.src * p + table.dst
+    for x, y in zip(compact.step_loads(table.step, pairs), full.step_loads(table.step, pairs), strict=True):
+        assert x.tolist() == y.tolist()
+    for by_pair in (True, False):
+        assert [x.tolist() for x in compact._needs(table.step, pairs, a.steps, by_pair)] == [
+            x.tolist() for x in full._needs(table.step, pairs, a.steps, by_pair)
+        ]
+    every = np.arange(p * p, dtype=np.int64)
+    assert compact.covered(every).tolist() == full.covered(every).tolist()
+    assert np.array_equal(compact.every_pair_table(), full.by_pair)
+
+
 def test_a_slot_written_by_a_transfer_and_a_switch_reduction_in_one_step_is_refused_by_both_verifiers():
     m = load_machine("dgx-h100")
     a = REGISTRY["nvls"].function(m.topology, _coll("allreduce", 8, 72))

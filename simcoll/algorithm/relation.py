@@ -114,12 +114,17 @@ _DENSE_LOAD_CELLS = 1 << 25
 _DENSE_CELLS_PER_SEND = 4
 #: ... and where no pair falls in more constraints than this (a cluster's pairs: at most 4).
 _DENSE_CONSTRAINTS_PER_PAIR = 8
+#: An index keeps a row per pair key (P^2 rows) unless its relation names fewer than one pair in
+#: this many; then only the pairs it names (:meth:`RelationIndex.rows`).
+_COMPACT_BELOW = 8
 
 
 class RelationIndex:
     """A bandwidth relation as arrays, to count sends per constraint with
     NumPy: the constraints a directed rank pair ``s * P + d`` falls in
-    (CSR ``offsets`` / ``constraints``) and every constraint's chunks per round.
+    (CSR ``offsets`` / ``constraints``, a row per pair key, or per pair the
+    relation names where it names few: :meth:`rows`) and every constraint's
+    chunks per round.
 
     Built once per relation and kept (:meth:`of`): generators, the verifier
     and the synthesizers ask for the relation of the same few topologies."""
@@ -135,8 +140,17 @@ class RelationIndex:
             for c in relation
         ]
         self.num_ranks = p
-        self.offsets = np.zeros(p * p + 1, dtype=np.int64)
-        per_pair = np.bincount(np.concatenate(key_parts), minlength=p * p) if key_parts else None
+        every = np.concatenate(key_parts) if key_parts else np.zeros(0, dtype=np.int64)
+        # a relation that names few of the P^2 pairs (a ring's, a torus's links: 8,192 of 16.7 million
+        # on ring:4096) is indexed by its own pairs, looked up by search, not by a row per pair key
+        distinct = np.unique(every)
+        self.pair_keys = distinct if len(distinct) * _COMPACT_BELOW < p * p else None
+        if self.pair_keys is not None:
+            key_parts = [np.searchsorted(self.pair_keys, keys) for keys in key_parts]
+            every = np.searchsorted(self.pair_keys, every)
+        rows = p * p if self.pair_keys is None else len(self.pair_keys) + 1  # (compact: a last row of none)
+        self.offsets = np.zeros(rows + 1, dtype=np.int64)
+        per_pair = np.bincount(every, minlength=rows) if key_parts else None
         if per_pair is not None:
             np.cumsum(per_pair, out=self.offsets[1:])
         if all(isinstance(c.links, PairSet | frozenset | set) for c in relation):
@@ -149,9 +163,21 @@ class RelationIndex:
                 fill[keys] += 1
         else:  # links given as sequences, maybe with a pair twice (counted twice)
             ids = np.repeat(np.arange(len(key_parts), dtype=np.int64), [len(k) for k in key_parts])
-            self.constraints = ids[np.argsort(np.concatenate(key_parts), kind="stable")]
+            self.constraints = ids[np.argsort(every, kind="stable")]
         self.capacity = np.fromiter((c.chunks_per_round for c in relation), dtype=np.int64, count=len(relation))
         self.most_per_pair = int(per_pair.max()) if per_pair is not None and p else 0  # the busiest pair's constraints
+
+    def rows(self, pairs: np.ndarray) -> np.ndarray:
+        """The index rows of pair keys ``s * P + d``: the key itself, or in a
+        compact index its place among :attr:`pair_keys` (a pair the relation
+        does not name: the last row, which holds no constraint)."""
+        if self.pair_keys is None:
+            return pairs
+        at = np.searchsorted(self.pair_keys, pairs)
+        inside = at < len(self.pair_keys)
+        named = np.zeros(len(pairs), dtype=bool)
+        named[inside] = self.pair_keys[at[inside]] == pairs[inside]
+        return np.where(named, at, len(self.pair_keys))
 
     @classmethod
     def of(cls, relation: Sequence[BandwidthConstraint], num_ranks: int) -> RelationIndex:
@@ -170,8 +196,9 @@ class RelationIndex:
     def covered(self, pairs: np.ndarray) -> np.ndarray:
         """Whether each pair key ``s * P + d`` lies in some constraint of positive capacity
         (read from those pairs' constraints alone: the relation of 4,096 GPUs lists 67 million)."""
-        starts = self.offsets[pairs]
-        counts = self.offsets[pairs + 1] - starts
+        rows = self.rows(pairs)
+        starts = self.offsets[rows]
+        counts = self.offsets[rows + 1] - starts
         positive = self.capacity[self.constraints[ragged_indices(starts, counts)]] > 0
         found = np.zeros(len(pairs), dtype=bool)
         found[np.repeat(np.arange(len(pairs), dtype=np.int64), counts)[positive]] = True
@@ -195,6 +222,7 @@ class RelationIndex:
         keys, counts = unique_pair_counts(step, pairs, p2)
         key_step, key_pair = np.divmod(keys, p2)
         del keys
+        key_pair = self.rows(key_pair)
         per = self.offsets[key_pair + 1] - self.offsets[key_pair]
         # (step, pair) keys expand to one row per constraint of the pair (tens on a cluster): in blocks
         # of whole steps, so that a schedule of millions of sends holds one block's rows at a time
@@ -256,7 +284,7 @@ class RelationIndex:
             block_step = step[start : start + _LOAD_ROWS]
             first, last = int(block_step.min()), int(block_step.max())  # (a block of a schedule in step order: a few)
             cells = (block_step - first) * (m + 1)
-            cells = (cells[:, None] + table[pairs[start : start + _LOAD_ROWS]]).ravel()
+            cells = (cells[:, None] + table[self.rows(pairs[start : start + _LOAD_ROWS])]).ravel()
             totals[first * (m + 1) : (last + 1) * (m + 1)] += np.bincount(cells, minlength=(last - first + 1) * (m + 1))
         totals = totals.reshape(steps, m + 1)[:, :m].ravel()  # (the last column: "no constraint")
         cells = np.flatnonzero(totals)
@@ -265,8 +293,9 @@ class RelationIndex:
 
     @cached_property
     def by_pair(self) -> np.ndarray:
-        """Per pair key ``s * P + d``, the constraints it falls in as one row,
-        padded with ``len(capacity)`` (no constraint)."""
+        """Per pair key ``s * P + d`` (per row of :meth:`rows`), the
+        constraints it falls in as one row, padded with ``len(capacity)`` (no
+        constraint)."""
         m, p2 = len(self.capacity), len(self.offsets) - 1
         per = np.diff(self.offsets)
         table = np.full((p2, max(self.most_per_pair, 1)), m, dtype=np.int32 if m < 2**31 - 1 else np.int64)
@@ -274,10 +303,16 @@ class RelationIndex:
         table[np.repeat(np.arange(p2, dtype=np.int64), per), place] = self.constraints
         return table
 
+    def every_pair_table(self) -> np.ndarray:
+        """:attr:`by_pair` with a row for every pair key ``s * P + d`` (P^2
+        rows), compact index or not."""
+        keys = np.arange(self.num_ranks * self.num_ranks, dtype=np.int64)
+        return self.by_pair if self.pair_keys is None else self.by_pair[self.rows(keys)]
+
     def _block_loads(
         self, key_step: np.ndarray, key_pair: np.ndarray, counts: np.ndarray, per: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """:meth:`step_loads` for the (step, pair) keys of whole steps."""
+        """:meth:`step_loads` for the (step, pair) keys of whole steps (pairs as :meth:`rows`)."""
         rows = np.repeat(np.arange(len(key_step)), per)
         cons = self.constraints[ragged_indices(self.offsets[key_pair], per)]
         m = len(self.capacity)

@@ -99,7 +99,7 @@ def generate(
         collective = make_collective(
             coll_name,
             topology.num_ranks,
-            chunks or generator.default_chunks(coll_name, topology),
+            chunks or generator.default_chunks(coll_name, topology, **options),
             root=root if coll_name in ROOTED else None,
         )
     # counted as it is built, refused past simcoll.limits.MAX_TRANSFERS before it takes the memory

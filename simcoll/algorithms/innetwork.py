@@ -199,7 +199,7 @@ def nvls(topology: Topology, collective: Collective) -> Algorithm:
     return _algorithm("nvls", collective, topology, [], reductions, switches=[s for s, _ in shares])
 
 
-def _nvls_chunks(collective: str, topology: Topology) -> int:
+def _nvls_chunks(collective: str, topology: Topology, **_options: object) -> int:
     """72 chunks for Allreduce: a multiple of a DGX H100's 18 NVLinks per GPU
     (so the 5/4/4/5 split over its NVSwitches is exact) and of 8 GPUs; one per
     rank otherwise."""
@@ -430,7 +430,7 @@ def _turn_codes(turns: list, switches: list[str], chunk: np.ndarray, node: np.nd
     return np.stack(columns, axis=1) if columns else np.zeros((len(chunk), 0), dtype=np.int64)
 
 
-def _per_rank_chunks(collective: str, topology: Topology) -> int:
+def _per_rank_chunks(collective: str, topology: Topology, **_options: object) -> int:
     """Four chunks per rank for Allreduce (each node-local owner pipelines four)."""
     return 4 * topology.num_ranks if collective == "allreduce" else 1
 

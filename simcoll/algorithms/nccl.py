@@ -354,7 +354,7 @@ def nccl_ring(topology: Topology, collective: Collective, channels: int | None =
     return finish("nccl-ring", collective, topology, transfers, routes, rings=rings, channels=channels)
 
 
-def _nccl_ring_chunks(collective: str, topology: Topology) -> int:
+def _nccl_ring_chunks(collective: str, topology: Topology, **_options: object) -> int:
     """One chunk per channel (one per block of each channel for Allreduce)."""
     return DEFAULT_CHANNELS * topology.num_ranks if collective == "allreduce" else DEFAULT_CHANNELS
 
@@ -411,7 +411,7 @@ def nccl_tree(topology: Topology, collective: Collective, channels: int | None =
     return finish("nccl-tree", collective, topology, transfers, routes, channels=channels)
 
 
-def _nccl_tree_chunks(collective: str, topology: Topology) -> int:
+def _nccl_tree_chunks(collective: str, topology: Topology, **_options: object) -> int:
     """Four chunks per channel, so the chains and trees pipeline."""
     return 8 * DEFAULT_CHANNELS
 

@@ -251,7 +251,7 @@ def rvhd(topology: Topology, collective: Collective) -> Algorithm:
     return _build("rvhd", collective, topology, transfers)
 
 
-def _power_of_two_below(collective: str, topology: Topology) -> int:
+def _power_of_two_below(collective: str, topology: Topology, **_options: object) -> int:
     """One chunk per virtual rank: 2^⌊log2 P⌋."""
     return 1 << (topology.num_ranks.bit_length() - 1)
 
@@ -262,14 +262,14 @@ GENERATORS = (
         recursive_doubling,
         recursive_doubling.collectives,
         "recursive doubling, log2 P exchange steps (Thakur et al. 2005); non-powers of two fold the first 2r ranks",
-        chunks=lambda collective, topology: 1,
+        chunks=lambda collective, topology, **_options: 1,
     ),
     Generator(
         "recursive-halving",
         recursive_halving,
         recursive_halving.collectives,
         "recursive halving ReduceScatter, log2 P exchange steps (Thakur et al. 2005)",
-        chunks=lambda collective, topology: 1,
+        chunks=lambda collective, topology, **_options: 1,
     ),
     Generator(
         "rvhd",

@@ -38,8 +38,9 @@ class Generator:
     ``collectives`` is ``function.collectives``, which the function declares
     with :func:`~simcoll.algorithms.common.implements` (the one place that
     says, and enforces, what it implements).
-    ``chunks(collective_name, topology)`` is the chunk factor used when the
-    user gives none (default: P for Allreduce, one block per rank; else 1).
+    ``chunks(collective_name, topology, **options)`` is the chunk factor
+    used when the user gives none, for the generator's options (default: P
+    for Allreduce, one block per rank; else 1).
     """
 
     name: str
@@ -47,7 +48,7 @@ class Generator:
     collectives: tuple[str, ...]
     summary: str
     options: dict[str, Option] = field(default_factory=dict)
-    chunks: Callable[[str, Topology], int] | None = None
+    chunks: Callable[..., int] | None = None
 
     def __post_init__(self) -> None:
         # what the function implements is declared once, by @implements on it; the entry must say the same
@@ -58,9 +59,12 @@ class Generator:
                 "pass function.collectives"
             )
 
-    def default_chunks(self, collective: str, topology: Topology) -> int:
+    def default_chunks(self, collective: str, topology: Topology, **options: Any) -> int:
+        """The chunk factor when the user gives none, for these generator
+        ``options`` (a hierarchy's groups decide how many chunks make its
+        blocks equal)."""
         if self.chunks is not None:
-            return self.chunks(collective, topology)
+            return self.chunks(collective, topology, **options)
         return topology.num_ranks if collective == "allreduce" else 1
 
     def parse_options(self, options: dict[str, str]) -> dict[str, Any]:

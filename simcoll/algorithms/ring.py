@@ -93,7 +93,7 @@ class _Capacity:
         # per place among a pair's constraints (RelationIndex.by_pair, padded with the last entry), a
         # rank's pairs side by side, from it (by_place[place, a, b]) and to it (to_place[place, b, a]):
         # the search's slack of a rank's P pairs is then the least of a few contiguous rows
-        self.by_place = np.ascontiguousarray(index.by_pair.T).reshape(-1, p, p)
+        self.by_place = np.ascontiguousarray(index.every_pair_table().T).reshape(-1, p, p)
         self.to_place = np.ascontiguousarray(self.by_place.transpose(0, 2, 1))
         self.connected = np.stack([routes.reachable_mask(r) for r in range(p)])
         self.load = np.zeros((p, p), dtype=np.int32)  # rings placed (or on the path) per pair
@@ -549,7 +549,7 @@ def ring(topology: Topology, collective: Collective, ring: Sequence[int] | None 
     return RING_BUILDERS[collective.name](topology, collective, ring)
 
 
-def _ring_chunks(collective: str, topology: Topology) -> int:
+def _ring_chunks(collective: str, topology: Topology, **_options: object) -> int:
     """One block per rank for Allreduce; a P-deep pipeline for Broadcast and Reduce."""
     return topology.num_ranks if collective in ("allreduce", "broadcast", "reduce") else 1
 
@@ -585,7 +585,7 @@ def bidirectional_ring(topology: Topology, collective: Collective, ring: Sequenc
     return finish("bidirectional-ring", collective, topology, transfers, routes, ring=order)
 
 
-def _bidirectional_chunks(collective: str, topology: Topology) -> int:
+def _bidirectional_chunks(collective: str, topology: Topology, **_options: object) -> int:
     """One chunk per direction (per block, for Allreduce)."""
     return 2 * topology.num_ranks if collective == "allreduce" else 2
 
@@ -650,7 +650,7 @@ def multi_ring(topology: Topology, collective: Collective, rings: int | None = N
     return finish("multi-ring", collective, topology, transfers, routes, rings=found, **extra)
 
 
-def _multi_ring_chunks(collective: str, topology: Topology) -> int:
+def _multi_ring_chunks(collective: str, topology: Topology, **_options: object) -> int:
     """One chunk per ring found (per block of each ring, for Allreduce), so
     every ring carries the same share: on the DGX-1, NCCL's six rings give
     SCCL Table 3's point (48 chunks for Allreduce). A chunk factor that the

@@ -391,7 +391,7 @@ def double_binary_tree(topology: Topology, collective: Collective) -> Algorithm:
     )
 
 
-def _pipeline_chunks(collective: str, topology: Topology) -> int:
+def _pipeline_chunks(collective: str, topology: Topology, **_options: object) -> int:
     """2P chunks: eq. (5)'s M/(2P) per chunk, P per tree."""
     return 2 * topology.num_ranks
 
@@ -402,7 +402,7 @@ GENERATORS = (
         binomial_tree,
         binomial_tree.collectives,
         "binomial tree, ⌈log2 P⌉ steps of whole buffers (MPICH); Allreduce = Reduce + Broadcast",
-        chunks=lambda collective, topology: 1,
+        chunks=lambda collective, topology, **_options: 1,
     ),
     Generator(
         "chain",
@@ -410,7 +410,7 @@ GENERATORS = (
         chain.collectives,
         "pipelined chain from the root; Allreduce = reduce-chain then broadcast-chain",
         {"order": Option("comma-separated rank order of the chain, starting at the root (default: found)", int_list)},
-        chunks=lambda collective, topology: topology.num_ranks,
+        chunks=lambda collective, topology, **_options: topology.num_ranks,
     ),
     Generator(
         "double-binary-tree",

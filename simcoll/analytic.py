@@ -208,21 +208,24 @@ def _routes_rotate(machine: Machine, orbit: OrbitTable) -> bool:
     n, s = orbit.num_ranks, orbit.shift_ranks
     src, dst = np.divmod(orbit.rank_pairs(n), n)
     back = src - src % s
-    seen: dict[tuple[int, int], tuple[float, float]] = {}
+    first: dict[tuple[int, int], tuple[float, float] | None] = {}
     for a, b, a0, b0 in zip(
         src.tolist(), dst.tolist(), (src - back).tolist(), ((dst - back) % n).tolist(), strict=True
     ):
-        route, first = machine.route(a, b), seen.get((a0, b0))
-        if route is None:
+        here = _alpha_bandwidth(machine, a, b)
+        if here is None:
             return False  # (the full replay names it)
-        here = (route.alpha_s, route.bandwidth_Bps)
-        if first is None:
-            seen[(a0, b0)] = first = (lambda r: (r.alpha_s, r.bandwidth_Bps) if r is not None else None)(
-                machine.route(a0, b0)
-            )
-        if here != first:
+        if (a0, b0) not in first:
+            first[(a0, b0)] = _alpha_bandwidth(machine, a0, b0)
+        if here != first[(a0, b0)]:
             return False
     return True
+
+
+def _alpha_bandwidth(machine: Machine, src: int, dst: int) -> tuple[float, float] | None:
+    """The α and bandwidth of the route between two ranks, None without one."""
+    route = machine.route(src, dst)
+    return None if route is None else (route.alpha_s, route.bandwidth_Bps)
 
 
 def step_time_s(

@@ -63,12 +63,13 @@ def _rank_shifts(topology: Topology) -> tuple[int, ...]:
         return ()
     links = _gpu_links(topology)
     keys, counts = _shifted_keys(links, p, 0)
+    around = _neighbourhoods(topology, 0) if others else None
     shifts = []
     for s in (s for s in range(1, p // 2 + 1) if p % s == 0):
         shifted, shifted_counts = _shifted_keys(links, p, s)
         if not (np.array_equal(shifted, keys) and np.array_equal(shifted_counts, counts)):
             continue
-        if others and not (_neighbourhoods(topology, s) == _neighbourhoods(topology, 0)):
+        if others and _neighbourhoods(topology, s) != around:
             continue  # (a component's GPUs do not map onto another's: no need to search)
         if others and not _extends_to_automorphism(topology, s):
             continue

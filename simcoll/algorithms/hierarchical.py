@@ -459,7 +459,7 @@ def _two_d_ring_chunks(collective: str, topology: Topology, group_size: int | No
     (:func:`two_d_ring`), and each step sends a pair's block as one message,
     so more chunks time the same and only list more transfers (P = 4,096 on
     ``torus2d:64x64`` in groups of 64: 64 chunks, 1 million transfers, where
-    P chunks list 67 million). Where the grid cannot be read (a bad
+    P chunks list 66 million). Where the grid cannot be read (a bad
     ``group_size``: the generator names it), P."""
     if collective != "allreduce":
         return 1

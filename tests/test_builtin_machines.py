@@ -44,6 +44,7 @@ EXPECTED_TOPOLOGIES = {
     "mi300x",
     "mi355x",
     "dgx-h200",
+    "delta",
     "l40s-pcie",
     "l40s-socket",
     "v100-pcie",
@@ -306,6 +307,21 @@ def test_mi355x_is_the_mi300x_mesh_with_faster_links_and_a_pollara_nic_per_gpu()
         256 * 4096 * 2.4e9, rel=1e-3
     )
     assert sorted(c.rail for c in mi.topology.components if c.kind == "nic") == list(range(8))
+
+
+def test_delta_is_the_perlmutter_node_with_one_nic():
+    """NCSA Delta (HiCCL Table 4): Perlmutter's four directly connected A100s and costs, one
+    Slingshot-11 NIC, which every GPU's inter-node traffic crosses."""
+    import simpy
+
+    from simcoll.simulator.network import FluidNetwork
+
+    delta, perlmutter = load_machine("delta"), load_machine("perlmutter")
+    assert delta.topology.gpu_link_counts() == perlmutter.topology.gpu_link_counts()
+    assert _kind_count(delta.topology, "nic") == 1 and delta.model.links == perlmutter.model.links
+    net = FluidNetwork(simpy.Environment(), load_machine("delta*2"), contention=True, record_utilisation=False)
+    crossed = {res.name for g in range(4) for res, _ in net.route(g, 4 + g)[2] if "nic" in res.name}
+    assert crossed and all("nic0" in name for name in crossed)
 
 
 def test_dgx_h200_is_the_dgx_h100_fabric_with_h200_memory():

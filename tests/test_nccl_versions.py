@@ -173,3 +173,33 @@ def test_a_logs_nccl_buffsize_is_read():
         "        1024           256   float     sum    10.00    0.10    0.18  0e+00    10.00    0.10    0.18  0e+00\n"
     )
     assert parse_nccl_tests(text, path="all_reduce_perf.log", num_ranks=8).buffsize == 1 << 20
+
+
+def test_nccl_nvls_enable_0_takes_nvlink_sharp_away():
+    """NCCL_NVLS_ENABLE=0 leaves a communicator without NVLS support (src/transport/nvls.cc): the
+    tuner's NVLS choice on a DGX H100 becomes the ring, and NVLS-tree across nodes goes too; set in
+    a log (the together ring configuration), validation and calibration run NCCL that way."""
+    from simcoll.calibration import parse_nccl_tests
+    from simcoll.calibration.calibrate import samples_of
+    from simcoll.errors import OptionError
+    from simcoll.machines import load_machine
+    from simcoll.nccl.baseline import nccl_choice
+    from simcoll.nccl.versions import NcclSetup
+
+    off = NcclSetup.parse(None, {"NCCL_NVLS_ENABLE": "0"})
+    assert off.nvls_enabled() is False and NcclSetup.parse(None, {}).nvls_enabled() is None
+    with pytest.raises(OptionError, match="NCCL_NVLS_ENABLE"):
+        NcclSetup.parse(None, {"NCCL_NVLS_ENABLE": "yes"})
+    assert nccl_choice("dgx-h100", "allreduce", 1 << 30).algorithm == "nvls"
+    assert nccl_choice("dgx-h100", "allreduce", 1 << 30, nccl=off).algorithm == "ring"
+    assert nccl_choice("dgx-h100*2", "allreduce", 1 << 30).algorithm == "nvls_tree"
+    assert not nccl_choice("dgx-h100*2", "allreduce", 1 << 30, nccl=off).algorithm.startswith("nvls")
+    text = (
+        "# Env: NCCL_NVLS_ENABLE=0 NCCL_COLLNET_ENABLE=0\n"
+        "#       size         count    type   redop     time   algbw   busbw  error     time   algbw   busbw  error\n"
+        "  1073741824     268435456   float     sum  4000.00  268.44  469.77  0e+00  4000.00  268.44  469.77  0e+00\n"
+    )
+    log = parse_nccl_tests(text, path="all_reduce_perf.log", num_ranks=8)
+    assert log.nvls is False and log.nccl_env() == {"NCCL_NVLS_ENABLE": "0"}
+    (sample,) = samples_of(log, load_machine("dgx-h100"))
+    assert sample.choice.startswith("ring/")

@@ -233,8 +233,8 @@ def samples_of(log: NcclTestsLog, machine: Machine) -> list[Sample]:
     # CollNet is off unless the log enables it (NCCL_COLLNET_ENABLE=1) or forces it with NCCL_ALGO
     restrict["collnet"] = log.collnet or any(a.startswith("collnet") for a in restrict["algorithms"] or ())
     restrict["limits"] = log.channel_limits  # NCCL_MIN_CTAS and its kin
-    if log.buffsize is not None:  # the pieces NCCL's pipelines move (NcclSetup.buffer_bytes)
-        restrict["nccl"] = NcclSetup.parse(None, {"NCCL_BUFFSIZE": str(log.buffsize)})
+    if env := log.nccl_env():  # NCCL_BUFFSIZE's pipeline pieces, NCCL_NVLS_ENABLE (NcclSetup)
+        restrict["nccl"] = NcclSetup.parse(None, env)
     out = []
     why = ""
     for row in measured_times(log).itertuples():

@@ -166,6 +166,8 @@ class NcclTestsLog:
         ``graphs`` (module docstring); None where the log does not say.
     buffsize : int or None
         NCCL_BUFFSIZE (bytes) where the log shows it set, as NCCL_ALGO is read.
+    nvls : bool or None
+        NCCL_NVLS_ENABLE where the log shows it set (0: no NVLS or NVLS-tree).
     """
 
     path: str
@@ -186,6 +188,14 @@ class NcclTestsLog:
     machine: str | None = None
     launch: str | None = None
     buffsize: int | None = None
+    nvls: bool | None = None
+
+    def nccl_env(self) -> dict[str, str]:
+        """The variables the log sets that :class:`~simcoll.nccl.versions.NcclSetup`
+        applies beside NCCL_ALGO / NCCL_PROTO: NCCL_BUFFSIZE (the pieces NCCL's
+        pipelines move) and NCCL_NVLS_ENABLE."""
+        env = {"NCCL_BUFFSIZE": self.buffsize, "NCCL_NVLS_ENABLE": None if self.nvls is None else int(self.nvls)}
+        return {key: str(value) for key, value in env.items() if value is not None}
 
     def within(self, min_bytes: int | None = None, max_bytes: int | None = None) -> NcclTestsLog:
         """The same log with only the rows of sizes in ``[min_bytes, max_bytes]``
@@ -262,7 +272,7 @@ _TESTS_VERSION = re.compile(r"nccl-library=(\d+)")
 _STARTING = re.compile(r"Collective test starting:\s*(\w+?)(?:_perf\w*)?\s*$")
 _AVG = re.compile(r"Avg bus bandwidth\s*:\s*(\S+)")
 _ENV = re.compile(
-    r"\b(NCCL_ALGO|NCCL_PROTO|NCCL_COLLNET_ENABLE|NCCL_BUFFSIZE|NCCL_(?:MIN|MAX)_(?:CTAS|NCHANNELS|NRINGS))"
+    r"\b(NCCL_ALGO|NCCL_PROTO|NCCL_COLLNET_ENABLE|NCCL_NVLS_ENABLE|NCCL_BUFFSIZE|NCCL_(?:MIN|MAX)_(?:CTAS|NCHANNELS|NRINGS))"
     r"\s*(?:=|\s+set by environment to\s+)\s*([A-Za-z0-9_,^:;]+)"
 )
 #: Channel-count variables -> ChannelLimits fields, in increasing precedence: NCCL_MIN_NRINGS /
@@ -324,6 +334,7 @@ def parse_nccl_tests(
     ranks: dict[int, tuple[str, str]] = {}
     library = version = algo = proto = None
     buffsize: int | None = None
+    nvls: bool | None = None
     collnet = False
     channel_counts: dict[str, int] = {}
     started: str | None = None
@@ -385,6 +396,8 @@ def parse_nccl_tests(
                     proto = value
                 elif key == "NCCL_COLLNET_ENABLE":
                     collnet = value.strip(",;:") == "1"
+                elif key == "NCCL_NVLS_ENABLE" and value.strip(",;:.") in ("0", "1"):
+                    nvls = value.strip(",;:.") == "1"
                 elif key == "NCCL_BUFFSIZE":
                     buffsize = int(value.strip(",;:")) if value.strip(",;:").isdigit() else buffsize
                 elif (count := value.strip(",;:")).isdigit():
@@ -426,6 +439,7 @@ def parse_nccl_tests(
         machine=machine_text,
         launch=_launch(launch_hints, pids, len(ranks)),
         buffsize=buffsize,
+        nvls=nvls,
     )
 
 

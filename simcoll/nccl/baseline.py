@@ -70,6 +70,8 @@ GENERATOR_OF = {
     "collnet_direct": "collnet",
     "collnet_chain": "collnet",
 }
+#: NCCL's NVLink SHARP algorithms, which NCCL_NVLS_ENABLE=0 takes away.
+NVLS_ALGORITHMS = ("nvls", "nvls_tree")
 #: Collectives the ``nccl`` row has an Algorithm for: those NCCL's tuner
 #: chooses for, and nccl-tests' point-to-point ones (:mod:`simcoll.nccl.p2p`).
 BASELINE_COLLECTIVES = (*TUNED_COLLECTIVES, *P2P_COLLECTIVES)
@@ -322,7 +324,8 @@ def nccl_choice(
     channel counts NCCL_MIN_CTAS and its kin set (:class:`~simcoll.nccl.tuner.ChannelLimits`).
     ``nccl`` is the release and its environment (:class:`~simcoll.nccl.versions.NcclSetup`
     or a version such as ``"2.7"``; default NCCL 2.30 as configured): its
-    ``NCCL_PROTO`` / ``NCCL_ALGO`` restrict where ``algorithms`` / ``protocols`` are not given.
+    ``NCCL_PROTO`` / ``NCCL_ALGO`` restrict where ``algorithms`` / ``protocols`` are not given,
+    and its ``NCCL_NVLS_ENABLE=0`` takes NVLS and NVLS-tree away.
 
     >>> nccl_choice("dgx-a100", "allreduce", 1 << 30).label
     'ring/Simple/24ch'
@@ -337,6 +340,8 @@ def nccl_choice(
     comm = nccl_machine(machine, setup).comm
     if not collnet and comm.collnet:
         comm = replace(comm, collnet=False)
+    if setup.nvls_enabled() is False and any(name in comm.graphs for name in NVLS_ALGORITHMS):
+        comm = replace(comm, graphs={k: g for k, g in comm.graphs.items() if k not in NVLS_ALGORITHMS})
     if limits is not None:
         comm = replace(comm, limits=limits)
     return choose(comm, collective, int(size_bytes), algorithms=algorithms, protocols=protocols)

@@ -39,7 +39,7 @@ DEFAULT_VERSION = "2.30"
 #: The environment variables a baseline may set: the tuner's (``NCCL_PROTO``, ``NCCL_ALGO``) and the
 #: Simple protocol's buffer per connection (``NCCL_BUFFSIZE``, bytes; NCCL moves it in 8 steps,
 #: ``NCCL_STEPS``, which set the size of the pieces NCCL's pipelines move: :meth:`NcclSetup.buffer_bytes`).
-ENV_KEYS = ("NCCL_PROTO", "NCCL_ALGO", "NCCL_BUFFSIZE")
+ENV_KEYS = ("NCCL_PROTO", "NCCL_ALGO", "NCCL_BUFFSIZE", "NCCL_NVLS_ENABLE")
 #: Steps per connection buffer (NCCL_STEPS, src/include/device.h; 8 in every modelled release).
 NCCL_STEPS = 8
 #: NCCL's spellings (any case) -> simcoll's; ``CollNet`` is the older releases' single CollNet algorithm.
@@ -119,7 +119,7 @@ class NcclSetup:
                 raise OptionError(f"NCCL environment: {key!r} is not one simcoll models ({', '.join(ENV_KEYS)})")
             pairs[key] = str(value).strip()
         setup = cls(release(version), tuple(sorted(pairs.items())))
-        setup.protocols(), setup.algorithms(), setup.buffer_bytes()  # refuse unknown names and bad sizes now
+        setup.protocols(), setup.algorithms(), setup.buffer_bytes(), setup.nvls_enabled()  # refuse bad values now
         return setup
 
     @property
@@ -159,6 +159,22 @@ class NcclSetup:
         if value < NCCL_STEPS:
             raise OptionError(f"NCCL_BUFFSIZE={text!r}: expected a buffer size in bytes, at least {NCCL_STEPS}")
         return value
+
+    def nvls_enabled(self) -> bool | None:
+        """``NCCL_NVLS_ENABLE``: 0 takes NVLink SHARP away (NVLS and NVLS-tree
+        are then no candidates, as NCCL gives such a communicator no NVLS
+        support: src/transport/nvls.cc, ncclNvlsInit); 1 or unset leave it to
+        the machine (None: not set).
+
+        >>> NcclSetup.parse(None, {"NCCL_NVLS_ENABLE": "0"}).nvls_enabled()
+        False
+        """
+        text = self._get("NCCL_NVLS_ENABLE")
+        if text is None:
+            return None
+        if text.strip() not in ("0", "1"):
+            raise OptionError(f"NCCL_NVLS_ENABLE={text!r}: expected 0 or 1")
+        return text.strip() == "1"
 
     @property
     def is_default(self) -> bool:

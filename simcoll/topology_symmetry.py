@@ -10,12 +10,14 @@ node by node, so each is an automorphism by construction). On one node, or a
 machine without nodes (``ring:N``, ``torus2d:RxC``, ``fully-connected:N``), a
 shift ``s`` dividing P is kept when the permutation of the GPUs extends to an
 isomorphism of the machine's graph onto itself that keeps every component's
-kind and attributes and every link's type, count and direction: for a
-machine of GPUs alone the links between GPUs must map onto links of the same
-type and count (one array comparison per shift), and where other components
-(switches, NICs, CPUs) exist networkx's VF2 matcher finds their images
-(:func:`networkx.is_isomorphic` with the GPUs labelled by rank, so the GPUs'
-images are fixed). The cyclic shift of a ring is one (order P), a torus's
+kind and attributes and every link's type, count and direction: the links
+between GPUs must map onto links of the same type and count (one array
+comparison per shift); another component (switch, NIC, CPU) must map onto
+the one whose GPUs are its GPUs shifted, which fixes its image where no two
+components look alike (links then checked one by one), and otherwise
+networkx's VF2 matcher finds the images (:func:`networkx.is_isomorphic` with
+the GPUs labelled by rank, so their images are fixed; machines of at most
+:data:`MAX_SEARCHED_COMPONENTS` components). The cyclic shift of a ring is one (order P), a torus's
 row shift another (``torus2d:64x64``: 64 ranks, order 64); a hypercube's
 rank shifts are not automorphisms but for half the ranks (its translations
 are XOR maps, which no cyclic shift of ranks is).
@@ -37,6 +39,9 @@ from .topology import Component, Topology, directed_pairs
 #: The most components other than GPUs a one-node machine may have for its
 #: shifts to be looked for (VF2's search grows fast with many alike switches).
 MAX_MATCHED_COMPONENTS = 2_000
+#: The most components a machine may have for VF2 to search its automorphisms
+#: where its switches look alike (a larger one is given no rank shift).
+MAX_SEARCHED_COMPONENTS = 512
 #: Where a topology keeps the shifts once worked out.
 _CACHE = "_rank_shifts"
 
@@ -69,9 +74,7 @@ def _rank_shifts(topology: Topology) -> tuple[int, ...]:
         shifted, shifted_counts = _shifted_keys(links, p, s)
         if not (np.array_equal(shifted, keys) and np.array_equal(shifted_counts, counts)):
             continue
-        if others and _neighbourhoods(topology, s) != around:
-            continue  # (a component's GPUs do not map onto another's: no need to search)
-        if others and not _extends_to_automorphism(topology, s):
+        if others and not _components_follow(topology, s, around):
             continue
         shifts.append(s)
     return tuple(shifts)
@@ -109,10 +112,11 @@ def _attributes(component: Component) -> tuple:
     return (c.kind, c.node, c.model, c.gpudirect, c.reduce, c.multicast)
 
 
-def _neighbourhoods(topology: Topology, shift: int) -> list:
+def _neighbourhoods(topology: Topology, shift: int) -> dict[str, tuple]:
     """Per component other than a GPU, its attributes and the GPUs it links
-    to (shifted ranks, link type, count, direction), sorted: a shift that
-    extends to an automorphism maps this collection onto itself."""
+    to (shifted ranks, link type, count, direction), sorted: the component
+    an automorphism moving every rank by ``shift`` maps it onto has, unshifted,
+    this signature."""
     p = topology.num_ranks
     rank = {c.name: c.rank for c in topology.gpus}
     seen: dict[str, list] = {c.name: [] for c in topology.components if c.kind != "gpu"}
@@ -123,7 +127,31 @@ def _neighbourhoods(topology: Topology, shift: int) -> list:
             elif b in seen and a in rank:
                 seen[b].append(("from", (rank[a] + shift) % p, link.type, link.count))
     kinds = {c.name: _attributes(c) for c in topology.components}
-    return sorted((repr(kinds[name]), sorted(gpus)) for name, gpus in seen.items())
+    return {name: (repr(kinds[name]), tuple(sorted(gpus))) for name, gpus in seen.items()}
+
+
+def _components_follow(topology: Topology, shift: int, around: dict[str, tuple]) -> bool:
+    """Whether GPU ``r`` -> GPU ``r + shift`` extends to the other
+    components. Each must go to one whose signature unshifted is its own
+    shifted (:func:`_neighbourhoods`); where each has exactly one such
+    candidate the map is forced and its links are checked one by one (a hub
+    of 4,096 GPUs); where several components look alike (a board's
+    NVSwitches), networkx's VF2 matcher searches (:func:`_extends_to_automorphism`)."""
+    by_signature: dict[tuple, list[str]] = {}
+    for name, signature in around.items():
+        by_signature.setdefault(signature, []).append(name)
+    moved = _neighbourhoods(topology, shift)
+    if sorted(moved.values()) != sorted(around.values()):
+        return False  # (a component's GPUs do not map onto another's: no need to search)
+    if any(len(names) > 1 for names in by_signature.values()):
+        return _extends_to_automorphism(topology, shift)
+    image = {c.name: topology.gpu((c.rank + shift) % topology.num_ranks).name for c in topology.gpus}
+    image |= {name: by_signature[signature][0] for name, signature in moved.items()}
+    links: dict[tuple[str, str, str], int] = {}
+    for link in topology.links:
+        for a, b in directed_pairs(link):
+            links[(a, b, link.type)] = links.get((a, b, link.type), 0) + link.count
+    return all(links.get((image[a], image[b], kind)) == count for (a, b, kind), count in links.items())
 
 
 def _graph(topology: Topology, shift: int) -> nx.DiGraph:
@@ -153,6 +181,8 @@ def _extends_to_automorphism(topology: Topology, shift: int) -> bool:
     the whole machine: an isomorphism from the machine labelled as it is onto
     the machine with its GPUs relabelled by ``-shift`` maps GPU ``r`` (label
     ``r``) to the GPU labelled ``r`` there, GPU ``r + shift``."""
+    if len(topology.components) > MAX_SEARCHED_COMPONENTS:
+        return False
     return nx.is_isomorphic(
         _graph(topology, 0),
         _graph(topology, shift),

@@ -25,6 +25,7 @@ from simcoll.verify import algorithm_is_correct
         ("hypercube:3", (4,)),  # translations are XOR maps; +4 mod 8 is the one that is also a shift
         ("line:6", ()),  # its ends
         ("hub-and-spoke:8", (1, 2, 4)),  # the hub maps onto itself
+        ("hub-and-spoke:1024", (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)),  # (forced: no two switches alike)
         ("dgx1", (4,)),  # SCCL's hybrid cube-mesh: the other quad
         ("dgx-h100", (4,)),  # the other half of the board (its NICs, PCIe switches and CPU)
         ("dgx2", (8,)),  # the other baseboard, its six NVSwitches with it

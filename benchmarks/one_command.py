@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--files", action="store_true", help="also the three commands through an .npz file")
     args = parser.parse_args(argv)
     if os.environ.get("PYTHONDONTWRITEBYTECODE"):  # (every command then compiles simcoll's sources anew)
-        print("PYTHONDONTWRITEBYTECODE is set: no command reuses compiled bytecode (an installed package does)")
+        print("PYTHONDONTWRITEBYTECODE is set: a module without cached bytecode is compiled by every command")
     for ranks in sorted(args.ranks):  # ascending: ru_maxrss of children only grows
         runs = [run_once(ranks) for _ in range(args.repeat)]
         wall = statistics.median(w for w, _ in runs)

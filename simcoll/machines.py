@@ -19,12 +19,11 @@ Topology specs accepted everywhere (CLI ``--topology`` included):
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import cached_property, lru_cache
 from importlib import resources
 from pathlib import Path
-
-import networkx as nx
 
 from .cost_model import CostModel, load_model_file
 from .errors import ModelError, TopologyError, UnknownMachineError, UnknownModelError
@@ -280,11 +279,20 @@ class Machine:
     def _shape_cost(
         self, edges: tuple[tuple[int, int, str, int], ...], kinds: tuple[str, ...]
     ) -> tuple[float, float, int, tuple[str, ...]]:
-        """(α, bandwidth, hops, link types) of a route shape (:meth:`_compute_route`)."""
-        flow, _ = shape_flow_graph(edges, lambda kind: self.model.link(kind).bandwidth_Bps)
-        bandwidth = nx.maximum_flow_value(flow, 0, 1)
+        """(α, bandwidth, hops, link types) of a route shape (:meth:`_compute_route`):
+        its maximum flow and shortest path, read off directly where the shape
+        is a chain (every component hands on to one next: most routes), else
+        by networkx."""
+        chain = _chain(edges, lambda kind: self.model.link(kind).bandwidth_Bps)
+        if chain is not None:
+            bandwidth, path = chain
+        else:
+            import networkx as nx
+
+            flow, _ = shape_flow_graph(edges, lambda kind: self.model.link(kind).bandwidth_Bps)
+            bandwidth = nx.maximum_flow_value(flow, 0, 1)
+            path = nx.shortest_path(flow, 0, 1)
         types = tuple(sorted({kind for _, _, kind, _ in edges}))
-        path = nx.shortest_path(flow, 0, 1)
         switch_latency = sum(self.model.switch_latency_s(kinds[n]) for n in path[1:-1])
         alpha = max(self.model.link(t).alpha_s for t in types) + switch_latency
         return alpha, bandwidth, len(path) - 1, types
@@ -358,6 +366,31 @@ def load_machine(topology: str | Topology, model: str | CostModel | None = None)
         model = topo.default_model or "generic"
     cost = load_model(model) if isinstance(model, str) else model
     return Machine(topo, cost)
+
+
+def _chain(
+    edges: tuple[tuple[int, int, str, int], ...], link_Bps: Callable[[str], float]
+) -> tuple[float, list[int]] | None:
+    """(maximum flow, path) of a route shape from 0 to 1 that is a chain, each
+    component handing on to one next (parallel links between two components
+    adding up, as :func:`~simcoll.routes.shape_flow_graph` adds them): the
+    least of its hops' capacities and the chain itself; None for any other
+    shape."""
+    nxt: dict[int, int] = {}
+    capacity: dict[int, float] = {}
+    for u, v, kind, count in edges:
+        if nxt.setdefault(u, v) != v:
+            return None
+        capacity[u] = capacity.get(u, 0.0) + count * link_Bps(kind)
+    path, node = [0], 0
+    while node != 1:
+        if node not in nxt or len(path) > len(nxt):
+            return None
+        node = nxt[node]
+        path.append(node)
+    if len(path) - 1 != len(nxt):
+        return None  # (hops off the chain)
+    return min(capacity[u] for u in path[:-1]), path
 
 
 def as_machine(machine: Machine | str) -> Machine:

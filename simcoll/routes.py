@@ -19,13 +19,16 @@ import weakref
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import networkx as nx
 import numpy as np
 
 from .algorithm import BandwidthConstraint, PairSet
 from .limits import check_build_time, check_rank_pair_bytes
 from .topology import FABRIC_LINK_TYPES, SHARED_ROUTES, Topology, directed_pairs
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 
 @dataclass(frozen=True)
@@ -369,6 +372,8 @@ class Routes:
     def logical_graph(self) -> nx.DiGraph:
         """Directed graph on ranks with an edge wherever a route exists;
         edge attribute ``hops`` is the route length in links."""
+        import networkx as nx
+
         graph = nx.DiGraph()
         p = self.topology.num_ranks
         graph.add_nodes_from(range(p))
@@ -429,6 +434,8 @@ def shape_flow_graph(
     """The max-flow graph of a route shape (:func:`route_shape`): each hop's
     capacity is its link count times ``link_Bps(type)``, parallel hops between
     two components adding up; also each hop's own capacity, in order."""
+    import networkx as nx
+
     graph = nx.DiGraph()
     capacities = []
     for u, v, kind, count in edges:

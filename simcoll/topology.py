@@ -42,14 +42,16 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import networkx as nx
 import yaml
 
 from .errors import TopologyError
 from .files import load_yaml, write_atomic
 from .limits import check_machine_size
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 COMPONENT_KINDS = (
     "gpu",
@@ -229,6 +231,8 @@ class Topology:
         """Directed multigraph: one node per component (attributes from
         :class:`Component`), one edge per direction and link type, keyed by the
         type, with attribute ``count``."""
+        import networkx as nx
+
         graph = nx.MultiDiGraph(name=self.name)
         for comp in self.components:
             graph.add_node(comp.name, **{k: v for k, v in vars(comp).items() if k != "name"})
@@ -399,6 +403,8 @@ def build_topology(
 def component_graph(names: Iterable[str], links: Iterable[Link]) -> nx.Graph:
     """The undirected graph of the components ``names`` joined by ``links``
     (what reaches what, whatever the links' direction and type)."""
+    import networkx as nx
+
     graph = nx.Graph()
     graph.add_nodes_from(names)
     graph.add_edges_from((link.src, link.dst) for link in links)
@@ -406,9 +412,17 @@ def component_graph(names: Iterable[str], links: Iterable[Link]) -> nx.Graph:
 
 
 def _check_connected(topology: Topology, where: str) -> None:
-    graph = component_graph((c.name for c in topology.components), topology.links)
+    # (a breadth-first search over the links either way: every machine is checked as it loads, and
+    # networkx's import would be most of a small command's start-up)
+    neighbours: dict[str, list[str]] = {c.name: [] for c in topology.components}
+    for link in topology.links:
+        neighbours[link.src].append(link.dst)
+        neighbours[link.dst].append(link.src)
     gpu_names = [g.name for g in topology.gpus]
-    reached = nx.node_connected_component(graph, gpu_names[0])
+    reached = {gpu_names[0]}
+    frontier = [gpu_names[0]]
+    while frontier:
+        frontier = [n for c in frontier for n in neighbours[c] if n not in reached and not reached.add(n)]
     stranded = [g for g in gpu_names if g not in reached]
     if stranded:
         raise TopologyError(

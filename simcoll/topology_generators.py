@@ -13,8 +13,6 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import networkx as nx
-
 from .errors import TopologyError, UnknownMachineError
 from .limits import check_machine_size
 from .topology import Component, Link, Topology, build_topology, component_graph
@@ -267,6 +265,8 @@ def gpu_subset(node: Topology, gpus: Sequence[int]) -> Topology:
     >>> t.name, t.num_ranks, [g.name for g in t.gpus]
     ('l40s-pcie[2,0]', 2, ['gpu2', 'gpu0'])
     """
+    import networkx as nx
+
     name = f"{node.name}[{','.join(str(g) for g in gpus)}]"
     by_rank = {c.rank: c for c in node.components if c.kind == "gpu"}
     bad = [g for g in gpus if g not in by_rank]
@@ -300,6 +300,8 @@ def gpu_subset(node: Topology, gpus: Sequence[int]) -> Topology:
 
 def _nearest_gpus(node: Topology) -> dict[str, set[str]]:
     """Per NIC of ``node``, the GPUs fewest links away from it."""
+    import networkx as nx
+
     graph = component_graph((c.name for c in node.components), node.links)
     gpus = {g.name for g in node.gpus}
     out: dict[str, set[str]] = {}

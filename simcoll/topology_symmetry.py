@@ -31,10 +31,14 @@ are XOR maps, which no cyclic shift of ranks is).
 
 from __future__ import annotations
 
-import networkx as nx
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from .topology import Component, Topology, directed_pairs
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 #: The most components other than GPUs a one-node machine may have for its
 #: shifts to be looked for (VF2's search grows fast with many alike switches).
@@ -158,6 +162,8 @@ def _graph(topology: Topology, shift: int) -> nx.DiGraph:
     """The machine as a directed graph whose GPU ``r`` is labelled ``r -
     shift`` (mod P) and every other component by its kind and attributes;
     each edge by its links' (type, count)."""
+    import networkx as nx
+
     p = topology.num_ranks
     graph = nx.DiGraph()
     for c in topology.components:
@@ -181,6 +187,8 @@ def _extends_to_automorphism(topology: Topology, shift: int) -> bool:
     the whole machine: an isomorphism from the machine labelled as it is onto
     the machine with its GPUs relabelled by ``-shift`` maps GPU ``r`` (label
     ``r``) to the GPU labelled ``r`` there, GPU ``r + shift``."""
+    import networkx as nx
+
     if len(topology.components) > MAX_SEARCHED_COMPONENTS:
         return False
     return nx.is_isomorphic(

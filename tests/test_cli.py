@@ -38,6 +38,31 @@ def test_the_cli_imports_no_solver_pandas_or_plotting():
     assert result.stdout.strip() == ""
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["simulate", "ring", "-t", "ring:64", "-c", "allreduce", "--size", "1MB"],
+        ["simulate", "recursive-doubling", "-t", "hypercube:6", "-c", "allgather", "--size", "1MB"],
+        ["algo", "generate", "ring", "-t", "ring:64", "-c", "allreduce", "-o", "-"],
+    ],
+)
+def test_generating_and_simulating_a_ring_imports_no_networkx_pandas_or_plotting(command):
+    """Issue 51 item 4: a schedule on a machine of direct links, from generator to result, imports
+    neither networkx (its routes are chains, whose flow is read off; a machine's connectivity is a
+    plain search) nor pandas nor matplotlib: most of a small command's start-up otherwise. (Routes
+    over parallel paths, a DGX's NVSwitch planes, take networkx's maximum flow.)"""
+    code = (
+        "import sys, contextlib, io\n"
+        "from simcoll.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        f"    code = main({command!r})\n"
+        "print(code, ','.join(m for m in ('networkx', 'pandas', 'matplotlib') if m in sys.modules))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["0"]
+
+
 def _leaf_commands(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()):
     subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
     if not subs:

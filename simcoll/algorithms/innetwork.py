@@ -30,7 +30,6 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-import networkx as nx
 import numpy as np
 
 from ..algorithm import Algorithm, SwitchReduction, SwitchReductionTable, Transfer, TransferTable
@@ -93,6 +92,8 @@ def _deal_cycle(weights: tuple[int, ...]) -> tuple[int, ...]:
 def fabric_reducing_switch(topology: Topology, ranks: list[int], name: str) -> str:
     """The reducing fabric switch (shared by all nodes) nearest to all of
     ``ranks`` over links that enter no other GPU."""
+    import networkx as nx
+
     candidates = [c.name for c in topology.reducing_switches(None) if c.multicast]
     if not candidates:
         raise NotApplicableError(

@@ -38,8 +38,6 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Iterator, Sequence
 
-import networkx as nx
-
 from ..algorithm import Algorithm, Transfer
 from ..collectives import Collective
 from ..errors import NotApplicableError
@@ -60,6 +58,8 @@ DEFAULT_CHANNELS = 8
 def nearest_nics(topology: Topology, rank: int) -> list[str]:
     """The NICs of ``rank``'s node at the fewest hops from its GPU over
     non-GPU-fabric links (PCIe and host links), NIC of rail = local index first."""
+    import networkx as nx
+
     node = topology.node_of(rank)
     gpu = topology.gpu(rank).name
     graph = nx.Graph()

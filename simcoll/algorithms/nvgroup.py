@@ -23,8 +23,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-import networkx as nx
-
 from ..algorithm import Algorithm, TransferTable
 from ..collectives import Collective
 from ..errors import NotApplicableError
@@ -111,6 +109,8 @@ def nvlink_groups(topology: Topology) -> list[NVGroup]:
     >>> [g.ranks for g in nvlink_groups(load_topology("dgx1"))]
     [(0, 1, 2, 3), (4, 5, 6, 7)]
     """
+    import networkx as nx
+
     neighbours = _nvlink_neighbours(topology)
     rank_of = {g.name: g.rank for g in topology.gpus}
     graph = nx.Graph()

@@ -47,9 +47,8 @@ import re
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import networkx as nx
 import numpy as np
 
 from ..cost_model import SwitchParams
@@ -57,6 +56,9 @@ from ..errors import ModelError, TopologyError
 from ..machines import Machine
 from ..routes import RouteHop, route_shape, shape_flow_graph
 from ..topology import FABRIC_LINK_TYPES
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 __all__ = ["Resource", "RouteCaches", "RouteIdTable", "Routing", "SwitchPath", "route_caches"]
 
@@ -621,12 +623,16 @@ class Routing:
     def _max_flow_shares(self, shape: tuple[tuple[int, int, str, int], ...]) -> list[float]:
         """Per hop of ``shape``, the share of a maximum flow from node 0 to
         node 1 it carries (parallel hops split their edge's flow by capacity)."""
+        import networkx as nx
+
         graph, caps = shape_flow_graph(shape, lambda kind: self.machine.model.link(kind).bandwidth_Bps)
         value, flow = nx.maximum_flow(graph, 0, 1)
         return [flow[u][v] * c / graph[u][v]["capacity"] / value for (u, v, _, _), c in zip(shape, caps, strict=True)]
 
     # -- contention: NIC binding and host staging ------------------------------------------
     def _node_graph(self) -> nx.DiGraph:
+        import networkx as nx
+
         if not hasattr(self, "_nodegraph"):
             g = nx.DiGraph()
             for h in _all_hops(self.machine):
@@ -647,6 +653,8 @@ class Routing:
         # A source asked for many paths (a NIC, for every NIC it talks to: a million pairs on 1,024
         # GPUs) gets one breadth-first tree, which answers every target its shortest path is unique
         # to; a target with several shortest paths gets NetworkX's choice, as every path did before.
+        import networkx as nx
+
         key = (a, avoid_fabric)
         tree = self._trees.pop(key, None)
         if tree is None:
@@ -757,6 +765,8 @@ class Routing:
         else through the GPU fabric and the GPU next to the NIC, as NCCL's PXN
         forwards traffic to a NIC on another PCIe root (NCCL 2.12 release
         notes; a node left with fewer NICs by a fabric what-if)."""
+        import networkx as nx
+
         try:
             return self._path(a, b)
         except TopologyError:
@@ -780,6 +790,8 @@ class Routing:
         return [(nic, w, comps[nic].node == src_node) for nic, w in through.items()]
 
     def _host_cpu(self, nic: str) -> str:
+        import networkx as nx
+
         g = self._node_graph()
         node = next(c.node for c in self._topo.components if c.name == nic)
         cpus = [c.name for c in self._topo.components if c.kind == "cpu" and c.node == node]

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections import defaultdict, deque
 
-import networkx as nx
 import numpy as np
 
 from ..program import RECEIVES, SENDS, Executor, Instruction, Program, Ref
@@ -323,6 +322,8 @@ def _check_routes(rank: int, e: Executor, routes: Routes, topology_name: str) ->
 
 
 def _describe_deadlock(run: _Run, unfinished: list[int]) -> str:
+    import networkx as nx
+
     waits = nx.DiGraph()
     reasons = []
     for g in unfinished:

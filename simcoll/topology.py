@@ -412,17 +412,19 @@ def component_graph(names: Iterable[str], links: Iterable[Link]) -> nx.Graph:
 
 
 def _check_connected(topology: Topology, where: str) -> None:
-    # (a breadth-first search over the links either way: every machine is checked as it loads, and
+    # (a search over the links either way: every machine is checked as it loads, and
     # networkx's import would be most of a small command's start-up)
     neighbours: dict[str, list[str]] = {c.name: [] for c in topology.components}
     for link in topology.links:
         neighbours[link.src].append(link.dst)
         neighbours[link.dst].append(link.src)
     gpu_names = [g.name for g in topology.gpus]
-    reached = {gpu_names[0]}
-    frontier = [gpu_names[0]]
+    reached, frontier = {gpu_names[0]}, [gpu_names[0]]
     while frontier:
-        frontier = [n for c in frontier for n in neighbours[c] if n not in reached and not reached.add(n)]
+        for other in neighbours[frontier.pop()]:
+            if other not in reached:
+                reached.add(other)
+                frontier.append(other)
     stranded = [g for g in gpu_names if g not in reached]
     if stranded:
         raise TopologyError(

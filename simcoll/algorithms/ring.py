@@ -387,11 +387,12 @@ def rings_rotation(topology: Topology, rings: Sequence[Sequence[int]]) -> int | 
     cluster, the cyclic shift of ``ring:N``, a torus's row shift),
     ``π(r) = (r + s) mod P``, and maps every ring onto itself (the same
     cyclic order, any starting point); None where the machine has no such
-    shift or none maps the rings onto themselves. NCCL's rings repeat every node, or every other node where they
-    enter alternate nodes at alternate GPUs (:mod:`.nccl`). A shift that
-    maps one ring onto another would do for the schedule, but its images
-    would list the rings' transfers on a shared rank pair in another order
-    than :func:`_rings_transfers`, and so queue them otherwise."""
+    shift or none maps the rings onto themselves. NCCL's rings repeat every
+    node, or every other node where they enter alternate nodes at alternate
+    GPUs (:mod:`.nccl`). A shift that maps one ring onto another would do for
+    the schedule, but its images would list the rings' transfers on a shared
+    rank pair in another order than :func:`_rings_transfers`, and so queue
+    them otherwise."""
     p = topology.num_ranks
     if any(len(ring) != p for ring in rings):
         return None

@@ -108,8 +108,9 @@ def node_rotation(plan: Plan, net: FluidNetwork, num_ranks: int, num_chunks: int
     is symmetric (module docstring): a shift by one node, else by two
     (NCCL's rings enter alternate nodes at alternate GPUs), and so on up to
     half the nodes (on one node, the machine's rank rotations); None where
-    the machine has no rotation or no shift maps the schedule onto itself. Plans with contiguity groups
-    or in-switch reductions are not looked at (None)."""
+    the machine has no rotation or no shift maps the schedule onto itself.
+    Plans with contiguity groups or in-switch reductions are not looked at
+    (None)."""
     shifts = rank_shifts(net.machine.topology)
     if not shifts or plan.groups or plan.fanout or not plan.messages:
         return None

@@ -285,8 +285,10 @@ class NetworkParams:
     - ``nic_binding``: which NIC a GPU's inter-node traffic uses (HiCCL §2.3):
       ``packed`` (GPU g of G uses NIC ⌊g·N/G⌋), ``round-robin`` (NIC g mod N),
       ``bijective`` (GPU g uses NIC g; packed on a node with fewer NICs than
-      GPUs, e.g. a fabric what-if that removes NICs); ``None``: the topology's
-      own shortest routes.
+      GPUs, e.g. a fabric what-if that removes NICs; with k times as many
+      NICs as GPUs, GPU g uses its own k, NICs g·k .. g·k + k - 1, its
+      traffic spread evenly over them); ``None``: the topology's own
+      shortest routes.
     """
 
     source: str

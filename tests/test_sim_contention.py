@@ -181,6 +181,7 @@ def _all_to_other_node(machine, gpus):
         (8, 4, "packed", 1.0),
         (8, 4, "round-robin", 1.0),
         (4, 4, "bijective", 1.0),
+        (4, 8, "bijective", 1.0),  # two NICs per GPU (AWS p5 gives each H100 four): all eight carry
     ],
 )
 def test_nic_binding_load_balance(gpus, nics, binding, efficiency):
@@ -205,3 +206,26 @@ def test_bijective_binding_on_fewer_nics_than_gpus_binds_to_the_nearest_nic():
     assert [net.nic_of(g) for g in range(4)] == ["n0.nic0", "n0.nic0", "n0.nic1", "n0.nic1"]
     one_each = FluidNetwork(simpy.Environment(), _nic_cluster(4, 4, "bijective"))
     assert [one_each.nic_of(g) for g in range(4)] == [f"n0.nic{g}" for g in range(4)]
+
+
+def test_a_gpu_with_several_nics_spreads_its_traffic_over_them():
+    """Bijective binding on a node with k NICs per GPU: GPU g uses NICs g·k .. g·k + k - 1 (the i-th
+    of one end with the i-th of the other), each path carrying 1/k of the flow, so one GPU alone
+    sends to another node at k NICs' rate; hops on every path carry all of it."""
+    machine = _nic_cluster(4, 8, "bijective")
+    net = FluidNetwork(simpy.Environment(), machine)
+    assert net.nics_of(1) == ("n0.nic2", "n0.nic3") and net.nic_of(1) == "n0.nic2"
+    alpha, bandwidth, resources = net.route(1, 5)
+    shares = {res.name: weight for res, weight in resources}
+    assert shares["pcie n0.gpu1->n0.pcisw"] == shares["pcie n1.pcisw->n1.gpu1"] == 1.0
+    assert {name: w for name, w in shares.items() if "fabric" in name} == {
+        "ib n0.nic2->fabric": 0.5,
+        "ib fabric->n1.nic2": 0.5,
+        "ib n0.nic3->fabric": 0.5,
+        "ib fabric->n1.nic3": 0.5,
+    }
+    assert bandwidth == pytest.approx(2 * BW, rel=1e-12)
+    assert _times(machine, [(1, 5, SIZE)]) == pytest.approx([ALPHA + SIZE / (2 * BW)], rel=1e-12)
+    # one NIC per GPU: as before
+    single = FluidNetwork(simpy.Environment(), _nic_cluster(4, 4, "bijective"))
+    assert single.nics_of(1) == ("n0.nic1",) and single.route(1, 5)[1] == pytest.approx(BW, rel=1e-12)

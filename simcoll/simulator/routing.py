@@ -494,7 +494,7 @@ class Routing:
             raise TopologyError(f"{self.machine.name}: no route from rank {src} to rank {dst}")
         hops = self.machine.routes.hops(src, dst)
         if self.nic_binding is not None and self._topo.node_of(src) != self._topo.node_of(dst):
-            weighted = [(h, 1.0) for h in self._bound_path(src, dst)]
+            weighted = self._bound_paths(src, dst)
         else:
             weighted = self._weights(src, dst, hops, route.bandwidth_Bps)
         staged_nics = self._non_gpudirect_nics(src, weighted) if self.host_staging else []
@@ -717,7 +717,8 @@ class Routing:
 
     def nic_of(self, rank: int) -> str:
         """The NIC rank ``rank`` uses under the model's ``nic_binding`` (HiCCL
-        §2.3): packed ⌊g·N/G⌋, round-robin g mod N, bijective g.
+        §2.3): packed ⌊g·N/G⌋, round-robin g mod N, bijective g (the first of
+        its own where a GPU has several: :meth:`nics_of`).
 
         A node with fewer NICs than GPUs under ``bijective`` (a fabric what-if
         such as ``fat-tree:nics=2`` on a model written for one NIC per GPU)
@@ -731,6 +732,13 @@ class Routing:
         return nic
 
     def _bound_nic(self, rank: int) -> str:
+        return self.nics_of(rank)[0]
+
+    def nics_of(self, rank: int) -> tuple[str, ...]:
+        """The NICs rank ``rank`` sends and receives through: :meth:`nic_of`'s
+        one, or under ``bijective`` on a node with ``k`` >= 2 times as many
+        NICs as GPUs, GPU ``g``'s own ``k`` (NICs ``g·k`` .. ``g·k + k - 1``, as
+        AWS p5 gives each H100 four), its traffic spread evenly over them."""
         node = self._topo.node_of(rank)
         ranks = self._topo.ranks_of_node(node)
         nics = self._nics_of_node(node)
@@ -738,10 +746,13 @@ class Routing:
             raise TopologyError(f"{self.machine.name}: node {node} has no NIC for nic_binding")
         g, n_gpus, n_nics = ranks.index(rank), len(ranks), len(nics)
         if self.nic_binding == "round-robin":
-            return nics[g % n_nics]
+            return (nics[g % n_nics],)
         if self.nic_binding == "packed" or n_nics < n_gpus:
-            return nics[g * n_nics // n_gpus]
-        return nics[g]
+            return (nics[g * n_nics // n_gpus],)
+        if n_nics % n_gpus == 0:
+            k = n_nics // n_gpus
+            return tuple(nics[g * k : (g + 1) * k])
+        return (nics[g],)
 
     def _nics_of_node(self, node) -> list[str]:
         by_node = self._caches.nics_by_node
@@ -755,10 +766,20 @@ class Routing:
             self._caches.nics_by_node = by_node
         return by_node.get(node, [])
 
-    def _bound_path(self, src: int, dst: int) -> list[RouteHop]:
-        a, b = self.nic_of(src), self.nic_of(dst)
+    def _bound_paths(self, src: int, dst: int) -> list[tuple[RouteHop, float]]:
+        """The hops from ``src`` through its bound NICs to ``dst``'s, each with
+        its share of the flow: one path per pair of the two ends' NICs taken
+        in turn (the i-th with the i-th, :meth:`nics_of`), the flow split
+        evenly over the paths, a hop on several paths carrying their shares."""
+        mine, theirs = self.nics_of(src), self.nics_of(dst)
         s, d = self._topo.gpu(src).name, self._topo.gpu(dst).name
-        return self._gpu_nic_path(s, a) + self._path(a, b, avoid_fabric=False) + self._gpu_nic_path(b, d)
+        count = max(len(mine), len(theirs))
+        share: dict[RouteHop, float] = {}
+        for i in range(count):
+            a, b = mine[i % len(mine)], theirs[i % len(theirs)]
+            for hop in self._gpu_nic_path(s, a) + self._path(a, b, avoid_fabric=False) + self._gpu_nic_path(b, d):
+                share[hop] = share.get(hop, 0.0) + 1.0 / count
+        return list(share.items())
 
     def _gpu_nic_path(self, a: str, b: str) -> list[RouteHop]:
         """Path between a GPU and its bound NIC: over PCIe when there is one,

@@ -45,6 +45,7 @@ EXPECTED_TOPOLOGIES = {
     "mi355x",
     "dgx-h200",
     "delta",
+    "p5",
     "l40s-pcie",
     "l40s-socket",
     "v100-pcie",
@@ -405,3 +406,18 @@ def test_z52_is_an_8_gpu_ring():
     assert nx.is_connected(ring) and nx.cycle_basis(ring) and len(nx.cycle_basis(ring)[0]) == 8
     assert set(z52.link_types) == {"xgmi", "pcie"}
     assert sum(1 for link in z52.links if link.type == "pcie") == 2  # the two links between islands
+
+
+def test_p5_gives_each_h100_four_efa_cards():
+    """AWS p5.48xlarge: the HGX H100 board (as the DGX H100's), 32 EFA cards of 100 Gb/s, four per
+    GPU; bound so, each GPU reaches another node at four cards' rate."""
+    import simpy
+
+    from simcoll.simulator.network import FluidNetwork
+
+    p5, dgx = load_machine("p5"), load_machine("dgx-h100")
+    assert p5.topology.gpu_link_counts("nvlink") == dgx.topology.gpu_link_counts("nvlink")
+    assert _kind_count(p5.topology, "nic") == 32 and p5.model.link("ethernet").line_rate_Bps == 12.5e9
+    net = FluidNetwork(simpy.Environment(), load_machine("p5*2"), contention=True, record_utilisation=False)
+    assert net.nics_of(3) == tuple(f"n0.nic{n}" for n in range(12, 16))
+    assert net.route(3, 11)[1] == pytest.approx(4 * 12.5e9 * 0.94, rel=1e-12)

@@ -151,8 +151,9 @@ class FabricSpec:
     - ``radix``, ``oversub``: the Clos switch radix and leaf oversubscription;
     - ``sharp``: whether the fabric's switches reduce and multicast (IB SHARP,
       NCCL's CollNet); ``None``: on exactly when the node's own switches reduce
-      (NVLink-SHARP nodes such as DGX H100 come with NDR Quantum-2 fabrics,
-      whose switches run SHARPv3).
+      and its network is InfiniBand (NVLink-SHARP nodes such as DGX H100 come
+      with NDR Quantum-2 fabrics, whose switches run SHARPv3; the Ethernet
+      fabrics of cloud H100 nodes, GPUDirect-TCPXO or EFA, reduce nothing).
     """
 
     kind: str = "fat-tree"
@@ -356,7 +357,7 @@ def cluster(node: Topology, num_nodes: int, fabric: str | FabricSpec = "fat-tree
     nics = [c for c in node.components if c.kind == "nic"]
     gpus_per_node = node.num_ranks
     switch_kind = "ib_switch" if node.network_link == "ib" else "switch"
-    sharp = spec.sharp if spec.sharp is not None else bool(node.reducing_switches())
+    sharp = spec.sharp if spec.sharp is not None else bool(node.reducing_switches()) and node.network_link == "ib"
     wire = node.network_link
     components: list[Component] = []
     links: list[Link] = []

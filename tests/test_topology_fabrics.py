@@ -3,7 +3,7 @@
 import pytest
 
 from simcoll.errors import TopologyError
-from simcoll.machines import load_topology
+from simcoll.machines import load_machine, load_topology
 from simcoll.topology_generators import clos_shape, cluster, parse_fabric
 
 
@@ -140,3 +140,17 @@ def test_a_cluster_of_gpu_subsets_is_a_cluster_of_the_smaller_node():
 def test_a_bad_gpu_subset_names_the_problem(spec, message):
     with pytest.raises(TopologyError, match=message):
         load_topology(spec)
+
+
+@pytest.mark.parametrize("spec, reduces", [("dgx-h100*2", True), ("a3-mega*2", False), ("p5*2", False)])
+def test_a_fabric_reduces_by_default_only_under_infiniband_nodes_whose_switches_reduce(spec, reduces):
+    """NVLink-SHARP nodes on InfiniBand come with SHARP switches (Quantum-2); the Ethernet fabrics of
+    cloud H100 nodes (GPUDirect-TCPXO, EFA) reduce nothing, so CollNet does not apply there and a
+    comparison on them runs (it stopped on the missing in-fabric reduce rate)."""
+    from simcoll.compare import compare
+
+    machine = load_machine(spec)
+    fabric = [c for c in machine.topology.components if c.node is None]
+    assert fabric and all(c.reduce == reduces for c in fabric)
+    rows, skipped = compare(machine, "allreduce", [1 << 20], algorithms=["collnet", "ring"])
+    assert ("collnet" in set(rows.algorithm)) == reduces and "ring" in set(rows.algorithm)

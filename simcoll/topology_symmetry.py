@@ -53,7 +53,8 @@ _CACHE = "_rank_shifts"
 def rank_shifts(topology: Topology) -> tuple[int, ...]:
     """The rank shifts ``s`` (``s`` dividing P, at most P / 2, shortest
     first) under which ``π(r) = (r + s) mod P`` maps ``topology`` onto itself
-    (module docstring); worked out once per topology object. Empty where
+    (module docstring): the multiples of the least, as such shifts form a
+    group; worked out once per topology object. Empty where
     none does, on a machine of one GPU, and on a one-node machine with more
     than :data:`MAX_MATCHED_COMPONENTS` components besides its GPUs."""
     found = topology.__dict__.get(_CACHE)
@@ -73,15 +74,17 @@ def _rank_shifts(topology: Topology) -> tuple[int, ...]:
     links = _gpu_links(topology)
     keys, counts = _shifted_keys(links, p, 0)
     around = _neighbourhoods(topology, 0) if others else None
-    shifts = []
-    for s in (s for s in range(1, p // 2 + 1) if p % s == 0):
+    divisors = [s for s in range(1, p // 2 + 1) if p % s == 0]
+    for s in divisors:
         shifted, shifted_counts = _shifted_keys(links, p, s)
         if not (np.array_equal(shifted, keys) and np.array_equal(shifted_counts, counts)):
             continue
         if others and not _components_follow(topology, s, around):
             continue
-        shifts.append(s)
-    return tuple(shifts)
+        # the shifts that map a machine onto itself form a group, which its least generates:
+        # they are the multiples of the first found, and no other shift need be tried
+        return tuple(t for t in divisors if t % s == 0)
+    return ()
 
 
 def _gpu_links(topology: Topology) -> np.ndarray:
